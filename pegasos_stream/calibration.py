@@ -1,0 +1,82 @@
+"""Online Platt scaling: margins to probabilities that keep the margins' order.
+
+Platt (1999) maps an SVM margin f to P(y = 1 | f) = σ(a·f + b), fitting a and b by logistic
+regression on held-out margins. On a stream the held-out margins come for free: each example's
+margin is computed before the learner sees its label (prequential), so ``update`` is called with
+that margin. a = exp(α) keeps the map strictly increasing; α and b follow AdaGrad on the log-loss
+with Platt's smoothed targets (n₊+1)/(n₊+2) and 1/(n₋+2).
+
+The logistic curve reaches 1.0 in floating point by z ≈ 37, which would tie every confident
+prediction and change the ROC AUC. Beyond |z| = ``TAIL_START`` the tail therefore decays
+algebraically (as 1/|z|) instead of exponentially: probabilities stay strictly ordered for |z| up
+to about 5·10⁶ and never reach exactly 0 or 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["OnlinePlatt", "squash"]
+
+#: Where the logistic body hands over to the algebraic tail.
+TAIL_START = 8.0
+_TAIL_MASS = TAIL_START / (1.0 + math.exp(TAIL_START))  # continuity: σ(-8) = _TAIL_MASS / 8
+#: The smallest tail probability: 1 - 2⁻⁵³ is the largest double below 1.
+_MIN_TAIL = 2.0**-53
+#: |α| bound, so that a = exp(α) stays a sane finite slope.
+_MAX_LOG_SLOPE = 25.0
+
+
+def squash(z: float) -> float:
+    """A strictly increasing map of the real line into (0, 1): logistic for |z| <= 8."""
+    magnitude = abs(z)
+    if magnitude <= TAIL_START:
+        tail = 1.0 / (1.0 + math.exp(magnitude))
+    else:
+        tail = max(_TAIL_MASS / magnitude, _MIN_TAIL)
+    return 1.0 - tail if z > 0 else tail
+
+
+class OnlinePlatt:
+    """Probability calibration of margins, fitted one example at a time.
+
+    Parameters
+    ----------
+    learning_rate
+        AdaGrad's base step for α and b.
+
+    """
+
+    def __init__(self, learning_rate: float = 0.1) -> None:
+        self.learning_rate = learning_rate
+        self.log_slope = 0.0  # α, with a = exp(α) > 0
+        self.offset = 0.0  # b
+        self._sq_grad_slope = 0.0
+        self._sq_grad_offset = 0.0
+        self.n_pos = 0
+        self.n_neg = 0
+
+    def proba(self, margin: float) -> float:
+        """P(y = 1 | margin)."""
+        return squash(math.exp(self.log_slope) * margin + self.offset)
+
+    def update(self, margin: float, positive: bool) -> None:
+        """One AdaGrad step on the log-loss of (margin, label)."""
+        if positive:
+            target = (self.n_pos + 1.0) / (self.n_pos + 2.0)
+            self.n_pos += 1
+        else:
+            target = 1.0 / (self.n_neg + 2.0)
+            self.n_neg += 1
+        slope = math.exp(self.log_slope)
+        z = slope * margin + self.offset
+        # The logistic's derivative of the log-loss; clamp z so exp cannot overflow.
+        residual = 1.0 / (1.0 + math.exp(-max(min(z, 700.0), -700.0))) - target
+        grad_slope = residual * margin * slope
+        self._sq_grad_slope += grad_slope * grad_slope
+        self._sq_grad_offset += residual * residual
+        if self._sq_grad_slope > 0.0:
+            step = self.learning_rate * grad_slope / math.sqrt(self._sq_grad_slope)
+            self.log_slope = max(min(self.log_slope - step, _MAX_LOG_SLOPE), -_MAX_LOG_SLOPE)
+        if self._sq_grad_offset > 0.0:
+            self.offset -= self.learning_rate * residual / math.sqrt(self._sq_grad_offset)

@@ -1,0 +1,138 @@
+"""Email messages to sparse feature dicts, as online SVM spam filters represent them."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import html
+import math
+import re
+import zlib
+from collections import Counter
+from email.message import Message
+
+from river import base
+
+__all__ = ["EmailFeatures", "message_text"]
+
+_WORD = re.compile(r"[^\W_]{2,30}")
+_TAG = re.compile(r"<[^>]{0,2000}>")
+_SPACE = re.compile(r"\s+")
+_HEADER_LINE = re.compile(r"[!-9;-~]+:")  # RFC 5322 field name followed by a colon
+
+
+def _decoded_payload(part: Message) -> str:
+    """The decoded text of one MIME part; never raises on bad encodings or charsets."""
+    payload = part.get_payload(decode=True)
+    if not isinstance(payload, bytes):
+        return str(part.get_payload() or "")
+    charset = part.get_content_charset() or "latin-1"
+    try:
+        return payload.decode(charset, errors="replace")
+    except LookupError:  # an unknown charset name
+        return payload.decode("latin-1")
+
+
+def message_text(raw: str, headers: tuple[str, ...] = ("subject", "from")) -> str:
+    """The selected headers and the decoded text of the body of an RFC 822 message.
+
+    A text that does not start with a header line (an SMS, a bare body) is returned as it is.
+    HTML parts are reduced to their text; attachments that are not text are skipped.
+    """
+    if not _HEADER_LINE.match(raw):
+        return raw
+    try:
+        message = email.message_from_string(raw, policy=email.policy.compat32)
+        lines = [f"{name}: {message.get(name, '')}" for name in headers if message.get(name)]
+        for part in message.walk():
+            if part.get_content_maintype() != "text":
+                continue
+            text = _decoded_payload(part)
+            if part.get_content_subtype() == "html":
+                text = html.unescape(_TAG.sub(" ", text))
+            lines.append(text)
+    except Exception:  # the email package can fail in many ways on junk; keep the raw text
+        return raw
+    return _SPACE.sub(" ", "\n".join(lines))
+
+
+class EmailFeatures(base.Transformer):
+    """Binary or TF features of an email: character n-grams and word tokens.
+
+    The default is the representation of Sculley & Wachman (SIGIR 2007), whose online SVM
+    topped the TREC spam track: binary character 4-grams of the first 3,000 characters,
+    scaled to unit length. Word tokens of the same text can be added.
+
+    Parameters
+    ----------
+    on
+        The field holding the message when the input is a dict; None when it is the text itself.
+    parse
+        Parse the message (selected headers and the decoded body) rather than use the raw text.
+    char_ngram
+        Length of the character n-grams; 0 for none.
+    words
+        Also emit lowercase word tokens.
+    max_chars
+        Only the first this many characters are used.
+    binary
+        1 for every present feature; otherwise the count.
+    normalize
+        Scale the vector to unit L2 norm.
+    hash_bits
+        Hash features into 2^hash_bits integer buckets (stable across runs: CRC-32); None keeps
+        the n-gram strings as keys.
+
+    Examples
+    --------
+
+    >>> from pegasos_stream.features import EmailFeatures
+    >>> features = EmailFeatures(char_ngram=0, words=True, normalize=False)
+    >>> features.transform_one("Subject: Cheap pills\\n\\nBuy cheap pills now")
+    {'w:subject': 1, 'w:cheap': 1, 'w:pills': 1, 'w:buy': 1, 'w:now': 1}
+
+    """
+
+    def __init__(
+        self,
+        on: str | None = None,
+        parse: bool = True,
+        char_ngram: int = 4,
+        words: bool = False,
+        max_chars: int = 3000,
+        binary: bool = True,
+        normalize: bool = True,
+        hash_bits: int | None = None,
+    ):
+        self.on = on
+        self.parse = parse
+        self.char_ngram = char_ngram
+        self.words = words
+        self.max_chars = max_chars
+        self.binary = binary
+        self.normalize = normalize
+        self.hash_bits = hash_bits
+
+    def _tokens(self, text: str) -> list[str]:
+        tokens = []
+        n = self.char_ngram
+        if n:
+            tokens.extend("c:" + text[i : i + n] for i in range(len(text) - n + 1))
+        if self.words:
+            tokens.extend("w:" + word for word in _WORD.findall(text.lower()))
+        return tokens
+
+    def transform_one(self, x) -> dict:
+        raw = x[self.on] if self.on is not None else x
+        if not isinstance(raw, str):
+            raw = bytes(raw).decode("utf-8", errors="replace")
+        text = (message_text(raw) if self.parse else raw)[: self.max_chars]
+        tokens = self._tokens(text)
+        if self.hash_bits is not None:
+            mask = (1 << self.hash_bits) - 1
+            tokens = [zlib.crc32(token.encode("utf-8", "surrogatepass")) & mask for token in tokens]
+        counts = dict.fromkeys(tokens, 1) if self.binary else dict(Counter(tokens))
+        if self.normalize and counts:
+            scale = 1.0 / math.sqrt(sum(c * c for c in counts.values()))
+            return {key: c * scale for key, c in counts.items()}
+        return counts

@@ -1,0 +1,45 @@
+"""Checking what a learner is given: binary labels, feature values, sample weights.
+
+The learners compute on the raw values at C speed and call into here only when the result is not
+a finite number, so that validation costs nothing on good input and still names the culprit.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Hashable, Mapping
+
+__all__ = ["binary_sign", "check_features", "check_sample_weight"]
+
+# Equality-based lookup: True == 1 and np.True_ == 1 hash alike, so one table serves bool, numpy
+# bool, 0/1 and -1/+1 in int or float form.
+_SIGNS = {1: 1.0, 0: -1.0, -1: -1.0}
+
+
+def binary_sign(y: object) -> float:
+    """+1.0 for a positive label (True, 1), -1.0 for a negative one (False, 0, -1)."""
+    try:
+        sign = _SIGNS.get(y)  # type: ignore[call-overload]
+    except TypeError:  # unhashable
+        sign = None
+    if sign is None:
+        raise ValueError(
+            f"unknown label {y!r}: a binary label is True/False, 1/0 or 1/-1"
+        )
+    return sign
+
+
+def check_features(x: Mapping[Hashable, object]) -> None:
+    """Raise a ValueError naming the first feature whose value is not a finite real number."""
+    for key, value in x.items():
+        if isinstance(value, numbers.Real) and math.isfinite(value):
+            continue
+        raise ValueError(f"feature {key!r} has value {value!r}: expected a finite number")
+
+
+def check_sample_weight(w: object) -> float:
+    """The sample weight as a float; a ValueError unless it is a finite number >= 0."""
+    if isinstance(w, numbers.Real) and math.isfinite(w) and w >= 0:
+        return float(w)
+    raise ValueError(f"sample weight {w!r}: expected a finite number >= 0")

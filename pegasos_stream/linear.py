@@ -1,0 +1,371 @@
+"""Pegasos: primal estimated sub-gradient solver for the linear SVM, one example at a time."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from operator import mul
+
+import numpy as np
+from river import base, utils
+
+from .calibration import OnlinePlatt
+from .inputs import binary_sign, check_features, check_sample_weight
+from .weights import WeightVector, sparse_dot
+
+__all__ = ["PegasosClassifier"]
+
+#: An update that would take ‖w‖ past this is refused: the lazily scaled values stay far from overflow.
+MAX_NORM = 1e140
+
+
+def check_lambda(lambda_: float) -> None:
+    """Refuse a regularisation strength that is not a finite number > 0."""
+    if not (isinstance(lambda_, numbers.Real) and math.isfinite(lambda_) and lambda_ > 0):
+        raise ValueError(f"lambda_={lambda_!r}: expected a finite number > 0")
+
+
+def check_horizon(horizon: int | None) -> None:
+    """Refuse a horizon that is neither None nor an integer >= 1."""
+    if horizon is not None and (
+        isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1
+    ):
+        raise ValueError(f"horizon={horizon!r}: expected None or an integer >= 1")
+
+
+def effective_step(t: int, horizon: int | None) -> int:
+    """The step counter used for η: t, saturated at ``horizon`` when one is set."""
+    return t if horizon is None else min(t, horizon)
+
+
+class PegasosClassifier(base.MiniBatchClassifier):
+    """Binary linear SVM trained by Pegasos, with lazily scaled sparse weights.
+
+    At global step t (counting from 1), with η = 1/(λ·t), the example (x, y), y ∈ {-1, +1}, moves the
+    weights as w ← (1 − ηλ)·w, plus η·c·y·x when y·f(x) < 1, where f(x) = ⟨w, x⟩ + b is evaluated
+    before the step and c is the example's cost (sample weight × class weight). This minimises
+    λ/2·‖w‖² + mean of c·max(0, 1 − y·f(x)) (Shalev-Shwartz et al., 2011). The weights are stored as
+    w = s·v, so the shrink is O(1) and a step costs O(non-zeros of x).
+
+    Parameters
+    ----------
+    lambda_
+        Regularisation strength λ > 0.
+    fit_intercept
+        Learn an unregularised bias b: b += η·c·y on a violation. It is neither shrunk nor
+        projected, as in the Pegasos paper's discussion of the bias (§6): shrinking it would pull
+        every decision toward 0 and make the solution depend on a translation of the labels.
+    projection
+        After each step, project w onto the ball of radius 1/√λ (centred on ``prior``), which
+        contains the optimum; O(1) thanks to the running norm.
+    average
+        Predict with the average of the iterates w_1..w_t (and of b), kept in O(nnz(x)) per step
+        by Bottou's sparse averaging trick. Learning still steps on the current iterate.
+    class_weight
+        Cost of each class in the hinge term: None (1 for both), a dict label → cost, or
+        "balanced": n/(2·n_y), from running class counts that include the current example.
+    prior
+        Regularise toward these weights instead of 0: λ/2·‖w − w_prior‖² (transfer learning).
+        A dict of weights, or a fitted `PegasosClassifier`, whose predicting weights are copied.
+    horizon
+        None for the textbook schedule. An integer H saturates the step counter used for η at H,
+        so η never falls below 1/(λ·H) and the model keeps adapting on a long, drifting stream.
+    seed
+        Accepted for a uniform interface with the other learners; learning is deterministic,
+        so the same stream always gives the same model.
+
+    Notes
+    -----
+    Labels may be bool, numpy bool, 0/1 or -1/+1; ``predict_one`` answers with a bool.
+    ``predict_proba_one`` uses online Platt scaling (see `pegasos_stream.calibration`): fitted
+    on each example's margin before it is learned, strictly increasing in the margin and never
+    exactly 0 or 1, so ranking by probability is ranking by margin.
+
+    ``learn_many`` is one mini-batch Pegasos step: the sub-gradient averaged over the k rows, with
+    every margin computed before the step; t advances by one.
+
+    Examples
+    --------
+
+    >>> from river import datasets, evaluate, metrics, preprocessing
+    >>> from pegasos_stream import PegasosClassifier
+
+    >>> model = preprocessing.StandardScaler() | PegasosClassifier(lambda_=1e-2)
+    >>> evaluate.progressive_val_score(datasets.Phishing(), model, metrics.Accuracy() + metrics.ROCAUC())
+    Accuracy: 86.40%
+    ROCAUC: 91.75%
+
+    >>> model["PegasosClassifier"].t
+    1250
+
+    """
+
+    def __init__(
+        self,
+        lambda_: float = 1e-4,
+        fit_intercept: bool = False,
+        projection: bool = False,
+        average: bool = False,
+        class_weight: str | dict | None = None,
+        prior: dict | PegasosClassifier | None = None,
+        horizon: int | None = None,
+        seed: int | None = None,
+    ):
+        check_lambda(lambda_)
+        check_horizon(horizon)
+        if isinstance(prior, PegasosClassifier):
+            prior = prior.average_weights if prior.average else prior.weights
+        self.lambda_ = lambda_
+        self.fit_intercept = fit_intercept
+        self.projection = projection
+        self.average = average
+        self.class_weight = class_weight
+        self.prior = prior
+        self.horizon = horizon
+        self.seed = seed
+
+        self._class_cost = self._parse_class_weight(class_weight)
+        self._prior = self._parse_prior(prior)
+        self._radius = 1.0 / math.sqrt(lambda_)
+        self._u = WeightVector(average=average)  # w = prior + u
+        self._b = 0.0
+        self._average_b = 0.0
+        self._t = 0
+        self._n_pos = 0
+        self._n_neg = 0
+        self._platt = OnlinePlatt()
+
+    @staticmethod
+    def _parse_class_weight(class_weight: str | dict | None) -> dict[float, float] | None:
+        """{+1: cost, -1: cost} for a dict, None otherwise (no weights, or "balanced")."""
+        if class_weight is None or class_weight == "balanced":
+            return None
+        if not isinstance(class_weight, Mapping):
+            raise ValueError(
+                f"class_weight={class_weight!r}: expected None, 'balanced' or a dict label -> cost"
+            )
+        costs = {1.0: 1.0, -1.0: 1.0}
+        for label, cost in class_weight.items():
+            costs[binary_sign(label)] = check_sample_weight(cost)
+        return costs
+
+    @staticmethod
+    def _parse_prior(prior: Mapping | None) -> dict:
+        if prior is None:
+            return {}
+        if not isinstance(prior, Mapping):
+            raise ValueError(f"prior: expected a dict of weights or a PegasosClassifier, got {prior!r}")
+        check_features(prior)
+        return {j: float(wj) for j, wj in prior.items()}
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {}
+        yield {"fit_intercept": True, "lambda_": 1e-2}
+        yield {"projection": True, "average": True}
+        yield {"class_weight": "balanced", "horizon": 50}
+        yield {"class_weight": {True: 2.0, False: 0.5}, "fit_intercept": True, "average": True}
+        yield {"prior": {"empty_server_form_handler": 0.5, "popup_window": -0.25}, "projection": True}
+
+    def _unit_test_skips(self):
+        # learn_many is one mini-batch step (averaged sub-gradient, t += 1), by design not a
+        # loop of learn_one steps.
+        return {"check_learn_many_matches_learn_one"}
+
+    # -- read-only state -------------------------------------------------------------------
+
+    @property
+    def t(self) -> int:
+        """The number of steps taken so far."""
+        return self._t
+
+    @property
+    def weights(self) -> dict:
+        """The current weights w = prior + u, as a plain dict."""
+        return self._with_prior(self._u.to_dict())
+
+    @property
+    def intercept(self) -> float:
+        """The current bias b."""
+        return self._b
+
+    @property
+    def average_weights(self) -> dict:
+        """The mean of the iterates w_1..w_t (the prior alone before any step); needs average=True."""
+        self._require_average()
+        return self._with_prior(self._u.average_to_dict())
+
+    @property
+    def average_intercept(self) -> float:
+        """The mean of b_1..b_t; needs average=True."""
+        self._require_average()
+        return self._average_b
+
+    def _require_average(self) -> None:
+        if not self.average:
+            raise AttributeError("the averaged iterate is only kept with average=True")
+
+    def _with_prior(self, u: dict) -> dict:
+        if not self._prior:
+            return u
+        return {j: self._prior.get(j, 0.0) + u.get(j, 0.0) for j in self._prior.keys() | u.keys()}
+
+    # -- inference -------------------------------------------------------------------------
+
+    def _checked(self, x: Mapping, compute) -> float:
+        """Run ``compute(x)``; if x holds a bad value, raise a ValueError naming the feature."""
+        try:
+            value = compute(x)
+            ok = math.isfinite(value)
+        except TypeError:
+            ok = False
+        if not ok:
+            check_features(x)
+            raise ValueError("the margin overflows: feature values are too large")
+        return value
+
+    def _margin(self, x: Mapping) -> float:
+        """⟨w, x⟩ + b for the current iterate."""
+        f = self._u.dot(x) + self._b
+        if self._prior:
+            f += sparse_dot(self._prior, x)
+        return f
+
+    def _average_margin(self, x: Mapping) -> float:
+        """⟨w̄, x⟩ + b̄ for the averaged iterate."""
+        f = self._u.average_dot(x) + self._average_b
+        if self._prior:
+            f += sparse_dot(self._prior, x)
+        return f
+
+    def decision_function_one(self, x: Mapping) -> float:
+        """The signed margin ⟨w, x⟩ + b of the predicting weights (averaged if ``average``)."""
+        return self._checked(x, self._average_margin if self.average else self._margin)
+
+    def predict_one(self, x: Mapping) -> bool:
+        return self.decision_function_one(x) > 0.0
+
+    def predict_proba_one(self, x: Mapping) -> dict[bool, float]:
+        p = self._platt.proba(self.decision_function_one(x))
+        return {False: 1.0 - p, True: p}
+
+    # -- learning --------------------------------------------------------------------------
+
+    def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
+        sign = binary_sign(y)
+        weight = 1.0 if w == 1.0 else check_sample_weight(w)
+        margin = self._checked(x, self._margin)
+        decision = self._checked(x, self._average_margin) if self.average else margin
+
+        n_pos, n_neg = (self._n_pos + 1, self._n_neg) if sign > 0 else (self._n_pos, self._n_neg + 1)
+        coef = weight * self._cost(sign, n_pos, n_neg) * sign
+        if sign * margin < 1.0 and coef:
+            self._step([(x, coef)], coef, 1)
+        else:
+            self._step([], 0.0, 1)
+        self._n_pos, self._n_neg = n_pos, n_neg
+        self._platt.update(decision, sign > 0)
+
+    def learn_many(self, X, y) -> None:
+        X_nw = utils.dataframe.into_frame(X)
+        columns = list(X_nw.columns)
+        values = _finite_matrix(X_nw, columns)
+        signs = np.array([binary_sign(label) for label in utils.dataframe.into_series(y).to_list()])
+        k = len(signs)
+        if k != len(values):
+            raise ValueError(f"learn_many: {len(values)} rows but {k} labels")
+        if not k:
+            return
+        margins = self._margins_many(values, columns, averaged=False)
+        decisions = self._margins_many(values, columns, averaged=True) if self.average else margins
+
+        n_pos = self._n_pos + int((signs > 0).sum())
+        n_neg = self._n_neg + int((signs < 0).sum())
+        coefs = np.array([self._cost(s, n_pos, n_neg) * s for s in signs.tolist()])
+        coefs[signs * margins >= 1.0] = 0.0
+        gradient = (coefs @ values).tolist()
+        step = {j: g for j, g in zip(columns, gradient) if g != 0.0}
+        self._step([(step, 1.0)] if step else [], float(coefs.sum()), k)
+        self._n_pos, self._n_neg = n_pos, n_neg
+        for decision, s in zip(decisions.tolist(), signs.tolist()):
+            self._platt.update(decision, s > 0)
+
+    def _step(self, gradient: list[tuple[Mapping, float]], bias_coef: float, k: int) -> None:
+        """One Pegasos step: u ← (1 − 1/t)·u + (η/k)·Σ c·x over ``gradient``, b += (η/k)·bias_coef.
+
+        Everything that can fail is checked first, so a refused step leaves the model untouched.
+        """
+        t = self._t + 1
+        t_eff = effective_step(t, self.horizon)
+        rate = 1.0 / (self.lambda_ * t_eff * k)
+        shrink = 1.0 - 1.0 / t_eff
+        bound = shrink * self._u.norm()
+        for x, c in gradient:
+            values = x.values()
+            bound += rate * abs(c) * math.sqrt(sum(map(mul, values, values)))
+        if not bound < MAX_NORM:
+            raise ValueError(f"the update would take the norm of w to {bound:.3g}: values too large")
+
+        self._t = t
+        self._u.scale_by(shrink)
+        for x, c in gradient:
+            self._u.add(x, rate * c)
+        if self.fit_intercept:
+            self._b += rate * bias_coef
+        if self.projection:
+            norm = self._u.norm()
+            if norm > self._radius:
+                self._u.scale_by(self._radius / norm)
+        if self.average:
+            self._u.accumulate_average()
+            self._average_b += (self._b - self._average_b) / t
+
+    def _cost(self, sign: float, n_pos: int, n_neg: int) -> float:
+        """The class cost of an example of this sign, given the class counts including it."""
+        if self.class_weight == "balanced":
+            return (n_pos + n_neg) / (2.0 * (n_pos if sign > 0 else n_neg))
+        if self._class_cost is None:
+            return 1.0
+        return self._class_cost[sign]
+
+    # -- mini-batch inference ----------------------------------------------------------------
+
+    def _margins_many(self, values: np.ndarray, columns: list, averaged: bool) -> np.ndarray:
+        """Margins of every row of ``values`` (columns named by ``columns``)."""
+        gather = self._u.average_gather if averaged else self._u.gather
+        w = np.array(gather(columns))
+        if self._prior:
+            w += np.array([self._prior.get(j, 0.0) for j in columns])
+        return values @ w + (self._average_b if averaged else self._b)
+
+    def _decisions_many(self, X):
+        X_nw = utils.dataframe.into_frame(X)
+        columns = list(X_nw.columns)
+        decisions = self._margins_many(_finite_matrix(X_nw, columns), columns, self.average)
+        return X_nw, decisions
+
+    def predict_many(self, X):
+        X_nw, decisions = self._decisions_many(X)
+        return utils.dataframe.to_native_series(decisions > 0.0, name=None, like=X_nw)
+
+    def predict_proba_many(self, X):
+        X_nw, decisions = self._decisions_many(X)
+        p = np.array([self._platt.proba(d) for d in decisions.tolist()])
+        return utils.dataframe.to_native_frame({False: 1.0 - p, True: p}, like=X_nw)
+
+
+def _finite_matrix(X_nw, columns: list) -> np.ndarray:
+    """The frame as a float matrix; a ValueError naming the column and row of a bad value."""
+    try:
+        values = utils.dataframe.to_numpy(X_nw)
+    except (TypeError, ValueError):
+        values = None
+    if values is None or not np.isfinite(values).all():
+        for row, x in enumerate(X_nw.iter_rows(named=True)):
+            try:
+                check_features(x)
+            except ValueError as error:
+                raise ValueError(f"row {row}: {error}") from None
+        raise ValueError("the frame holds values that are not finite numbers")
+    return values
