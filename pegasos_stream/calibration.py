@@ -49,7 +49,8 @@ class OnlinePlatt:
 
     def __init__(self, learning_rate: float = 0.1) -> None:
         self.learning_rate = learning_rate
-        self.log_slope = 0.0  # α, with a = exp(α) > 0
+        self.log_slope = 0.0  # α
+        self.slope = 1.0  # a = exp(α) > 0
         self.offset = 0.0  # b
         self._sq_grad_slope = 0.0
         self._sq_grad_offset = 0.0
@@ -58,7 +59,7 @@ class OnlinePlatt:
 
     def proba(self, margin: float) -> float:
         """P(y = 1 | margin)."""
-        return squash(math.exp(self.log_slope) * margin + self.offset)
+        return squash(self.slope * margin + self.offset)
 
     def update(self, margin: float, positive: bool) -> None:
         """One AdaGrad step on the log-loss of (margin, label)."""
@@ -68,15 +69,16 @@ class OnlinePlatt:
         else:
             target = 1.0 / (self.n_neg + 2.0)
             self.n_neg += 1
-        slope = math.exp(self.log_slope)
+        slope = self.slope
         z = slope * margin + self.offset
         # The logistic's derivative of the log-loss; clamp z so exp cannot overflow.
         residual = 1.0 / (1.0 + math.exp(-max(min(z, 700.0), -700.0))) - target
         grad_slope = residual * margin * slope
         self._sq_grad_slope += grad_slope * grad_slope
-        self._sq_grad_offset += residual * residual
-        if self._sq_grad_slope > 0.0:
+        if self._sq_grad_slope > 0.0:  # a subnormal gradient squares to 0
             step = self.learning_rate * grad_slope / math.sqrt(self._sq_grad_slope)
             self.log_slope = max(min(self.log_slope - step, _MAX_LOG_SLOPE), -_MAX_LOG_SLOPE)
+            self.slope = math.exp(self.log_slope)
+        self._sq_grad_offset += residual * residual
         if self._sq_grad_offset > 0.0:
             self.offset -= self.learning_rate * residual / math.sqrt(self._sq_grad_offset)

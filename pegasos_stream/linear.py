@@ -34,11 +34,6 @@ def check_horizon(horizon: int | None) -> None:
         raise ValueError(f"horizon={horizon!r}: expected None or an integer >= 1")
 
 
-def effective_step(t: int, horizon: int | None) -> int:
-    """The step counter used for η: t, saturated at ``horizon`` when one is set."""
-    return t if horizon is None else min(t, horizon)
-
-
 class PegasosClassifier(base.MiniBatchClassifier):
     """Binary linear SVM trained by Pegasos, with lazily scaled sparse weights.
 
@@ -221,9 +216,23 @@ class PegasosClassifier(base.MiniBatchClassifier):
         except TypeError:
             ok = False
         if not ok:
-            check_features(x)
-            raise ValueError("the margin overflows: feature values are too large")
+            _reject(x)
         return value
+
+    def _margins_pair(self, x: Mapping) -> tuple[float, float]:
+        """(⟨w, x⟩ + b, ⟨w̄, x⟩ + b̄), sharing the pass over v; validates x like ``_checked``."""
+        try:
+            current, averaged = self._u.dots(x)
+            if self._prior:
+                prior = sparse_dot(self._prior, x)
+                current += prior
+                averaged += prior
+            ok = math.isfinite(current) and math.isfinite(averaged)
+        except TypeError:
+            ok = False
+        if not ok:
+            _reject(x)
+        return current + self._b, averaged + self._average_b
 
     def _margin(self, x: Mapping) -> float:
         """⟨w, x⟩ + b for the current iterate."""
@@ -255,8 +264,10 @@ class PegasosClassifier(base.MiniBatchClassifier):
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
         sign = binary_sign(y)
         weight = 1.0 if w == 1.0 else check_sample_weight(w)
-        margin = self._checked(x, self._margin)
-        decision = self._checked(x, self._average_margin) if self.average else margin
+        if self.average:
+            margin, decision = self._margins_pair(x)
+        else:
+            margin = decision = self._checked(x, self._margin)
 
         n_pos, n_neg = (self._n_pos + 1, self._n_neg) if sign > 0 else (self._n_pos, self._n_neg + 1)
         coef = weight * self._cost(sign, n_pos, n_neg) * sign
@@ -270,7 +281,7 @@ class PegasosClassifier(base.MiniBatchClassifier):
     def learn_many(self, X, y) -> None:
         X_nw = utils.dataframe.into_frame(X)
         columns = list(X_nw.columns)
-        values = _finite_matrix(X_nw, columns)
+        values = _finite_matrix(X_nw)
         signs = np.array([binary_sign(label) for label in utils.dataframe.into_series(y).to_list()])
         k = len(signs)
         if k != len(values):
@@ -297,28 +308,31 @@ class PegasosClassifier(base.MiniBatchClassifier):
         Everything that can fail is checked first, so a refused step leaves the model untouched.
         """
         t = self._t + 1
-        t_eff = effective_step(t, self.horizon)
+        t_eff = t if self.horizon is None else min(t, self.horizon)
         rate = 1.0 / (self.lambda_ * t_eff * k)
         shrink = 1.0 - 1.0 / t_eff
-        bound = shrink * self._u.norm()
-        for x, c in gradient:
-            values = x.values()
-            bound += rate * abs(c) * math.sqrt(sum(map(mul, values, values)))
-        if not bound < MAX_NORM:
-            raise ValueError(f"the update would take the norm of w to {bound:.3g}: values too large")
+        u = self._u
+        if gradient:
+            bound = shrink * u.norm()
+            for x, c in gradient:
+                values = x.values()
+                bound += rate * abs(c) * math.sqrt(sum(map(mul, values, values)))
+            if not bound < MAX_NORM:
+                raise ValueError(f"the update would take the norm of w to {bound:.3g}: values too large")
 
         self._t = t
-        self._u.scale_by(shrink)
-        for x, c in gradient:
-            self._u.add(x, rate * c)
-        if self.fit_intercept:
-            self._b += rate * bias_coef
-        if self.projection:
-            norm = self._u.norm()
-            if norm > self._radius:
-                self._u.scale_by(self._radius / norm)
+        u.scale_by(shrink)
+        if gradient:
+            for x, c in gradient:
+                u.add(x, rate * c)
+            if self.fit_intercept:
+                self._b += rate * bias_coef
+            if self.projection:  # a shrink alone never leaves the ball
+                norm = u.norm()
+                if norm > self._radius:
+                    u.scale_by(self._radius / norm)
         if self.average:
-            self._u.accumulate_average()
+            u.accumulate_average()
             self._average_b += (self._b - self._average_b) / t
 
     def _cost(self, sign: float, n_pos: int, n_neg: int) -> float:
@@ -342,7 +356,7 @@ class PegasosClassifier(base.MiniBatchClassifier):
     def _decisions_many(self, X):
         X_nw = utils.dataframe.into_frame(X)
         columns = list(X_nw.columns)
-        decisions = self._margins_many(_finite_matrix(X_nw, columns), columns, self.average)
+        decisions = self._margins_many(_finite_matrix(X_nw), columns, self.average)
         return X_nw, decisions
 
     def predict_many(self, X):
@@ -355,17 +369,30 @@ class PegasosClassifier(base.MiniBatchClassifier):
         return utils.dataframe.to_native_frame({False: 1.0 - p, True: p}, like=X_nw)
 
 
-def _finite_matrix(X_nw, columns: list) -> np.ndarray:
-    """The frame as a float matrix; a ValueError naming the column and row of a bad value."""
-    try:
+def _reject(x: Mapping) -> None:
+    """Raise the ValueError for input whose margin is not a finite number, naming the feature."""
+    check_features(x)
+    raise ValueError("the margin overflows: feature values are too large")
+
+
+def _finite_matrix(X_nw) -> np.ndarray:
+    """The frame as a float matrix; a ValueError naming the row and column of a bad value.
+
+    Numeric, boolean and backend-specific (e.g. pandas sparse) columns convert directly; any other
+    column (strings, objects) is checked value by value first, so that "1.0" is refused as in
+    ``learn_one`` rather than parsed.
+    """
+    direct = all(
+        dtype.is_numeric() or dtype.is_boolean() or str(dtype) == "Unknown"
+        for dtype in X_nw.schema.values()
+    )
+    if direct:
         values = utils.dataframe.to_numpy(X_nw)
-    except (TypeError, ValueError):
-        values = None
-    if values is None or not np.isfinite(values).all():
-        for row, x in enumerate(X_nw.iter_rows(named=True)):
-            try:
-                check_features(x)
-            except ValueError as error:
-                raise ValueError(f"row {row}: {error}") from None
-        raise ValueError("the frame holds values that are not finite numbers")
-    return values
+        if np.isfinite(values).all():
+            return values
+    for row, x in enumerate(X_nw.iter_rows(named=True)):
+        try:
+            check_features(x)
+        except ValueError as error:
+            raise ValueError(f"row {row}: {error}") from None
+    return utils.dataframe.to_numpy(X_nw)

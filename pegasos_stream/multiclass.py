@@ -9,7 +9,7 @@ from operator import mul
 from river import base
 
 from .inputs import check_features, check_sample_weight
-from .linear import MAX_NORM, check_horizon, check_lambda, effective_step
+from .linear import MAX_NORM, check_horizon, check_lambda
 from .weights import SharedScaleWeights
 
 __all__ = ["PegasosMulticlass"]
@@ -140,7 +140,7 @@ class PegasosMulticlass(base.Classifier):
         violated = rival is not None and weight > 0 and scores.get(y, 0.0) - scores[rival] < 1.0
 
         t = self._t + 1
-        t_eff = effective_step(t, self.horizon)
+        t_eff = t if self.horizon is None else min(t, self.horizon)
         rate = weight / (self.lambda_ * t_eff)
         shrink = 1.0 - 1.0 / t_eff
         if violated:

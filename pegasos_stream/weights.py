@@ -35,16 +35,14 @@ def sparse_dot(v: dict, x: Features) -> float:
 
 def _axpy(v: dict, x: Features, c: float) -> None:
     """v += c·x in place, in O(nnz(x))."""
-    keys = list(x)
-    v.update(zip(keys, map(add, map(v.get, keys, repeat(0.0)), map(mul, repeat(c), x.values()))))
+    v.update(zip(x, map(add, map(v.get, x, repeat(0.0)), map(mul, repeat(c), x.values()))))
 
 
 def _axpy_sq_norm(v: dict, x: Features, c: float) -> float:
     """v += c·x in place; returns the change of ‖v‖², computed coordinate by coordinate."""
-    keys = list(x)
-    old = list(map(v.get, keys, repeat(0.0)))
+    old = list(map(v.get, x, repeat(0.0)))
     new = list(map(add, old, map(mul, repeat(c), x.values())))
-    v.update(zip(keys, new))
+    v.update(zip(x, new))
     return sum(map(mul, new, new)) - sum(map(mul, old, old))
 
 
@@ -125,10 +123,15 @@ class WeightVector(_LazyScale):
 
     def average_dot(self, x: Features) -> float:
         """⟨w̄, x⟩ where w̄ is the mean of the accumulated iterates (0 before any)."""
+        return self.dots(x)[1]
+
+    def dots(self, x: Features) -> tuple[float, float]:
+        """(⟨w, x⟩, ⟨w̄, x⟩), sharing the pass over v."""
+        vx = sparse_dot(self.v, x)
         if not self.n_averaged:
-            return 0.0
-        total = self.avg_scale * sparse_dot(self.v, x) + sparse_dot(self.avg_offset, x)
-        return total / self.n_averaged
+            return vx * self.scale, 0.0
+        average = (self.avg_scale * vx + sparse_dot(self.avg_offset, x)) / self.n_averaged
+        return vx * self.scale, average
 
     def fold_scale(self) -> None:
         if self.average and self.avg_scale:
