@@ -322,11 +322,11 @@ class PegasosClassifier(base.MiniBatchClassifier):
 
         self._t = t
         u.scale_by(shrink)
+        if self.fit_intercept:
+            self._b += rate * bias_coef
         if gradient:
             for x, c in gradient:
                 u.add(x, rate * c)
-            if self.fit_intercept:
-                self._b += rate * bias_coef
             if self.projection:  # a shrink alone never leaves the ball
                 norm = u.norm()
                 if norm > self._radius:

@@ -21,7 +21,7 @@ Pegasos run: lambda = 1e-2, 40 epochs over the data, the order reshuffled every 
 with ``numpy.random.default_rng(0)``, ONE model (so ONE global step counter t running
 to 40 * 1250 = 50 000).  Assertion: (F(pegasos) - F*) / F* <= 1 %, for the current
 iterate (``weights``) and the average (``average_weights``), with and without
-projection.  Measured with a reference implementation of the spec: current iterate
+projection.  Measured with the dense reference implementation: current iterate
 ~0.1 %, average ~0.2-0.3 %.
 
 Multiclass

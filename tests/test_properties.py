@@ -1,4 +1,4 @@
-"""Property tests of the invariants of /tmp/spec/ALGORITHM.md (hypothesis).
+"""Property tests of the learners' invariants (hypothesis).
 
 Every hypothesis test uses ``deadline=None`` and a modest ``max_examples`` so the whole
 file runs in well under 40 s.

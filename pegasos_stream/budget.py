@@ -1,0 +1,114 @@
+"""Budget maintenance for kernel Pegasos (Wang, Crammer & Vucetic, JMLR 2012, "BSGD").
+
+When an insertion takes the store past its budget, one of these restores it, working on the
+coefficients α_j = β_j·y_j:
+
+- ``remove``: drop the vector with the smallest |α| (ties: the oldest).
+- ``merge`` (RBF only): merge that vector x_m with the same-label partner x_n whose merger loses
+  the least: z = h·x_m + (1−h)·x_n with h ∈ [0, 1] found by golden-section search, α_z chosen so
+  α_z·φ(z) is the projection of α_m·φ(x_m) + α_n·φ(x_n) on φ(z).
+- ``project``: drop that vector and add its projection onto the span of the others to their
+  coefficients (needs the Gram matrix: O(B³) per maintenance).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .kernels import RBF
+from .svstore import SupportVectorStore
+
+__all__ = ["MAINTENANCE", "maintain"]
+
+MAINTENANCE = ("remove", "merge", "project")
+
+_INV_PHI = (math.sqrt(5.0) - 1.0) / 2.0
+_GOLDEN_ITERATIONS = 40  # the bracket shrinks to 0.618⁴⁰ ≈ 4e-9
+
+
+def _smallest(store: SupportVectorStore) -> int:
+    """The vector with the smallest |α| = |β|; np.argmin takes the first, i.e. the oldest."""
+    return int(np.argmin(np.abs(store.betas)))
+
+
+def remove(store: SupportVectorStore) -> None:
+    store.delete([_smallest(store)])
+
+
+def _best_merge_fraction(a_m: float, a_n: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """argmax over h ∈ [0, 1] of a_m·k^((1−h)²) + a_n·k^(h²), for every candidate at once."""
+
+    def merged(h: np.ndarray) -> np.ndarray:
+        return a_m * k ** ((1.0 - h) ** 2) + a_n * k ** (h * h)
+
+    lo, hi = np.zeros_like(k), np.ones_like(k)
+    for _ in range(_GOLDEN_ITERATIONS):
+        c = hi - _INV_PHI * (hi - lo)
+        d = lo + _INV_PHI * (hi - lo)
+        keep_left = merged(c) > merged(d)
+        hi = np.where(keep_left, d, hi)
+        lo = np.where(keep_left, lo, c)
+    return (lo + hi) / 2.0
+
+
+def merge(store: SupportVectorStore) -> None:
+    m = _smallest(store)
+    label = store.labels[m]
+    partners = np.flatnonzero(store.labels == label)
+    partners = partners[partners != m]
+    if not len(partners):
+        remove(store)
+        return
+    x_m = store.features[m]
+    k = store.kernel_row(x_m)[partners]
+    a_m = abs(store.betas[m])
+    a_n = np.abs(store.betas[partners])
+    h = _best_merge_fraction(a_m, a_n, k)
+    a_z = a_m * k ** ((1.0 - h) ** 2) + a_n * k ** (h * h)
+    # ‖α_m φ_m + α_n φ_n − α_z φ_z‖² with K(z, z) = 1 and same-sign coefficients
+    degradation = a_m * a_m + a_n * a_n + 2.0 * a_m * a_n * k - a_z * a_z
+    best = int(np.argmin(degradation))
+    n, h_best = int(partners[best]), float(h[best])
+    x_n = store.features[n]
+    z = {
+        key: h_best * x_m.get(key, 0.0) + (1.0 - h_best) * x_n.get(key, 0.0)
+        for key in x_m.keys() | x_n.keys()
+    }
+    beta_z = float(a_z[best])
+    store.delete([m, n])
+    existing = store.find(z, label)
+    if existing is None:
+        store.append(z, label, beta_z)
+    else:
+        store.betas[existing] += beta_z
+
+
+def project(store: SupportVectorStore) -> None:
+    p = _smallest(store)
+    alpha_p = store.betas[p] * store.labels[p]
+    rest = [i for i in range(len(store)) if i != p]
+    gram = store.gram[np.ix_(rest, rest)]
+    target = store.gram[rest, p] * alpha_p
+    delta, *_ = np.linalg.lstsq(gram, target, rcond=None)
+    store.betas[rest] += delta * store.labels[rest]  # α_j += Δα_j, β_j = α_j·y_j
+    store.delete([p])
+
+
+_STRATEGIES = {"remove": remove, "merge": merge, "project": project}
+
+
+def check_maintenance(maintenance: str, kernel: object) -> None:
+    """Refuse an unknown strategy, or merging with a kernel other than RBF."""
+    if maintenance not in _STRATEGIES:
+        raise ValueError(f"maintenance={maintenance!r}: expected one of {', '.join(MAINTENANCE)}")
+    if maintenance == "merge" and not isinstance(kernel, RBF):
+        raise ValueError("maintenance='merge' needs kernel='rbf' (the merge is derived for RBF)")
+
+
+def maintain(store: SupportVectorStore, maintenance: str, budget: int) -> None:
+    """Bring the store back within ``budget`` vectors."""
+    strategy = _STRATEGIES[maintenance]
+    while len(store) > budget:
+        strategy(store)
