@@ -6,9 +6,10 @@ coefficients α_j = β_j·y_j:
 - ``remove``: drop the vector with the smallest |α| (ties: the oldest).
 - ``merge`` (RBF only): merge that vector x_m with the same-label partner x_n whose merger loses
   the least: z = h·x_m + (1−h)·x_n with h ∈ [0, 1] found by golden-section search, α_z chosen so
-  α_z·φ(z) is the projection of α_m·φ(x_m) + α_n·φ(x_n) on φ(z).
+  α_z·φ(z) is the projection of α_m·φ(x_m) + α_n·φ(x_n) on φ(z). A z equal to a stored vector of
+  the same label adds to that vector's β, as any example already in the store does.
 - ``project``: drop that vector and add its projection onto the span of the others to their
-  coefficients (needs the Gram matrix: O(B³) per maintenance).
+  coefficients (a B×B linear solve on the Gram matrix kept by the store: O(B³) per maintenance).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ MAINTENANCE = ("remove", "merge", "project")
 
 _INV_PHI = (math.sqrt(5.0) - 1.0) / 2.0
 _GOLDEN_ITERATIONS = 40  # the bracket shrinks to 0.618⁴⁰ ≈ 4e-9
+_PROJECTION_RIDGE = 1e-8
 
 
 def _smallest(store: SupportVectorStore) -> int:
@@ -91,7 +93,10 @@ def project(store: SupportVectorStore) -> None:
     rest = [i for i in range(len(store)) if i != p]
     gram = store.gram[np.ix_(rest, rest)]
     target = store.gram[rest, p] * alpha_p
-    delta, *_ = np.linalg.lstsq(gram, target, rcond=None)
+    # A ridge of 1e-8 of the mean self-similarity keeps near-duplicate vectors from making the
+    # system singular; it changes the projection by a relative amount of that order.
+    ridge = _PROJECTION_RIDGE * float(np.mean(np.diag(gram)) or 1.0)
+    delta = np.linalg.solve(gram + ridge * np.eye(len(rest)), target)
     store.betas[rest] += delta * store.labels[rest]  # α_j += Δα_j, β_j = α_j·y_j
     store.delete([p])
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["OnlinePlatt", "squash"]
+__all__ = ["OnlinePlatt", "PlattScaledMargin", "squash"]
 
 #: Where the logistic body hands over to the algebraic tail.
 TAIL_START = 8.0
@@ -82,3 +82,22 @@ class OnlinePlatt:
         self._sq_grad_offset += residual * residual
         if self._sq_grad_offset > 0.0:
             self.offset -= self.learning_rate * residual / math.sqrt(self._sq_grad_offset)
+
+
+class PlattScaledMargin:
+    """Mixin for a binary classifier: label and probabilities from ``decision_function_one``.
+
+    The class keeps an ``OnlinePlatt`` as ``_platt`` and updates it with each margin before learning.
+    """
+
+    _platt: OnlinePlatt
+
+    def decision_function_one(self, x) -> float:
+        raise NotImplementedError
+
+    def predict_one(self, x) -> bool:
+        return self.decision_function_one(x) > 0.0
+
+    def predict_proba_one(self, x) -> dict[bool, float]:
+        p = self._platt.proba(self.decision_function_one(x))
+        return {False: 1.0 - p, True: p}

@@ -10,7 +10,7 @@ import math
 import numbers
 from collections.abc import Hashable, Mapping
 
-__all__ = ["binary_sign", "check_features", "check_sample_weight"]
+__all__ = ["binary_sign", "check_features", "check_sample_weight", "reject_features"]
 
 # Equality-based lookup: True == 1 and np.True_ == 1 hash alike, so one table serves bool, numpy
 # bool, 0/1 and -1/+1 in int or float form.
@@ -33,9 +33,22 @@ def binary_sign(y: object) -> float:
 def check_features(x: Mapping[Hashable, object]) -> None:
     """Raise a ValueError naming the first feature whose value is not a finite real number."""
     for key, value in x.items():
-        if isinstance(value, numbers.Real) and math.isfinite(value):
-            continue
+        try:
+            if isinstance(value, numbers.Real) and math.isfinite(value):
+                continue
+        except OverflowError:  # an int beyond the float range
+            pass
         raise ValueError(f"feature {key!r} has value {value!r}: expected a finite number")
+
+
+def reject_features(x: Mapping[Hashable, object]) -> None:
+    """Raise the ValueError for features whose margin came out as no finite number.
+
+    Names the first bad value, or else the largest one, whose magnitude overflowed the arithmetic.
+    """
+    check_features(x)
+    key = max(x, key=lambda k: abs(x[k]))  # type: ignore[arg-type]
+    raise ValueError(f"feature {key!r} has value {x[key]!r}: too large, the margin overflows")
 
 
 def check_sample_weight(w: object) -> float:

@@ -10,8 +10,8 @@ from operator import mul
 from river import base
 
 from .budget import check_maintenance, maintain
-from .calibration import OnlinePlatt
-from .inputs import binary_sign, check_features, check_sample_weight
+from .calibration import OnlinePlatt, PlattScaledMargin
+from .inputs import binary_sign, check_sample_weight, reject_features
 from .kernels import make_kernel
 from .linear import check_lambda
 from .svstore import SupportVectorStore
@@ -19,7 +19,7 @@ from .svstore import SupportVectorStore
 __all__ = ["KernelPegasosClassifier"]
 
 
-class KernelPegasosClassifier(base.Classifier):
+class KernelPegasosClassifier(PlattScaledMargin, base.Classifier):
     """Binary kernel SVM trained by kernelized Pegasos, within a budget of support vectors.
 
     Each support vector j keeps a count β_j of the margin violations it caused, and
@@ -46,7 +46,7 @@ class KernelPegasosClassifier(base.Classifier):
         The most support vectors ever held; None for no limit.
     maintenance
         How an insertion past the budget is undone (see `pegasos_stream.budget`): "remove",
-        "merge" (RBF only) or "project".
+        "merge" (RBF only) or "project". Unused without a budget.
     seed
         Accepted for a uniform interface; learning is deterministic (ties go to the oldest vector).
 
@@ -91,7 +91,8 @@ class KernelPegasosClassifier(base.Classifier):
         self.seed = seed
 
         self._kernel = make_kernel(kernel, gamma, degree, coef0)
-        check_maintenance(maintenance, self._kernel)
+        if budget is not None:
+            check_maintenance(maintenance, self._kernel)
         self._store = SupportVectorStore(self._kernel, keep_gram=maintenance == "project")
         self._t = 0
         self._platt = OnlinePlatt()
@@ -128,28 +129,20 @@ class KernelPegasosClassifier(base.Classifier):
         try:  # ‖x‖² is finite exactly when every value is a finite number (short of overflow)
             sq_norm = sum(map(mul, values, values))
             ok = math.isfinite(sq_norm)
-        except TypeError:
+        except (TypeError, OverflowError):
             ok = False
         if ok and self._t and len(self._store):
             try:
                 kernel_row = self._store.kernel_row(x, sq_norm)
                 f = float(self._store.coefficients() @ kernel_row) / (self.lambda_ * self._t)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 f = math.nan
             ok = math.isfinite(f)
         elif ok:
             f = 0.0
         if not ok:
-            check_features(x)
-            raise ValueError("the decision overflows: feature values are too large")
+            reject_features(x)
         return f
-
-    def predict_one(self, x: Mapping) -> bool:
-        return self.decision_function_one(x) > 0.0
-
-    def predict_proba_one(self, x: Mapping) -> dict[bool, float]:
-        p = self._platt.proba(self.decision_function_one(x))
-        return {False: 1.0 - p, True: p}
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
         sign = binary_sign(y)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from operator import mul
 
 import numpy as np
 from river import base, utils
 
-from .calibration import OnlinePlatt
-from .inputs import binary_sign, check_features, check_sample_weight
+from .calibration import OnlinePlatt, PlattScaledMargin
+from .inputs import binary_sign, check_features, check_sample_weight, reject_features
 from .weights import WeightVector, sparse_dot
 
 __all__ = ["PegasosClassifier"]
@@ -34,7 +34,7 @@ def check_horizon(horizon: int | None) -> None:
         raise ValueError(f"horizon={horizon!r}: expected None or an integer >= 1")
 
 
-class PegasosClassifier(base.MiniBatchClassifier):
+class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     """Binary linear SVM trained by Pegasos, with lazily scaled sparse weights.
 
     At global step t (counting from 1), with η = 1/(λ·t), the example (x, y), y ∈ {-1, +1}, moves the
@@ -55,8 +55,11 @@ class PegasosClassifier(base.MiniBatchClassifier):
         After each step, project w onto the ball of radius 1/√λ (centred on ``prior``), which
         contains the optimum; O(1) thanks to the running norm.
     average
-        Predict with the average of the iterates w_1..w_t (and of b), kept in O(nnz(x)) per step
-        by Bottou's sparse averaging trick. Learning still steps on the current iterate.
+        Predict with the average of the iterates (and of b), kept in O(nnz(x)) per step by Bottou's
+        sparse averaging trick; learning still steps on the current iterate. True averages
+        w_1..w_t; an integer k starts the average at step k (w_k..w_t) and predicts with the current
+        iterate before that, as scikit-learn's ``SGDClassifier(average=k)``: the first iterates of
+        Pegasos take steps of size 1/(λt) and can dominate an average taken from the start.
     class_weight
         Cost of each class in the hinge term: None (1 for both), a dict label → cost, or
         "balanced": n/(2·n_y), from running class counts that include the current example.
@@ -101,7 +104,7 @@ class PegasosClassifier(base.MiniBatchClassifier):
         lambda_: float = 1e-4,
         fit_intercept: bool = False,
         projection: bool = False,
-        average: bool = False,
+        average: bool | int = False,
         class_weight: str | dict | None = None,
         prior: dict | PegasosClassifier | None = None,
         horizon: int | None = None,
@@ -109,6 +112,8 @@ class PegasosClassifier(base.MiniBatchClassifier):
     ):
         check_lambda(lambda_)
         check_horizon(horizon)
+        if not isinstance(average, numbers.Integral) or average < 0:
+            raise ValueError(f"average={average!r}: expected a bool or an integer >= 1")
         if isinstance(prior, PegasosClassifier):
             prior = prior.average_weights if prior.average else prior.weights
         self.lambda_ = lambda_
@@ -123,13 +128,15 @@ class PegasosClassifier(base.MiniBatchClassifier):
         self._class_cost = self._parse_class_weight(class_weight)
         self._prior = self._parse_prior(prior)
         self._radius = 1.0 / math.sqrt(lambda_)
-        self._u = WeightVector(average=average)  # w = prior + u
+        self._average_from = int(average) or None  # the first step in the average (True: 1)
+        self._u = WeightVector(average=bool(average))  # w = prior + u
         self._b = 0.0
         self._average_b = 0.0
         self._t = 0
         self._n_pos = 0
         self._n_neg = 0
         self._platt = OnlinePlatt()
+        self._last_scored: tuple[int, dict, tuple[float, float]] | None = None
 
     @staticmethod
     def _parse_class_weight(class_weight: str | dict | None) -> dict[float, float] | None:
@@ -160,7 +167,7 @@ class PegasosClassifier(base.MiniBatchClassifier):
         yield {"fit_intercept": True, "lambda_": 1e-2}
         yield {"projection": True, "average": True}
         yield {"class_weight": "balanced", "horizon": 50}
-        yield {"class_weight": {True: 2.0, False: 0.5}, "fit_intercept": True, "average": True}
+        yield {"class_weight": {True: 2.0, False: 0.5}, "fit_intercept": True, "average": 10}
         yield {"prior": {"empty_server_form_handler": 0.5, "popup_window": -0.25}, "projection": True}
 
     def _unit_test_skips(self):
@@ -187,19 +194,21 @@ class PegasosClassifier(base.MiniBatchClassifier):
 
     @property
     def average_weights(self) -> dict:
-        """The mean of the iterates w_1..w_t (the prior alone before any step); needs average=True."""
+        """The averaged weights predictions use: the current ones until averaging has begun."""
         self._require_average()
+        if not self._u.n_averaged:
+            return self.weights
         return self._with_prior(self._u.average_to_dict())
 
     @property
     def average_intercept(self) -> float:
-        """The mean of b_1..b_t; needs average=True."""
+        """The averaged bias predictions use: the current one until averaging has begun."""
         self._require_average()
-        return self._average_b
+        return self._average_b if self._u.n_averaged else self._b
 
     def _require_average(self) -> None:
         if not self.average:
-            raise AttributeError("the averaged iterate is only kept with average=True")
+            raise AttributeError("the averaged iterate is only kept with average set")
 
     def _with_prior(self, u: dict) -> dict:
         if not self._prior:
@@ -208,74 +217,64 @@ class PegasosClassifier(base.MiniBatchClassifier):
 
     # -- inference -------------------------------------------------------------------------
 
-    def _checked(self, x: Mapping, compute) -> float:
-        """Run ``compute(x)``; if x holds a bad value, raise a ValueError naming the feature."""
-        try:
-            value = compute(x)
-            ok = math.isfinite(value)
-        except TypeError:
-            ok = False
-        if not ok:
-            _reject(x)
-        return value
+    def _margins(self, x: Mapping) -> tuple[float, float]:
+        """(⟨w, x⟩ + b, predicting margin): the current iterate's margin, which learning uses, and
+        the margin of the predicting weights (the same until averaging has begun).
 
-    def _margins_pair(self, x: Mapping) -> tuple[float, float]:
-        """(⟨w, x⟩ + b, ⟨w̄, x⟩ + b̄), sharing the pass over v; validates x like ``_checked``."""
+        The pair is remembered with a copy of x and the step counter, so that ``learn_one`` right
+        after a prediction on an unchanged x (the prequential pattern) needs no second pass over
+        the weights: equal features and an unchanged model give the same margins.
+        """
         try:
-            current, averaged = self._u.dots(x)
+            averaging = self._u.n_averaged > 0
+            if averaging:
+                current, predicting = self._u.dots(x)
+            else:
+                current = predicting = self._u.dot(x)
             if self._prior:
                 prior = sparse_dot(self._prior, x)
                 current += prior
-                averaged += prior
-            ok = math.isfinite(current) and math.isfinite(averaged)
-        except TypeError:
+                predicting += prior
+            ok = math.isfinite(current) and math.isfinite(predicting)
+        except (TypeError, OverflowError):
             ok = False
         if not ok:
-            _reject(x)
-        return current + self._b, averaged + self._average_b
+            reject_features(x)
+        margins = (current + self._b, predicting + (self._average_b if averaging else self._b))
+        self._last_scored = (self._t, dict(x), margins)
+        return margins
 
-    def _margin(self, x: Mapping) -> float:
-        """⟨w, x⟩ + b for the current iterate."""
-        f = self._u.dot(x) + self._b
-        if self._prior:
-            f += sparse_dot(self._prior, x)
-        return f
+    def _remembered_margins(self, x: Mapping) -> tuple[float, float]:
+        """``_margins(x)``, from the last prediction when the model and x are unchanged since."""
+        last = self._last_scored
+        if last is not None and last[0] == self._t and last[1] == x:
+            return last[2]
+        return self._margins(x)
 
-    def _average_margin(self, x: Mapping) -> float:
-        """⟨w̄, x⟩ + b̄ for the averaged iterate."""
-        f = self._u.average_dot(x) + self._average_b
-        if self._prior:
-            f += sparse_dot(self._prior, x)
-        return f
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_last_scored"] = None  # a cache, not part of the model
+        return state
 
     def decision_function_one(self, x: Mapping) -> float:
         """The signed margin ⟨w, x⟩ + b of the predicting weights (averaged if ``average``)."""
-        return self._checked(x, self._average_margin if self.average else self._margin)
-
-    def predict_one(self, x: Mapping) -> bool:
-        return self.decision_function_one(x) > 0.0
-
-    def predict_proba_one(self, x: Mapping) -> dict[bool, float]:
-        p = self._platt.proba(self.decision_function_one(x))
-        return {False: 1.0 - p, True: p}
+        return self._margins(x)[1]
 
     # -- learning --------------------------------------------------------------------------
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
         sign = binary_sign(y)
         weight = 1.0 if w == 1.0 else check_sample_weight(w)
-        if self.average:
-            margin, decision = self._margins_pair(x)
-        else:
-            margin = decision = self._checked(x, self._margin)
+        margin, decision = self._remembered_margins(x)
 
         n_pos, n_neg = (self._n_pos + 1, self._n_neg) if sign > 0 else (self._n_pos, self._n_neg + 1)
-        coef = weight * self._cost(sign, n_pos, n_neg) * sign
-        if sign * margin < 1.0 and coef:
-            self._step([(x, coef)], coef, 1)
+        if sign * margin < 1.0:
+            coef = weight * self._cost(sign, n_pos, n_neg) * sign
+            self._step(((x, coef),) if coef else (), coef, 1)
         else:
-            self._step([], 0.0, 1)
+            self._step((), 0.0, 1)
         self._n_pos, self._n_neg = n_pos, n_neg
+        self._last_scored = None  # the model moved on; do not hold on to x
         self._platt.update(decision, sign > 0)
 
     def learn_many(self, X, y) -> None:
@@ -289,7 +288,7 @@ class PegasosClassifier(base.MiniBatchClassifier):
         if not k:
             return
         margins = self._margins_many(values, columns, averaged=False)
-        decisions = self._margins_many(values, columns, averaged=True) if self.average else margins
+        decisions = self._margins_many(values, columns, averaged=True) if self._u.n_averaged else margins
 
         n_pos = self._n_pos + int((signs > 0).sum())
         n_neg = self._n_neg + int((signs < 0).sum())
@@ -297,12 +296,12 @@ class PegasosClassifier(base.MiniBatchClassifier):
         coefs[signs * margins >= 1.0] = 0.0
         gradient = (coefs @ values).tolist()
         step = {j: g for j, g in zip(columns, gradient) if g != 0.0}
-        self._step([(step, 1.0)] if step else [], float(coefs.sum()), k)
+        self._step(((step, 1.0),) if step else (), float(coefs.sum()), k)
         self._n_pos, self._n_neg = n_pos, n_neg
         for decision, s in zip(decisions.tolist(), signs.tolist()):
             self._platt.update(decision, s > 0)
 
-    def _step(self, gradient: list[tuple[Mapping, float]], bias_coef: float, k: int) -> None:
+    def _step(self, gradient: Sequence[tuple[Mapping, float]], bias_coef: float, k: int) -> None:
         """One Pegasos step: u ← (1 − 1/t)·u + (η/k)·Σ c·x over ``gradient``, b += (η/k)·bias_coef.
 
         Everything that can fail is checked first, so a refused step leaves the model untouched.
@@ -331,9 +330,9 @@ class PegasosClassifier(base.MiniBatchClassifier):
                 norm = u.norm()
                 if norm > self._radius:
                     u.scale_by(self._radius / norm)
-        if self.average:
+        if self._average_from is not None and t >= self._average_from:
             u.accumulate_average()
-            self._average_b += (self._b - self._average_b) / t
+            self._average_b += (self._b - self._average_b) / u.n_averaged
 
     def _cost(self, sign: float, n_pos: int, n_neg: int) -> float:
         """The class cost of an example of this sign, given the class counts including it."""
@@ -356,7 +355,7 @@ class PegasosClassifier(base.MiniBatchClassifier):
     def _decisions_many(self, X):
         X_nw = utils.dataframe.into_frame(X)
         columns = list(X_nw.columns)
-        decisions = self._margins_many(_finite_matrix(X_nw), columns, self.average)
+        decisions = self._margins_many(_finite_matrix(X_nw), columns, self._u.n_averaged > 0)
         return X_nw, decisions
 
     def predict_many(self, X):
@@ -367,12 +366,6 @@ class PegasosClassifier(base.MiniBatchClassifier):
         X_nw, decisions = self._decisions_many(X)
         p = np.array([self._platt.proba(d) for d in decisions.tolist()])
         return utils.dataframe.to_native_frame({False: 1.0 - p, True: p}, like=X_nw)
-
-
-def _reject(x: Mapping) -> None:
-    """Raise the ValueError for input whose margin is not a finite number, naming the feature."""
-    check_features(x)
-    raise ValueError("the margin overflows: feature values are too large")
 
 
 def _finite_matrix(X_nw) -> np.ndarray:

@@ -8,7 +8,7 @@ from operator import mul
 
 from river import base
 
-from .inputs import check_features, check_sample_weight
+from .inputs import check_sample_weight, reject_features
 from .linear import MAX_NORM, check_horizon, check_lambda
 from .weights import SharedScaleWeights
 
@@ -108,11 +108,10 @@ class PegasosMulticlass(base.Classifier):
         try:
             scores = self._w.scores(x)
             ok = all(math.isfinite(s) for s in scores.values())
-        except TypeError:
+        except (TypeError, OverflowError):
             ok = False
         if not ok:
-            check_features(x)
-            raise ValueError("the scores overflow: feature values are too large")
+            reject_features(x)
         for label, b in self._b.items():
             scores[label] += b
         return scores

@@ -126,18 +126,18 @@ class SupportVectorStore:
     # -- kernel values ---------------------------------------------------------------------
 
     def _arrays(self) -> tuple:
+        """The stored vectors as arrays: ("dense", matrix) or ("sparse", columns, values, owner, scratch)."""
         if self._layout is None:
             n, d = len(self._rows), len(self._column)
+            lengths = [len(columns) for columns, _ in self._rows]
+            columns = np.concatenate([c for c, _ in self._rows]) if n else np.zeros(0, np.intp)
+            values = np.concatenate([v for _, v in self._rows]) if n else np.zeros(0)
+            owner = np.repeat(np.arange(n), lengths)
             if d <= DENSE_MAX_COLUMNS:
                 matrix = np.zeros((n, d))
-                for i, (columns, values) in enumerate(self._rows):
-                    matrix[i, columns] = values
+                matrix[owner, columns] = values
                 self._layout = ("dense", matrix)
             else:
-                lengths = [len(columns) for columns, _ in self._rows]
-                columns = np.concatenate([c for c, _ in self._rows]) if n else np.zeros(0, np.intp)
-                values = np.concatenate([v for _, v in self._rows]) if n else np.zeros(0)
-                owner = np.repeat(np.arange(n), lengths)
                 self._layout = ("sparse", columns, values, owner, np.zeros(d))
         return self._layout
 

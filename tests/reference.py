@@ -15,8 +15,8 @@ Binary learner, ``learn_one(x, y, w)``:
     u     <- (1 - 1/te) u
     if margin < 1:  u <- u + eta cost s x;   b <- b + eta cost s   (fit_intercept only)
     projection:     u <- min(1, (1/sqrt(lambda)) / ||u||) u        (b never shrunk nor projected)
-    average:        ubar = (u_1 + ... + u_t) / t,  bbar = (b_1 + ... + b_t) / t
-    decision(x)   = <w_r + ubar, x> + bbar if average else <w_r + u, x> + b
+    average:        ubar = (u_k + ... + u_t) / (t - k + 1), bbar likewise, k = 1 for True else k = average
+    decision(x)   = <w_r + ubar, x> + bbar once t >= k, else <w_r + u, x> + b
 
 ``learn_many(xs, ys)`` is ONE step: all k labels are counted first (balanced costs use the
 counts after the whole batch), all margins use the pre-step weights, then t += 1 once, u is
@@ -86,8 +86,9 @@ class DenseReference(_Dense):
         self.w_r = self.vec(prior or {})       # fixed prior vector
         self.u = np.zeros(len(self.vocab))
         self.b = 0.0
-        self.u_sum = np.zeros(len(self.vocab))  # sum of the iterates u_1..u_t
+        self.u_sum = np.zeros(len(self.vocab))  # sum of the iterates u_k..u_t
         self.b_sum = 0.0
+        self.n_averaged = 0
         self.n_pos = self.n_neg = 0
 
     # -- costs -----------------------------------------------------------------------
@@ -112,8 +113,9 @@ class DenseReference(_Dense):
         return float((self.w_r + self.u) @ self.vec(x) + self.b)
 
     def decision(self, x) -> float:
-        if self.average and self.t > 0:
-            return float((self.w_r + self.u_sum / self.t) @ self.vec(x) + self.b_sum / self.t)
+        if self.n_averaged:
+            n = self.n_averaged
+            return float((self.w_r + self.u_sum / n) @ self.vec(x) + self.b_sum / n)
         return self.raw(x)
 
     @property
@@ -126,11 +128,11 @@ class DenseReference(_Dense):
 
     @property
     def average_weights(self) -> dict:
-        return self.as_dict(self.w_r + (self.u_sum / self.t if self.t else 0.0))
+        return self.as_dict(self.w_r + (self.u_sum / self.n_averaged if self.n_averaged else self.u))
 
     @property
     def average_intercept(self) -> float:
-        return self.b_sum / self.t if self.t else self.b
+        return self.b_sum / self.n_averaged if self.n_averaged else self.b
 
     # -- learning --------------------------------------------------------------------
     def _step(self, xs, signs, costs):
@@ -149,8 +151,10 @@ class DenseReference(_Dense):
             norm = np.linalg.norm(self.u)
             if norm > r:
                 self.u = (r / norm) * self.u
-        self.u_sum = self.u_sum + self.u
-        self.b_sum = self.b_sum + self.b
+        if self.average and self.t >= int(self.average):
+            self.u_sum = self.u_sum + self.u
+            self.b_sum = self.b_sum + self.b
+            self.n_averaged += 1
         return margins
 
     def learn_one(self, x, y, w=1.0):

@@ -244,9 +244,11 @@ def draw_binary_case(data, variant):
     lam = data.draw(st.sampled_from([None] + LAMBDAS), label="lambda_")  # None: the default 1e-4
     if lam is not None:
         params["lambda_"] = lam
-    for flag in ("fit_intercept", "projection", "average"):
+    for flag in ("fit_intercept", "projection"):
         if variant.get(flag):
             params[flag] = True
+    if variant.get("average"):  # True averages from step 1, an integer k from step k
+        params["average"] = data.draw(st.sampled_from([True, 1, 2, 5]), label="average")
     if variant.get("horizon"):
         params["horizon"] = data.draw(st.sampled_from([1, 2, 3, 7]), label="horizon")
     cw = variant.get("class_weight")
@@ -602,6 +604,7 @@ LONG_VARIANTS = [
     pytest.param({"projection": True}, False, id="projection"),  # the ball is rarely hit once converged
     pytest.param({"horizon": 50}, True, id="horizon"),
     pytest.param({"average": True, "horizon": 50}, True, id="average-horizon"),
+    pytest.param({"average": 5_000, "horizon": 50}, True, id="late-average-horizon"),
     pytest.param({"average": True, "projection": True, "horizon": 200, "fit_intercept": True}, True,
                  id="average-projection-horizon-intercept"),
 ]
