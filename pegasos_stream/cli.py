@@ -1,80 +1,155 @@
-"""The ``pegasos-stream`` command line."""
+"""The ``pegasos-stream`` command line: ``run`` a stream job, ``eval`` a finite log."""
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 import time
-from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 
-from .evaluation import BinaryReport
-from .features import EmailFeatures
-from .linear import PegasosClassifier
+from .assemble import build_runner, build_source
+from .config import ConfigError, load_config
+from .runner import StopRun
+from .sources import Source
 
-SAMPLE_STREAM = "spam-sample.jsonl.gz"
+#: The default job: the spam filter on the sample stream shipped in the repository.
+DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "spam.yaml"
 
 
-def read_events(path: str) -> Iterator[dict]:
-    """JSON events, one per line, from a file (gzip when it ends in .gz) or '-' for stdin."""
-    if path == "-":
-        lines = sys.stdin
-    elif path.endswith(".gz"):
-        lines = gzip.open(path, "rt", encoding="utf-8")
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """The common flags as ``--set`` overrides, applied after the explicit ones."""
+    sets = list(args.set)
+    if args.input == "-":
+        sets.append("source.type=stdin")
+    elif args.input:
+        sets += ["source.type=file", f"source.path={json.dumps(args.input)}"]
+    if args.output == "-":
+        sets.append("output.type=stdout")
+    elif args.output:
+        sets += ["output.type=file", f"output.path={json.dumps(args.output)}"]
+    if args.max_events is not None:
+        sets.append(f"run.max_events={args.max_events}")
+    if args.stop_when_idle is not None:
+        sets.append(f"run.stop_when_idle={args.stop_when_idle}")
+    return sets
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr, redrawn at most twice a second, when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self._shown = 0.0
+        self.enabled = sys.stderr.isatty()
+
+    def __call__(self, source: Source) -> None:
+        now = time.monotonic()
+        progress = source.progress()
+        if not self.enabled or progress is None or now - self._shown < 0.5:
+            return
+        done, total = progress
+        fraction = min(done / total, 1.0) if total else 1.0
+        bar = "#" * int(30 * fraction)
+        print(f"\r[{bar:<30}] {100 * fraction:5.1f}%", end="", file=sys.stderr, flush=True)
+        self._shown = now
+
+    def close(self) -> None:
+        if self.enabled and self._shown:
+            print(file=sys.stderr)
+
+
+def _plot(report, path: str) -> None:
+    """Error rate of the last 500 examples, and the cumulative one, against the number of examples."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install 'pegasos-stream[plot]'") from None
+    errors = [(score > 0.0) != positive for score, positive in zip(report.scores, report.positives)]
+    cumulative, recent, window = [], [], 500
+    total = 0
+    for i, error in enumerate(errors):
+        total += error
+        cumulative.append(total / (i + 1))
+        start = max(0, i + 1 - window)
+        recent.append(sum(errors[start : i + 1]) / (i + 1 - start))
+    figure, axes = plt.subplots(figsize=(8, 4))
+    axes.plot(cumulative, label="cumulative error")
+    axes.plot(recent, label=f"error over the last {window}", alpha=0.7)
+    axes.set_xlabel("examples (prequential)")
+    axes.set_ylabel("error rate")
+    axes.set_yscale("log")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
+    config_path = args.config or (DEFAULT_CONFIG if evaluate else None)
+    if config_path is None:
+        raise ConfigError("run needs --config FILE")
+    overrides = _overrides(args)
+    if evaluate and args.output is None:
+        overrides.insert(0, "output.type=none")
+    config = load_config(config_path, overrides)
+    runner = build_runner(config, exact_auc=True if evaluate else None)
+    source = build_source(config)
+    progress = ProgressBar() if evaluate else None
+    try:
+        stats = runner.run(source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress)
+    except StopRun as error:
+        print(f"stopped: {error}", file=sys.stderr)
+        return 1
+    finally:
+        if progress is not None:
+            progress.close()
+        source.close()
+        runner.sink.close()
+    summary = {
+        **runner.report.summary(),
+        "events": stats.events,
+        "learned": stats.learned,
+        "rejected": stats.rejected,
+        "pending": len(runner.pending),
+        "expired": runner.pending.expired + runner.pending.dropped,
+        "unmatched_labels": runner.pending.unmatched,
+        "examples_per_s": stats.rate(),
+        "t": runner.model.t,
+    }
+    if not evaluate:
+        print(json.dumps(summary), file=sys.stderr)
+    elif args.json:
+        print(json.dumps(summary))
     else:
-        lines = open(path, encoding="utf-8")
-    with lines:
-        for number, line in enumerate(lines, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise SystemExit(f"{path}:{number}: not a JSON object: {error}") from None
-
-
-def evaluate(events: Iterator[dict], model: PegasosClassifier, features: EmailFeatures) -> dict:
-    """Prequential evaluation: score each message, then learn its label."""
-    report = BinaryReport()
-    start = time.perf_counter()
-    for event in events:
-        x = features.transform_one(event["text"])
-        spam = event["label"] == "spam"
-        score = model.decision_function_one(x)
-        report.update(spam, score > 0.0, score)
-        model.learn_one(x, spam)
-    elapsed = time.perf_counter() - start
-    summary = report.summary()
-    summary["examples_per_s"] = summary["n"] / elapsed if elapsed else float("nan")
-    summary["t"] = model.t
-    return summary
+        for key, value in summary.items():
+            print(f"{key:>20}: {value:.6g}" if isinstance(value, float) else f"{key:>20}: {value}")
+    if evaluate and args.plot:
+        _plot(runner.report, args.plot)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pegasos-stream", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    run_eval = commands.add_parser("eval", help="replay a labelled email stream prequentially")
-    run_eval.add_argument("--input", help="JSON lines {text, label: spam|ham}; default: the bundled sample")
-    run_eval.add_argument("--lambda", dest="lambda_", type=float, default=1e-4)
-    run_eval.add_argument("--horizon", type=int, default=None)
-    run_eval.add_argument("--json", action="store_true", help="print one JSON object")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="YAML configuration (see configs/)")
+    common.add_argument("--input", help="read events from this file, or - for standard input")
+    common.add_argument("--output", help="write predictions to this file, or - for standard output")
+    common.add_argument("--max-events", type=int, help="stop after this many events")
+    common.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="stop once no event came for this long")
+    common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a configuration key")
+    commands.add_parser("run", parents=[common], help="predict and learn on a stream until it ends or a signal")
+    evaluate = commands.add_parser("eval", parents=[common], help="replay a labelled log prequentially")
+    evaluate.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    evaluate.add_argument("--plot", metavar="PNG", help="write a learning curve")
     args = parser.parse_args(argv)
-
-    if args.input:
-        events = read_events(args.input)
-    else:
-        sample = resources.files("pegasos_stream") / "data" / SAMPLE_STREAM
-        events = read_events(str(Path(str(sample))))
-    model = PegasosClassifier(lambda_=args.lambda_, horizon=args.horizon)
-    summary = evaluate(events, model, EmailFeatures())
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        for key, value in summary.items():
-            print(f"{key:>20}: {value:.6g}" if isinstance(value, float) else f"{key:>20}: {value}")
-    return 0
+    try:
+        return _command_run(args, evaluate=args.command == "eval")
+    except ConfigError as error:
+        print(f"configuration error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 
@@ -26,14 +27,23 @@ def roc_auc(scores: list[float], positives: list[bool]) -> float:
 
 @dataclass
 class BinaryReport:
-    """Running confusion counts plus every score, for an exact ROC AUC at the end."""
+    """Running confusion counts and the scores for an exact ROC AUC.
 
+    With ``window`` None every score is kept (a finite replay); otherwise the AUC covers the last
+    ``window`` scores, so a long-running job keeps bounded memory and sees recent quality.
+    """
+
+    window: int | None = None
     tp: int = 0
     fp: int = 0
     tn: int = 0
     fn: int = 0
-    scores: list[float] = field(default_factory=list)
-    positives: list[bool] = field(default_factory=list)
+    scores: deque = field(default_factory=deque)
+    positives: deque = field(default_factory=deque)
+
+    def __post_init__(self) -> None:
+        self.scores = deque(self.scores, maxlen=self.window)
+        self.positives = deque(self.positives, maxlen=self.window)
 
     def update(self, positive: bool, predicted: bool, score: float) -> None:
         if positive:
@@ -53,7 +63,7 @@ class BinaryReport:
         n = self.n
         precision = self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
         recall = self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0
-        auc = roc_auc(self.scores, self.positives)
+        auc = roc_auc(list(self.scores), list(self.positives))
         return {
             "n": n,
             "accuracy": (self.tp + self.tn) / n if n else float("nan"),
@@ -62,3 +72,18 @@ class BinaryReport:
             "roc_auc": auc,
             "one_minus_roca_pct": 100.0 * (1.0 - auc),
         }
+
+
+@dataclass
+class MulticlassReport:
+    """Running accuracy of a multiclass learner."""
+
+    correct: int = 0
+    n: int = 0
+
+    def update(self, label: object, predicted: object) -> None:
+        self.correct += label == predicted
+        self.n += 1
+
+    def summary(self) -> dict[str, float]:
+        return {"n": self.n, "accuracy": self.correct / self.n if self.n else float("nan")}

@@ -104,6 +104,19 @@ class EmailFeatures(base.Transformer):
         normalize: bool = True,
         hash_bits: int | None = None,
     ):
+        for name, value in (("parse", parse), ("words", words), ("binary", binary), ("normalize", normalize)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{name}={value!r}: expected true or false")
+        if isinstance(char_ngram, bool) or not isinstance(char_ngram, int) or char_ngram < 0:
+            raise ValueError(f"char_ngram={char_ngram!r}: expected an integer >= 0")
+        if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+            raise ValueError(f"max_chars={max_chars!r}: expected an integer >= 1")
+        if hash_bits is not None and (
+            isinstance(hash_bits, bool) or not isinstance(hash_bits, int) or not 1 <= hash_bits <= 32
+        ):
+            raise ValueError(f"hash_bits={hash_bits!r}: expected None or an integer from 1 to 32")
+        if not char_ngram and not words:
+            raise ValueError("char_ngram=0 and words=false: no features at all")
         self.on = on
         self.parse = parse
         self.char_ngram = char_ngram

@@ -193,6 +193,11 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         return self._b
 
     @property
+    def norm(self) -> float:
+        """‖w − w_prior‖ of the current weights (‖w‖ without a prior), in O(1)."""
+        return self._u.norm()
+
+    @property
     def average_weights(self) -> dict:
         """The averaged weights predictions use: the current ones until averaging has begun."""
         self._require_average()

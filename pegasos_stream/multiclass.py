@@ -99,6 +99,11 @@ class PegasosMulticlass(base.Classifier):
         return self._w.to_dicts()
 
     @property
+    def norm(self) -> float:
+        """‖W‖_F, in O(1)."""
+        return self._w.norm()
+
+    @property
     def intercepts(self) -> dict:
         """{class: bias}."""
         return dict(self._b)

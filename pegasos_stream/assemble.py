@@ -1,0 +1,81 @@
+"""From a validated configuration to the runner's parts: learner, features, source, sinks."""
+
+from __future__ import annotations
+
+from .config import LEARNERS
+from .evaluation import BinaryReport, MulticlassReport
+from .events import EventParser
+from .features import EmailFeatures
+from .pending import PendingLabels
+from .runner import Runner
+from .sinks import JsonLinesSink, NullSink, Sink
+from .sources import FileSource, Source, StdinSource
+
+__all__ = ["build_model", "build_runner", "build_source"]
+
+#: Scores kept for the ROC AUC of a long-running job's statistics.
+RECENT_SCORES = 10_000
+
+
+def build_model(config: dict):
+    params = {key: value for key, value in config["model"].items() if key != "kind"}
+    return LEARNERS[config["model"]["kind"]](**params)
+
+
+def build_features(config: dict) -> EmailFeatures | None:
+    params = {key: value for key, value in config["features"].items() if key != "type"}
+    return EmailFeatures(**params) if config["features"]["type"] == "email" else None
+
+
+def build_source(config: dict) -> Source:
+    source = config["source"]
+    if source["type"] == "file":
+        return FileSource(source["path"])
+    if source["type"] == "stdin":
+        return StdinSource(poll_seconds=source["poll_seconds"])
+    from .kafka import KafkaSource
+
+    return KafkaSource(
+        bootstrap_servers=source["bootstrap_servers"],
+        topics=source["topics"],
+        group_id=source["group_id"],
+        start=source["start"],
+        consumer=source["consumer"],
+        poll_seconds=source["poll_seconds"],
+    )
+
+
+def _sink(kind: str, section: dict) -> Sink:
+    if kind == "stdout":
+        return JsonLinesSink()
+    if kind == "file":
+        return JsonLinesSink(section["path"])
+    if kind == "kafka":
+        from .kafka import KafkaSink
+
+        return KafkaSink(section["bootstrap_servers"], section["topic"], section.get("producer"))
+    return NullSink()
+
+
+def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Runner:
+    """A runner for ``config``; ``model`` (e.g. a resumed one) replaces the configured learner."""
+    model = model if model is not None else build_model(config)
+    exact = config["evaluation"]["exact_auc"] if exact_auc is None else exact_auc
+    report = MulticlassReport() if model._multiclass else BinaryReport(window=None if exact else RECENT_SCORES)
+    source = config["source"]
+    dead = config["errors"]["dead_letter"]
+    return Runner(
+        model=model,
+        features=build_features(config),
+        parser=EventParser(source["format"], source["fields"], _labels(source["labels"]), source["max_bytes"]),
+        sink=_sink(config["output"]["type"], config["output"]),
+        pending=PendingLabels(config["delayed_labels"]["max_pending"], config["delayed_labels"]["max_age_seconds"]),
+        report=report,
+        on_error=config["errors"]["on_error"],
+        dead_letters=None if dead["type"] == "none" else _sink(dead["type"], dead),
+        stats_every_seconds=config["evaluation"]["stats_every_seconds"],
+    )
+
+
+def _labels(labels: dict) -> dict | None:
+    return labels if labels["positive"] is not None else None

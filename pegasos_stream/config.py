@@ -1,0 +1,280 @@
+"""YAML configuration: defaults, ``--set`` overrides, and validation of every key at start-up.
+
+A configuration is a nested dict. Every key is checked against ``SCHEMA`` (or, for ``model`` and
+``features``, against the constructor of the class they build): an unknown key, a wrong type or a
+bad value stops with a `ConfigError` naming the file, the key path and the expected form.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .features import EmailFeatures
+from .kernel_pegasos import KernelPegasosClassifier
+from .linear import PegasosClassifier
+from .multiclass import PegasosMulticlass
+
+__all__ = ["ConfigError", "LEARNERS", "config_hash", "load_config", "parse_override"]
+
+LEARNERS = {"linear": PegasosClassifier, "multiclass": PegasosMulticlass, "kernel": KernelPegasosClassifier}
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message names the file and the key path."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One leaf of the schema: accepted types, default, allowed values and the form to show."""
+
+    types: tuple[type, ...]
+    default: Any
+    form: str
+    choices: tuple = ()
+    minimum: float | None = None
+
+
+def _text(default: str | None, form: str = "a string") -> Option:
+    return Option((str,), default, form)
+
+
+def _choice(default: str, *choices: str) -> Option:
+    return Option((str,), default, " | ".join(choices), choices)
+
+
+def _number(default: float | None, minimum: float = 0.0) -> Option:
+    return Option((int, float), default, f"a number >= {minimum:g}", minimum=minimum)
+
+
+def _integer(default: int | None, minimum: int = 1) -> Option:
+    return Option((int,), default, f"an integer >= {minimum}", minimum=minimum)
+
+
+_MAPPING = Option((dict,), {}, "a mapping")
+
+SCHEMA: dict = {
+    "model": {"kind": _choice("linear", *LEARNERS)},  # and the learner's constructor parameters
+    "features": {"type": _choice("dict", "dict", "email")},  # and EmailFeatures' parameters
+    "source": {
+        "type": _choice("stdin", "stdin", "file", "kafka"),
+        "path": _text(None, "a file path"),
+        "format": _choice("json", "json", "svmlight"),
+        "fields": {
+            "id": _text("id"),
+            "x": _text("x"),
+            "text": _text("text"),
+            "label": _text("label"),
+        },
+        "labels": {
+            "positive": Option((str, int, float, bool), None, "a label value"),
+            "negative": Option((str, int, float, bool), None, "a label value"),
+        },
+        "max_bytes": _integer(1_000_000),
+        "bootstrap_servers": Option((str, list), "127.0.0.1:9092", "host:port or a list of them"),
+        "topics": Option((list,), [], "a list of topic names"),
+        "group_id": _text("pegasos-stream"),
+        "start": _choice("earliest", "earliest", "latest"),
+        "consumer": _MAPPING,
+        "poll_seconds": _number(0.5),
+    },
+    "output": {
+        "type": _choice("stdout", "stdout", "file", "kafka", "none"),
+        "path": _text(None, "a file path"),
+        "bootstrap_servers": Option((str, list), "127.0.0.1:9092", "host:port or a list of them"),
+        "topic": _text(None, "a topic name"),
+        "producer": _MAPPING,
+    },
+    "evaluation": {
+        "stats_every_seconds": _number(10.0),
+        "exact_auc": Option((bool,), False, "true | false"),
+    },
+    "errors": {
+        "on_error": _choice("skip", "skip", "stop"),
+        "dead_letter": {
+            "type": _choice("none", "none", "file", "kafka"),
+            "path": _text(None, "a file path"),
+            "bootstrap_servers": Option((str, list), "127.0.0.1:9092", "host:port or a list of them"),
+            "topic": _text(None, "a topic name"),
+        },
+    },
+    "delayed_labels": {
+        "max_pending": _integer(100_000),
+        "max_age_seconds": _number(7 * 24 * 3600.0),
+    },
+    "run": {
+        "max_events": _integer(None, 0),
+        "stop_when_idle": _number(None),
+    },
+}
+
+#: Keys whose schema is the constructor of the class they configure.
+_OPEN_SECTIONS = {"model", "features"}
+
+
+def _defaults(schema: dict) -> dict:
+    return {
+        key: _defaults(spec) if isinstance(spec, dict) else copy.deepcopy(spec.default)
+        for key, spec in schema.items()
+    }
+
+
+def _merge(base: dict, update: dict) -> dict:
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _check(value: Any, spec: Option | dict, path: str, where: str) -> None:
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: {path}: expected a mapping, got {value!r}")
+        for key, item in value.items():
+            key_path = f"{path}.{key}" if path else str(key)
+            if key not in spec:
+                known = ", ".join(sorted(spec))
+                raise ConfigError(f"{where}: {key_path}: unknown key (expected one of: {known})")
+            _check(item, spec[key], key_path, where)
+        return
+    if value is None and spec.default is None:
+        return
+    if isinstance(value, bool) and bool not in spec.types:
+        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
+    if not isinstance(value, spec.types):
+        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
+    if spec.choices and value not in spec.choices:
+        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
+    if spec.minimum is not None and value < spec.minimum:
+        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
+
+
+def _check_constructor(section: dict, cls: type, skip: set[str], path: str, where: str) -> None:
+    """Keys of ``section`` (less ``skip``) must be constructor parameters of ``cls``, and build one."""
+    params = {key: value for key, value in section.items() if key not in skip}
+    accepted = set(inspect.signature(cls).parameters)
+    for key in params:
+        if key not in accepted:
+            raise ConfigError(
+                f"{where}: {path}.{key}: unknown key (expected one of: {', '.join(sorted(accepted | skip))})"
+            )
+    try:
+        cls(**params)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{where}: {path}: {error}") from None
+
+
+def validate(config: dict, where: str = "<config>") -> dict:
+    """``config`` over the defaults, checked; a ConfigError naming ``where`` and the key path."""
+    if not isinstance(config, dict):
+        raise ConfigError(f"{where}: expected a mapping of sections, got {config!r}")
+    for section in config:
+        if section not in SCHEMA:
+            raise ConfigError(f"{where}: {section}: unknown section (expected one of: {', '.join(SCHEMA)})")
+    closed = {key: value for key, value in config.items() if key not in _OPEN_SECTIONS}
+    _check(closed, {key: spec for key, spec in SCHEMA.items() if key not in _OPEN_SECTIONS}, "", where)
+    merged = _merge(_defaults(SCHEMA), config)
+    for section in _OPEN_SECTIONS:
+        if not isinstance(merged[section], dict):
+            raise ConfigError(f"{where}: {section}: expected a mapping, got {merged[section]!r}")
+    _check(merged["model"].get("kind"), SCHEMA["model"]["kind"], "model.kind", where)
+    _check_constructor(merged["model"], LEARNERS[merged["model"]["kind"]], {"kind"}, "model", where)
+    _check(merged["features"].get("type"), SCHEMA["features"]["type"], "features.type", where)
+    if merged["features"]["type"] == "email":
+        _check_constructor(merged["features"], EmailFeatures, {"type"}, "features", where)
+    elif set(merged["features"]) - {"type"}:
+        raise ConfigError(f"{where}: features: type 'dict' takes no other keys (the event's x is used as it is)")
+    _check_requirements(merged, where)
+    return merged
+
+
+def _check_requirements(config: dict, where: str) -> None:
+    """Keys that become required by the choice of another."""
+    needs = {
+        ("source", "file"): ("path",),
+        ("source", "kafka"): ("topics",),
+        ("output", "file"): ("path",),
+        ("output", "kafka"): ("topic",),
+    }
+    for (section, kind), keys in needs.items():
+        if config[section]["type"] == kind:
+            for key in keys:
+                if not config[section].get(key):
+                    raise ConfigError(f"{where}: {section}.{key}: required when {section}.type is {kind}")
+    dead = config["errors"]["dead_letter"]
+    if dead["type"] == "file" and not dead.get("path"):
+        raise ConfigError(f"{where}: errors.dead_letter.path: required when errors.dead_letter.type is file")
+    if dead["type"] == "kafka" and not dead.get("topic"):
+        raise ConfigError(f"{where}: errors.dead_letter.topic: required when errors.dead_letter.type is kafka")
+    labels = config["source"]["labels"]
+    if (labels["positive"] is None) != (labels["negative"] is None):
+        raise ConfigError(f"{where}: source.labels: give both positive and negative, or neither")
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``dotted.key=value`` as (["dotted", "key"], value parsed as YAML)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--set {text!r}: expected dotted.key=value")
+    return key.split("."), yaml.safe_load(value)
+
+
+def apply_override(config: dict, keys: list[str], value: Any) -> None:
+    """Set ``config[k1][k2]... = value``, creating mappings on the way."""
+    node = config
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {'.'.join(keys)}: {key} is not a mapping")
+    node[keys[-1]] = value
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
+    """Read, override and validate a configuration file (None: the defaults alone).
+
+    Relative paths in the file are taken relative to the file; those of ``overrides`` (the
+    command line) relative to the working directory.
+    """
+    where = str(path) if path else "<defaults>"
+    raw: dict = {}
+    if path:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                raw = yaml.safe_load(handle) or {}
+        except OSError as error:
+            raise ConfigError(f"{where}: cannot read: {error.strerror}") from None
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{where}: not valid YAML: {error}") from None
+        _resolve_paths(raw, Path(path).resolve().parent)
+    for text in overrides:
+        apply_override(raw, *parse_override(text))
+    return validate(raw, where)
+
+
+#: The file paths a configuration may hold; relative ones are relative to the configuration file.
+_PATH_KEYS = (("source", "path"), ("output", "path"), ("errors", "dead_letter", "path"))
+
+
+def _resolve_paths(raw: dict, base: Path) -> None:
+    for keys in _PATH_KEYS:
+        node = raw
+        for key in keys[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(keys[-1]), str):
+            node[keys[-1]] = str(base / node[keys[-1]])
+
+
+def config_hash(config: dict) -> str:
+    """SHA-256 of the configuration's canonical JSON form."""
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

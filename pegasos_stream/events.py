@@ -1,0 +1,172 @@
+"""Records to events: parsing JSON and svmlight lines, with errors that say where they came from."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+
+__all__ = ["BadRecord", "Event", "EventParser", "Record"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """Raw bytes of one event and where they were read.
+
+    ``position`` names the source and place for people (``path:line``, ``<stdin>:line`` or
+    ``topic/partition/offset``); ``cursor`` is the source's own note of it, for resuming.
+    """
+
+    value: bytes
+    position: str
+    cursor: object = None
+
+
+class BadRecord(ValueError):
+    """A record that cannot become an event; the message starts with the record's position."""
+
+    def __init__(self, position: str, reason: str) -> None:
+        super().__init__(f"{position}: {reason}")
+        self.position = position
+        self.reason = reason
+
+
+@dataclass
+class Event:
+    """One event: an id, its features or text (absent for a label-only event) and its label."""
+
+    id: Hashable
+    position: str
+    x: dict | None = None
+    text: str | None = None
+    label: object = None
+
+    @property
+    def has_input(self) -> bool:
+        return self.x is not None or self.text is not None
+
+
+class EventParser:
+    """Turns records into events.
+
+    Parameters
+    ----------
+    format
+        "json" (one object per record) or "svmlight" (``label index:value ... # comment``).
+    fields
+        Where the id, features (a dict of numbers), text and label sit in a JSON object.
+    labels
+        Label strings to map to the positive and negative class, e.g. {"positive": "spam",
+        "negative": "ham"}; without it a label is taken as it is (true/false, 1/0, 1/-1, or a class).
+    max_bytes
+        Records longer than this are refused.
+
+    """
+
+    def __init__(
+        self,
+        format: str = "json",
+        fields: Mapping[str, str] | None = None,
+        labels: Mapping[str, object] | None = None,
+        max_bytes: int = 1_000_000,
+    ) -> None:
+        self.format = format
+        self.fields = {"id": "id", "x": "x", "text": "text", "label": "label", **(fields or {})}
+        self.labels = dict(labels or {})
+        self.max_bytes = max_bytes
+
+    def parse(self, record: Record) -> Event:
+        """The event in ``record``; a BadRecord naming its position if it is malformed."""
+        if len(record.value) > self.max_bytes:
+            raise BadRecord(record.position, f"record of {len(record.value)} bytes exceeds {self.max_bytes}")
+        try:
+            text = record.value.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise BadRecord(record.position, f"invalid UTF-8 ({error.reason} at byte {error.start})") from None
+        if self.format == "svmlight":
+            return self._svmlight(text, record.position)
+        return self._json(text, record.position)
+
+    def _label(self, value: object, position: str) -> object:
+        if not self.labels:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise BadRecord(position, f"label {value!r} is not a class")
+            return value
+        if value == self.labels.get("positive"):
+            return True
+        if value == self.labels.get("negative"):
+            return False
+        raise BadRecord(
+            position,
+            f"unknown label {value!r}: expected {self.labels.get('positive')!r} or {self.labels.get('negative')!r}",
+        )
+
+    def _json(self, text: str, position: str) -> Event:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise BadRecord(position, f"malformed JSON: {error}") from None
+        if not isinstance(obj, dict):
+            raise BadRecord(position, f"expected a JSON object, got {type(obj).__name__}")
+        f = self.fields
+        event_id = obj.get(f["id"], position)
+        if isinstance(event_id, (dict, list)):
+            raise BadRecord(position, f"field {f['id']!r} must be a string or a number")
+        label = obj.get(f["label"])
+        event = Event(id=event_id, position=position, label=None if label is None else self._label(label, position))
+        if f["x"] in obj:
+            event.x = _features(obj[f["x"]], position, f["x"])
+        elif f["text"] in obj:
+            event.text = obj[f["text"]]
+            if not isinstance(event.text, str):
+                raise BadRecord(position, f"field {f['text']!r} must be a string")
+        elif label is None:
+            raise BadRecord(
+                position, f"no {f['x']!r}, {f['text']!r} or {f['label']!r} field: nothing to predict or learn"
+            )
+        return event
+
+    def _svmlight(self, text: str, position: str) -> Event:
+        """``label name:value ...`` with an optional ``# comment``; names stay strings, as river's
+        ``stream.iter_libsvm`` gives them, and ``qid:`` pairs are skipped."""
+        tokens = text.split("#", 1)[0].split()
+        if not tokens:
+            raise BadRecord(position, "empty svmlight line")
+        try:
+            y = float(tokens[0])
+        except ValueError:
+            raise BadRecord(position, f"svmlight label {tokens[0]!r} is not a number") from None
+        x = {}
+        for token in tokens[1:]:
+            name, colon, value = token.partition(":")
+            if not (colon and name):
+                raise BadRecord(position, f"svmlight pair {token!r} is not name:value")
+            if name == "qid":
+                continue
+            try:
+                x[name] = float(value)
+            except ValueError:
+                raise BadRecord(position, f"feature {name!r} has value {value!r}: expected a number") from None
+        event = Event(id=position, position=position, x=_features(x, position, "features"))
+        event.label = self._label(y, position) if self.labels else _svmlight_label(y, position)
+        return event
+
+
+def _svmlight_label(y: float, position: str) -> bool:
+    if y == 1.0:
+        return True
+    if y in (0.0, -1.0):
+        return False
+    raise BadRecord(position, f"unknown svmlight label {y!r}: expected +1, -1 or 0")
+
+
+def _features(x: object, position: str, field: str) -> dict:
+    if not isinstance(x, dict):
+        raise BadRecord(position, f"field {field!r} must be an object of feature: number")
+    for key, value in x.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadRecord(position, f"feature {key!r} has value {value!r}: expected a number")
+        if not math.isfinite(value):
+            raise BadRecord(position, f"feature {key!r} has value {value!r}: expected a finite number")
+    return x

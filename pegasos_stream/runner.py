@@ -1,0 +1,216 @@
+"""The stream loop: read, parse, predict, emit, learn (now or when the label arrives), report."""
+
+from __future__ import annotations
+
+import math
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from river import base
+
+from .evaluation import BinaryReport, MulticlassReport
+from .events import BadRecord, Event, EventParser, Record
+from .features import EmailFeatures
+from .inputs import binary_sign
+from .pending import PendingLabels
+from .sinks import Sink, dead_letter
+from .sources import Source
+
+__all__ = ["Runner", "RunStats", "StopRun"]
+
+
+class StopRun(RuntimeError):
+    """A bad record with ``on_error: stop``: the message names the record's position."""
+
+
+@dataclass
+class RunStats:
+    """Counts of what the runner did."""
+
+    events: int = 0
+    predicted: int = 0
+    learned: int = 0
+    rejected: int = 0
+    started: float = field(default_factory=time.perf_counter)
+
+    def rate(self) -> float:
+        elapsed = time.perf_counter() - self.started
+        return self.events / elapsed if elapsed > 0 else math.nan
+
+
+class Runner:
+    """Predicts every event with features, learns every label, and reports on the way.
+
+    Parameters
+    ----------
+    model
+        A learner of this package (binary or multiclass).
+    features
+        Turns an event's text into features (None: events must carry ``x``).
+    parser
+        Records to events.
+    sink
+        Receives one prediction ``{"id", "score", "proba", "label"}`` per predicted event.
+    pending
+        Where examples wait for a delayed label.
+    report
+        The prequential metrics.
+    on_error
+        "skip": count a bad record, send it to ``dead_letters`` and go on; "stop": raise StopRun.
+    dead_letters
+        Receives the bad records (None: only counted and reported).
+    stats_every_seconds
+        How often a statistics line goes to ``log``.
+
+    """
+
+    def __init__(
+        self,
+        model: base.Classifier,
+        features: EmailFeatures | None,
+        parser: EventParser,
+        sink: Sink,
+        pending: PendingLabels,
+        report: BinaryReport | MulticlassReport,
+        on_error: str = "skip",
+        dead_letters: Sink | None = None,
+        stats_every_seconds: float = 10.0,
+        log: TextIO = sys.stderr,
+    ) -> None:
+        self.model = model
+        self.features = features
+        self.parser = parser
+        self.sink = sink
+        self.pending = pending
+        self.report = report
+        self.on_error = on_error
+        self.dead_letters = dead_letters
+        self.stats_every_seconds = stats_every_seconds
+        self.log = log
+        self.stats = RunStats()
+        self._binary = not model._multiclass
+        self._stop_requested = False
+
+    # -- one record ------------------------------------------------------------------------
+
+    def process(self, record: Record) -> None:
+        """Everything one record leads to; a bad one is rejected without touching the model."""
+        self.stats.events += 1
+        try:
+            event = self.parser.parse(record)
+            if event.label is not None and self._binary:
+                binary_sign(event.label)  # refuse an unknown label before predicting
+            if event.has_input:
+                self._predict_and_learn(event)
+            else:
+                self._late_label(event)
+        except ValueError as error:  # BadRecord, or a value the learner refused
+            self._reject(record, error)
+
+    def _features(self, event: Event) -> dict:
+        if event.x is not None:
+            return event.x
+        if self.features is None:
+            raise BadRecord(event.position, "a text event needs features.type: email")
+        return self.features.transform_one(event.text)
+
+    def _predict_and_learn(self, event: Event) -> None:
+        x = self._features(event)
+        if self._binary:
+            score = self.model.decision_function_one(x)
+            proba = self.model._platt.proba(score)
+            label = score > 0.0
+        else:
+            probas = self.model.predict_proba_one(x)
+            label = max(probas, key=probas.__getitem__) if probas else None
+            proba = probas.get(label, 0.0) if probas else 0.0
+            score = proba
+        self.sink.emit({"id": event.id, "score": score, "proba": proba, "label": label})
+        self.stats.predicted += 1
+        if event.label is None:
+            self.pending.add(event.id, x, score if self._binary else label)
+        else:
+            self._learn(x, event.label, score if self._binary else label)
+
+    def _late_label(self, event: Event) -> None:
+        waiting = self.pending.take(event.id)
+        if waiting is not None:
+            self._learn(waiting.x, event.label, waiting.score)
+
+    def _learn(self, x: dict, label: object, prediction: object) -> None:
+        self.model.learn_one(x, label)
+        self.stats.learned += 1
+        if self._binary:
+            self.report.update(binary_sign(label) > 0, prediction > 0.0, prediction)
+        else:
+            self.report.update(label, prediction)
+
+    def _reject(self, record: Record, error: ValueError) -> None:
+        reason = str(error) if isinstance(error, BadRecord) else f"{record.position}: {error}"
+        if self.on_error == "stop":
+            raise StopRun(reason)
+        self.stats.rejected += 1
+        print(f"rejected {reason}", file=self.log)
+        if self.dead_letters is not None:
+            self.dead_letters.emit(dead_letter(record.position, reason, record.value))
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def request_stop(self, *_: object) -> None:
+        """Finish the current record, then stop (installed for SIGTERM and SIGINT)."""
+        self._stop_requested = True
+
+    def run(
+        self,
+        source: Source,
+        max_events: int | None = None,
+        stop_when_idle: float | None = None,
+        on_progress: Callable[[Source], None] | None = None,
+    ) -> RunStats:
+        """Consume ``source`` until it ends, ``max_events`` records, an idle period or a signal."""
+        previous = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        last_event = last_stats = time.monotonic()
+        try:
+            for record in source:
+                now = time.monotonic()
+                if record is not None:
+                    self.process(record)
+                    last_event = now
+                if now - last_stats >= self.stats_every_seconds:
+                    self._print_stats(source)
+                    self.sink.flush()
+                    source.commit()
+                    last_stats = now
+                if on_progress is not None and record is not None:
+                    on_progress(source)
+                if self._stop_requested or (max_events is not None and self.stats.events >= max_events):
+                    break
+                if stop_when_idle is not None and now - last_event >= stop_when_idle:
+                    print(f"no event for {stop_when_idle:g} s: stopping", file=self.log)
+                    break
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.sink.flush()
+            if self.dead_letters is not None:
+                self.dead_letters.flush()
+            source.commit()
+        return self.stats
+
+    def _print_stats(self, source: Source) -> None:
+        summary = self.report.summary()
+        size = getattr(self.model, "n_support", None)
+        model_size = f"svs={size}" if size is not None else f"norm={self.model.norm:.4g}"
+        lag = source.lag()
+        print(
+            f"events={self.stats.events} rate={self.stats.rate():.0f}/s "
+            f"accuracy={summary.get('accuracy', math.nan):.4f} roc_auc={summary.get('roc_auc', math.nan):.4f} "
+            f"t={self.model.t} {model_size} pending={len(self.pending)} rejected={self.stats.rejected}"
+            + (f" lag={lag}" if lag is not None else ""),
+            file=self.log,
+            flush=True,
+        )

@@ -1,0 +1,56 @@
+"""Where predictions and rejected records go: standard output, a file; Kafka lives in `kafka`."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+from typing import Protocol, TextIO
+
+__all__ = ["JsonLinesSink", "NullSink", "Sink", "dead_letter"]
+
+
+class Sink(Protocol):
+    def emit(self, obj: dict) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class JsonLinesSink:
+    """One JSON object per line, to a file (appended) or to standard output."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self._own = path is not None and str(path) != "-"
+        self._out: TextIO = open(path, "a", encoding="utf-8") if self._own else sys.stdout
+
+    def emit(self, obj: dict) -> None:
+        self._out.write(json.dumps(obj, default=str) + "\n")
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def close(self) -> None:
+        self.flush()
+        if self._own:
+            self._out.close()
+
+
+class NullSink:
+    """Discards everything (evaluation runs that only want the metrics)."""
+
+    def emit(self, obj: dict) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def dead_letter(position: str, reason: str, value: bytes) -> dict:
+    """The dead-letter entry of a rejected record: where it was, why, and its bytes (base64)."""
+    return {"position": position, "error": reason, "value_b64": base64.b64encode(value).decode("ascii")}
