@@ -21,9 +21,7 @@ import numpy as np
 from .kernels import RBF
 from .svstore import SupportVectorStore
 
-__all__ = ["MAINTENANCE", "maintain"]
-
-MAINTENANCE = ("remove", "merge", "project")
+__all__ = ["MAINTENANCE", "check_maintenance", "maintain"]
 
 _INV_PHI = (math.sqrt(5.0) - 1.0) / 2.0
 _GOLDEN_ITERATIONS = 40  # the bracket shrinks to 0.618⁴⁰ ≈ 4e-9
@@ -102,6 +100,7 @@ def project(store: SupportVectorStore) -> None:
 
 
 _STRATEGIES = {"remove": remove, "merge": merge, "project": project}
+MAINTENANCE = tuple(_STRATEGIES)
 
 
 def check_maintenance(maintenance: str, kernel: object) -> None:

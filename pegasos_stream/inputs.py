@@ -1,4 +1,4 @@
-"""Checking what a learner is given: binary labels, feature values, sample weights.
+"""Checking what a learner is given: parameters, binary labels, feature values, sample weights.
 
 The learners compute on the raw values at C speed and call into here only when the result is not
 a finite number, so that validation costs nothing on good input and still names the culprit.
@@ -10,7 +10,14 @@ import math
 import numbers
 from collections.abc import Hashable, Mapping
 
-__all__ = ["binary_sign", "check_features", "check_sample_weight", "reject_features"]
+__all__ = [
+    "binary_sign",
+    "check_features",
+    "check_horizon",
+    "check_lambda",
+    "check_sample_weight",
+    "reject_features",
+]
 
 # Equality-based lookup: True == 1 and np.True_ == 1 hash alike, so one table serves bool, numpy
 # bool, 0/1 and -1/+1 in int or float form.
@@ -56,3 +63,17 @@ def check_sample_weight(w: object) -> float:
     if isinstance(w, numbers.Real) and math.isfinite(w) and w >= 0:
         return float(w)
     raise ValueError(f"sample weight {w!r}: expected a finite number >= 0")
+
+
+def check_lambda(lambda_: float) -> None:
+    """Refuse a regularisation strength that is not a finite number > 0."""
+    if not (isinstance(lambda_, numbers.Real) and math.isfinite(lambda_) and lambda_ > 0):
+        raise ValueError(f"lambda_={lambda_!r}: expected a finite number > 0")
+
+
+def check_horizon(horizon: int | None) -> None:
+    """Refuse a horizon that is neither None nor an integer >= 1."""
+    if horizon is not None and (
+        isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1
+    ):
+        raise ValueError(f"horizon={horizon!r}: expected None or an integer >= 1")

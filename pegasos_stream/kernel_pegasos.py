@@ -11,9 +11,8 @@ from river import base
 
 from .budget import check_maintenance, maintain
 from .calibration import OnlinePlatt, PlattScaledMargin
-from .inputs import binary_sign, check_sample_weight, reject_features
+from .inputs import binary_sign, check_lambda, check_sample_weight, reject_features
 from .kernels import make_kernel
-from .linear import check_lambda
 from .svstore import SupportVectorStore
 
 __all__ = ["KernelPegasosClassifier"]

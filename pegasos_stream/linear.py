@@ -11,27 +11,20 @@ import numpy as np
 from river import base, utils
 
 from .calibration import OnlinePlatt, PlattScaledMargin
-from .inputs import binary_sign, check_features, check_sample_weight, reject_features
+from .inputs import (
+    binary_sign,
+    check_features,
+    check_horizon,
+    check_lambda,
+    check_sample_weight,
+    reject_features,
+)
 from .weights import WeightVector, sparse_dot
 
 __all__ = ["PegasosClassifier"]
 
 #: An update that would take ‖w‖ past this is refused: the lazily scaled values stay far from overflow.
 MAX_NORM = 1e140
-
-
-def check_lambda(lambda_: float) -> None:
-    """Refuse a regularisation strength that is not a finite number > 0."""
-    if not (isinstance(lambda_, numbers.Real) and math.isfinite(lambda_) and lambda_ > 0):
-        raise ValueError(f"lambda_={lambda_!r}: expected a finite number > 0")
-
-
-def check_horizon(horizon: int | None) -> None:
-    """Refuse a horizon that is neither None nor an integer >= 1."""
-    if horizon is not None and (
-        isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1
-    ):
-        raise ValueError(f"horizon={horizon!r}: expected None or an integer >= 1")
 
 
 class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):

@@ -8,8 +8,8 @@ from operator import mul
 
 from river import base
 
-from .inputs import check_sample_weight, reject_features
-from .linear import MAX_NORM, check_horizon, check_lambda
+from .inputs import check_horizon, check_lambda, check_sample_weight, reject_features
+from .linear import MAX_NORM
 from .weights import SharedScaleWeights
 
 __all__ = ["PegasosMulticlass"]

@@ -121,10 +121,6 @@ class WeightVector(_LazyScale):
         a, v, offset = self.avg_scale, self.v, self.avg_offset
         return [(a * v.get(j, 0.0) + offset.get(j, 0.0)) / n for j in keys]
 
-    def average_dot(self, x: Features) -> float:
-        """⟨w̄, x⟩ where w̄ is the mean of the accumulated iterates (0 before any)."""
-        return self.dots(x)[1]
-
     def dots(self, x: Features) -> tuple[float, float]:
         """(⟨w, x⟩, ⟨w̄, x⟩), sharing the pass over v."""
         vx = sparse_dot(self.v, x)

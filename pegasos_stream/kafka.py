@@ -1,0 +1,293 @@
+"""Kafka: a consumer-group source that commits exactly what it yielded, and a JSON sink.
+
+Values stay bytes (no deserializer): the runner parses them, so one malformed record is a
+rejected record, never a partition stuck on a deserializer error. Offsets are committed by hand
+(auto-commit is off) and every call that talks to the broker has a bounded wait, so an unreachable
+broker gives idle ticks and messages on stderr instead of exceptions and 30 s stalls.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError, KafkaTimeoutError
+from kafka.structs import OffsetAndMetadata
+
+from .events import Record
+
+__all__ = ["CONSUMER_DEFAULTS", "KafkaSink", "KafkaSource"]
+
+#: KafkaConsumer settings that ``consumer`` may override: reconnect within a second once the broker
+#: is back, and notice a dead member (or join a group) in seconds rather than the 45 s default.
+CONSUMER_DEFAULTS: dict[str, object] = {
+    "reconnect_backoff_max_ms": 1000,
+    "session_timeout_ms": 10_000,
+    "heartbeat_interval_ms": 3_000,
+}
+
+#: Settings the source owns: the arguments of KafkaSource, or what its offset handling relies on.
+_RESERVED = ("bootstrap_servers", "group_id", "auto_offset_reset", "enable_auto_commit", "value_deserializer")
+
+Partition = tuple[str, int]
+
+
+def _say(message: str) -> None:
+    print(f"kafka: {message}", file=sys.stderr, flush=True)
+
+
+class KafkaSource:
+    """Records from Kafka topics, read in a consumer group.
+
+    Iterating yields ``Record(value, "topic/partition/offset", (topic, partition, offset))`` for
+    every message, in offset order within each partition (a tombstone's value is ``b""``), and
+    ``None`` when a poll of ``poll_seconds`` brings nothing. ``commit()`` commits the offset after
+    the last record yielded from each partition; ``seek()`` resumes from offsets stored elsewhere.
+
+    Parameters
+    ----------
+    start
+        Where a partition without a committed offset starts: "earliest" or "latest".
+    consumer
+        Further KafkaConsumer settings; they override ``CONSUMER_DEFAULTS``.
+    commit_timeout
+        Seconds a ``commit()`` may take, over at most ``commit_attempts`` attempts.
+
+    Attributes
+    ----------
+    on_revoke
+        Called with the partitions about to be revoked in a rebalance (or already lost with the
+        group membership), before the source commits them and forgets their offsets; the runner
+        sets it to flush what it holds. It runs on the consumer's IO thread and may call
+        ``commit()``, which then only sends the commit (it cannot wait there).
+
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        topics: str | Sequence[str],
+        group_id: str,
+        start: str = "earliest",
+        consumer: Mapping[str, object] | None = None,
+        poll_seconds: float = 0.5,
+        commit_timeout: float = 5.0,
+        commit_attempts: int = 3,
+    ) -> None:
+        if start not in ("earliest", "latest"):
+            raise ValueError(f"start must be 'earliest' or 'latest', not {start!r}")
+        reserved = sorted(set(consumer or {}) & set(_RESERVED))
+        if reserved:
+            raise ValueError(f"consumer settings {reserved} are set by KafkaSource itself")
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        self.name = "kafka:" + ",".join(self.topics)
+        self.on_revoke: Callable[[set[Partition]], None] | None = None
+        self._servers = bootstrap_servers if isinstance(bootstrap_servers, str) else ",".join(bootstrap_servers)
+        self._poll_ms = int(poll_seconds * 1000)
+        self._commit_timeout = commit_timeout
+        self._commit_attempts = commit_attempts
+        self._offsets: dict[TopicPartition, int] = {}  # next offset after the last record yielded
+        self._committed: dict[TopicPartition, int] = {}
+        self._seeks: dict[TopicPartition, int] = {}
+        self._listener_thread: int | None = None
+        self._reachable = True
+        self._closed = False
+        self._consumer = KafkaConsumer(
+            **{**CONSUMER_DEFAULTS, **(consumer or {})},
+            bootstrap_servers=bootstrap_servers,
+            group_id=group_id,
+            auto_offset_reset=start,
+            enable_auto_commit=False,
+            value_deserializer=None,
+        )
+        self._consumer.subscribe(self.topics, listener=_Listener(self))
+
+    def __iter__(self) -> Iterator[Record | None]:
+        while True:
+            try:
+                batches = self._consumer.poll(timeout_ms=self._poll_ms)
+            except KafkaError as error:
+                if not error.retriable:
+                    raise
+                _say(f"poll failed ({error!r}); retrying")
+                batches = {}
+            self._watch_broker()
+            if not batches:
+                yield None
+                continue
+            for tp, messages in batches.items():
+                for message in messages:
+                    self._offsets[tp] = message.offset + 1
+                    value = b"" if message.value is None else message.value
+                    yield Record(value, f"{tp.topic}/{tp.partition}/{message.offset}", (tp.topic, tp.partition, message.offset))
+
+    def commit(self) -> None:
+        """Commit the offsets of everything yielded so far; on failure say so and keep them pending.
+
+        Retries within ``commit_timeout`` seconds; a failed commit is repeated by the next one.
+        """
+        offsets = {tp: offset for tp, offset in self._offsets.items() if self._committed.get(tp) != offset}
+        if not offsets:
+            return
+        request = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}
+        if threading.get_ident() == self._listener_thread:
+            self._consumer.commit_async(request, callback=self._async_committed)
+            return
+        deadline = time.monotonic() + self._commit_timeout
+        error: Exception | None = None
+        for _ in range(self._commit_attempts):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                self._consumer.commit(request, timeout_ms=int(remaining * 1000))
+            except KafkaError as failure:
+                error = failure
+                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+            else:
+                self._committed.update(offsets)
+                return
+        _say(f"could not commit offsets {_positions(offsets)} ({error!r}); they stay pending for the next commit")
+
+    def seek(self, offsets: Mapping[Partition, int]) -> None:
+        """Resume partitions at stored offsets ({(topic, partition): next offset}), now for those
+        assigned and at their assignment for the others."""
+        self._seeks.update({TopicPartition(topic, partition): offset for (topic, partition), offset in offsets.items()})
+        self._apply_seeks(self._consumer.assignment())
+
+    def lag(self) -> int | None:
+        """Records waiting in the assigned partitions after the last one yielded, when known."""
+        assigned = self._consumer.assignment()
+        if not assigned:
+            return None
+        total = 0
+        for tp in assigned:
+            high = self._consumer.highwater(tp)
+            position = self._offsets.get(tp)
+            if position is None and high is not None:
+                try:
+                    position = self._consumer.position(tp, timeout_ms=0)
+                except KafkaError:
+                    position = None
+            if high is None or position is None:
+                return None
+            total += max(0, high - position)
+        return total
+
+    def progress(self) -> None:
+        return None
+
+    def close(self) -> None:
+        """Commit what was yielded, leave the group and close the connections."""
+        if self._closed:
+            return
+        self.commit()
+        self._closed = True
+        self._consumer.close(autocommit=False, timeout_ms=int(self._commit_timeout * 1000))
+
+    # -- rebalances and broker watch -----------------------------------------------------------
+
+    def _apply_seeks(self, assigned: set[TopicPartition]) -> None:
+        for tp in assigned & set(self._seeks):
+            self._consumer.seek(tp, self._seeks.pop(tp))
+            self._offsets.pop(tp, None)
+
+    def _revoked(self, partitions: set[TopicPartition], lost: bool) -> None:
+        if self._closed:
+            return
+        self._listener_thread = threading.get_ident()
+        try:
+            if self.on_revoke is not None:
+                self.on_revoke({(tp.topic, tp.partition) for tp in partitions})
+            if not lost:
+                self.commit()
+        finally:
+            self._listener_thread = None
+        for tp in partitions:
+            self._offsets.pop(tp, None)
+            self._committed.pop(tp, None)
+
+    def _async_committed(self, offsets: dict[TopicPartition, OffsetAndMetadata], result: object) -> None:
+        if isinstance(result, Exception):
+            _say(f"could not commit offsets {_positions({tp: o.offset for tp, o in offsets.items()})} ({result!r})")
+        else:
+            self._committed.update({tp: o.offset for tp, o in offsets.items()})
+
+    def _watch_broker(self) -> None:
+        """Say when the consumer loses its last broker connection and when it has one again."""
+        count = (self._consumer.metrics() or {}).get("consumer-metrics", {}).get("connection-count")
+        if count is None:
+            return
+        reachable = count > 0
+        if reachable != self._reachable:
+            self._reachable = reachable
+            if reachable:
+                _say(f"broker {self._servers} is reachable again")
+            else:
+                _say(f"broker {self._servers} is unreachable; retrying (idle until it is back)")
+
+
+class _Listener(ConsumerRebalanceListener):
+    """Routes the consumer's rebalance callbacks to its KafkaSource."""
+
+    def __init__(self, source: KafkaSource) -> None:
+        self.source = source
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.source._revoked(set(revoked), lost=False)
+
+    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        self.source._revoked(set(lost), lost=True)
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.source._apply_seeks(set(assigned))
+
+
+def _positions(offsets: Mapping[TopicPartition, int]) -> str:
+    return ", ".join(f"{tp.topic}/{tp.partition}:{offset}" for tp, offset in sorted(offsets.items()))
+
+
+class KafkaSink:
+    """One JSON message per object, keyed by its ``id`` when it has one."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        topic: str,
+        producer: Mapping[str, object] | None = None,
+        flush_timeout: float = 10.0,
+    ) -> None:
+        self.topic = topic
+        self._flush_timeout = flush_timeout
+        self._failed = 0
+        self._error: Exception | None = None
+        self._producer = KafkaProducer(
+            **{"reconnect_backoff_max_ms": 1000, **(producer or {})}, bootstrap_servers=bootstrap_servers
+        )
+
+    def emit(self, obj: dict) -> None:
+        key = None if obj.get("id") is None else str(obj["id"]).encode()
+        future = self._producer.send(self.topic, json.dumps(obj, default=str).encode(), key=key)
+        future.add_errback(self._undelivered)
+
+    def flush(self) -> None:
+        """Wait up to ``flush_timeout`` seconds for delivery; say what is late or failed."""
+        try:
+            self._producer.flush(timeout=self._flush_timeout)
+        except KafkaTimeoutError:
+            _say(f"messages to {self.topic} not delivered within {self._flush_timeout:g} s; still retrying")
+        if self._failed:
+            _say(f"{self._failed} messages to {self.topic} could not be delivered ({self._error!r})")
+            self._failed = 0
+
+    def close(self) -> None:
+        self.flush()
+        self._producer.close(timeout=self._flush_timeout)
+
+    def _undelivered(self, error: Exception) -> None:
+        self._failed += 1
+        self._error = error
