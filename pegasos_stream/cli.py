@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -118,6 +119,7 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         "examples_per_s": stats.rate(),
         "t": runner.model.t,
     }
+    summary = {key: None if isinstance(value, float) and math.isnan(value) else value for key, value in summary.items()}
     if not evaluate:
         print(json.dumps(summary), file=sys.stderr)
     elif args.json:

@@ -11,6 +11,8 @@ import copy
 import hashlib
 import inspect
 import json
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,21 @@ LEARNERS = {"linear": PegasosClassifier, "multiclass": PegasosMulticlass, "kerne
 
 class ConfigError(ValueError):
     """A configuration that cannot run; the message names the file and the key path."""
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading 1e-4 as a number (YAML 1.2) rather than as a string."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _yaml(text) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
 @dataclass(frozen=True)
@@ -155,23 +172,28 @@ def _check(value: Any, spec: Option | dict, path: str, where: str) -> None:
         raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
     if spec.choices and value not in spec.choices:
         raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
-    if spec.minimum is not None and value < spec.minimum:
+    if spec.minimum is not None and not (math.isfinite(value) and value >= spec.minimum):
         raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
 
 
 def _check_constructor(section: dict, cls: type, skip: set[str], path: str, where: str) -> None:
     """Keys of ``section`` (less ``skip``) must be constructor parameters of ``cls``, and build one."""
     params = {key: value for key, value in section.items() if key not in skip}
-    accepted = set(inspect.signature(cls).parameters)
-    for key in params:
-        if key not in accepted:
+    signature = inspect.signature(cls).parameters
+    for key, value in params.items():
+        if key not in signature:
             raise ConfigError(
-                f"{where}: {path}.{key}: unknown key (expected one of: {', '.join(sorted(accepted | skip))})"
+                f"{where}: {path}.{key}: unknown key (expected one of: {', '.join(sorted(set(signature) | skip))})"
             )
+        if isinstance(signature[key].default, bool) and not isinstance(value, bool):
+            raise ConfigError(f"{where}: {path}.{key}: expected true | false, got {value!r}")
     try:
         cls(**params)
     except (TypeError, ValueError) as error:
-        raise ConfigError(f"{where}: {path}: {error}") from None
+        # The learners' messages start with "name=value"; name the key when they do.
+        key = str(error).split("=", 1)[0]
+        key_path = f"{path}.{key}" if key in params else path
+        raise ConfigError(f"{where}: {key_path}: {error}") from None
 
 
 def validate(config: dict, where: str = "<config>") -> dict:
@@ -192,8 +214,12 @@ def validate(config: dict, where: str = "<config>") -> dict:
     _check(merged["features"].get("type"), SCHEMA["features"]["type"], "features.type", where)
     if merged["features"]["type"] == "email":
         _check_constructor(merged["features"], EmailFeatures, {"type"}, "features", where)
-    elif set(merged["features"]) - {"type"}:
-        raise ConfigError(f"{where}: features: type 'dict' takes no other keys (the event's x is used as it is)")
+    else:
+        for key in set(merged["features"]) - {"type"}:
+            raise ConfigError(
+                f"{where}: features.{key}: unknown key (features.type 'dict' takes no other keys:"
+                " the event's x is used as it is)"
+            )
     _check_requirements(merged, where)
     return merged
 
@@ -226,7 +252,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise ConfigError(f"--set {text!r}: expected dotted.key=value")
-    return key.split("."), yaml.safe_load(value)
+    return key.split("."), _yaml(value)
 
 
 def apply_override(config: dict, keys: list[str], value: Any) -> None:
@@ -250,7 +276,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
     if path:
         try:
             with open(path, encoding="utf-8") as handle:
-                raw = yaml.safe_load(handle) or {}
+                raw = _yaml(handle) or {}
         except OSError as error:
             raise ConfigError(f"{where}: cannot read: {error.strerror}") from None
         except yaml.YAMLError as error:

@@ -76,8 +76,9 @@ class EventParser:
         self.labels = dict(labels or {})
         self.max_bytes = max_bytes
 
-    def parse(self, record: Record) -> Event:
-        """The event in ``record``; a BadRecord naming its position if it is malformed."""
+    def parse(self, record: Record) -> Event | None:
+        """The event in ``record`` (None for a comment-only svmlight line); a BadRecord naming its
+        position if it is malformed."""
         if len(record.value) > self.max_bytes:
             raise BadRecord(record.position, f"record of {len(record.value)} bytes exceeds {self.max_bytes}")
         try:
@@ -127,12 +128,12 @@ class EventParser:
             )
         return event
 
-    def _svmlight(self, text: str, position: str) -> Event:
+    def _svmlight(self, text: str, position: str) -> Event | None:
         """``label name:value ...`` with an optional ``# comment``; names stay strings, as river's
         ``stream.iter_libsvm`` gives them, and ``qid:`` pairs are skipped."""
         tokens = text.split("#", 1)[0].split()
         if not tokens:
-            raise BadRecord(position, "empty svmlight line")
+            return None  # a comment line
         try:
             y = float(tokens[0])
         except ValueError:
@@ -167,6 +168,10 @@ def _features(x: object, position: str, field: str) -> dict:
     for key, value in x.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BadRecord(position, f"feature {key!r} has value {value!r}: expected a number")
-        if not math.isfinite(value):
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an integer beyond the float range
+            finite = False
+        if not finite:
             raise BadRecord(position, f"feature {key!r} has value {value!r}: expected a finite number")
     return x

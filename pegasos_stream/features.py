@@ -9,6 +9,7 @@ import math
 import re
 import zlib
 from collections import Counter
+from email.header import decode_header, make_header
 from email.message import Message
 
 from river import base
@@ -19,6 +20,8 @@ _WORD = re.compile(r"[^\W_]{2,30}")
 _TAG = re.compile(r"<[^>]{0,2000}>")
 _SPACE = re.compile(r"\s+")
 _HEADER_LINE = re.compile(r"[!-9;-~]+:")  # RFC 5322 field name followed by a colon
+#: Headers of which at least one tells a real message from a text that merely starts with "Word:".
+_MESSAGE_HEADERS = ("from", "to", "subject", "date", "received", "message-id", "return-path", "mime-version")
 
 
 def _decoded_payload(part: Message) -> str:
@@ -33,17 +36,30 @@ def _decoded_payload(part: Message) -> str:
         return payload.decode("latin-1")
 
 
+def _header(message: Message, name: str) -> str:
+    """A header's value with RFC 2047 encoded words decoded (``=?utf-8?q?...?=``)."""
+    value = message.get(name, "")
+    try:
+        return str(make_header(decode_header(value)))
+    except (ValueError, LookupError, UnicodeError):
+        return str(value)
+
+
 def message_text(raw: str, headers: tuple[str, ...] = ("subject", "from")) -> str:
     """The selected headers and the decoded text of the body of an RFC 822 message.
 
-    A text that does not start with a header line (an SMS, a bare body) is returned as it is.
-    HTML parts are reduced to their text; attachments that are not text are skipped.
+    An mbox envelope line (``From sender date``) before the headers is skipped. A text that is not
+    a message (an SMS, a bare body, even one that starts with "Word:") is returned as it is. HTML
+    parts are reduced to their text; attachments that are not text are skipped.
     """
-    if not _HEADER_LINE.match(raw):
+    body = raw[raw.find("\n") + 1 :] if raw.startswith("From ") else raw
+    if not _HEADER_LINE.match(body):
         return raw
     try:
-        message = email.message_from_string(raw, policy=email.policy.compat32)
-        lines = [f"{name}: {message.get(name, '')}" for name in headers if message.get(name)]
+        message = email.message_from_string(body, policy=email.policy.compat32)
+        if not any(name in message for name in _MESSAGE_HEADERS):
+            return raw
+        lines = [f"{name}: {_header(message, name)}" for name in headers if message.get(name)]
         for part in message.walk():
             if part.get_content_maintype() != "text":
                 continue

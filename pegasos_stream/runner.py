@@ -65,6 +65,8 @@ class Runner:
         Receives the bad records (None: only counted and reported).
     stats_every_seconds
         How often a statistics line goes to ``log``.
+    log
+        Where rejections and statistics go (None: whatever ``sys.stderr`` is at the time).
 
     """
 
@@ -79,7 +81,7 @@ class Runner:
         on_error: str = "skip",
         dead_letters: Sink | None = None,
         stats_every_seconds: float = 10.0,
-        log: TextIO = sys.stderr,
+        log: TextIO | None = None,
     ) -> None:
         self.model = model
         self.features = features
@@ -102,14 +104,27 @@ class Runner:
         self.stats.events += 1
         try:
             event = self.parser.parse(record)
-            if event.label is not None and self._binary:
-                binary_sign(event.label)  # refuse an unknown label before predicting
+            if event is None:
+                return
+            self._check_label(event.label)
             if event.has_input:
                 self._predict_and_learn(event)
             else:
                 self._late_label(event)
         except ValueError as error:  # BadRecord, or a value the learner refused
             self._reject(record, error)
+
+    def _check_label(self, label: object) -> None:
+        """Refuse a label the learner would refuse, before anything is predicted or emitted."""
+        if label is None:
+            return
+        if self._binary:
+            binary_sign(label)
+        else:
+            try:
+                hash(label)
+            except TypeError:
+                raise ValueError(f"unknown label {label!r}: a class label must be hashable") from None
 
     def _features(self, event: Event) -> dict:
         if event.x is not None:
@@ -154,7 +169,7 @@ class Runner:
         if self.on_error == "stop":
             raise StopRun(reason)
         self.stats.rejected += 1
-        print(f"rejected {reason}", file=self.log)
+        print(f"rejected {reason}", file=self.log or sys.stderr)
         if self.dead_letters is not None:
             self.dead_letters.emit(dead_letter(record.position, reason, record.value))
 
@@ -190,7 +205,7 @@ class Runner:
                 if self._stop_requested or (max_events is not None and self.stats.events >= max_events):
                     break
                 if stop_when_idle is not None and now - last_event >= stop_when_idle:
-                    print(f"no event for {stop_when_idle:g} s: stopping", file=self.log)
+                    print(f"no event for {stop_when_idle:g} s: stopping", file=self.log or sys.stderr)
                     break
         finally:
             for sig, handler in previous.items():
@@ -211,6 +226,6 @@ class Runner:
             f"accuracy={summary.get('accuracy', math.nan):.4f} roc_auc={summary.get('roc_auc', math.nan):.4f} "
             f"t={self.model.t} {model_size} pending={len(self.pending)} rejected={self.stats.rejected}"
             + (f" lag={lag}" if lag is not None else ""),
-            file=self.log,
+            file=self.log or sys.stderr,
             flush=True,
         )

@@ -20,22 +20,26 @@ class Sink(Protocol):
 
 
 class JsonLinesSink:
-    """One JSON object per line, to a file (appended) or to standard output."""
+    """One JSON object per line, to a file (appended; created at the first line) or to stdout."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self._own = path is not None and str(path) != "-"
-        self._out: TextIO = open(path, "a", encoding="utf-8") if self._own else sys.stdout
+        self._path = None if path is None or str(path) == "-" else Path(path)
+        self._out: TextIO | None = None if self._path else sys.stdout
 
     def emit(self, obj: dict) -> None:
+        if self._out is None:
+            self._out = open(self._path, "a", encoding="utf-8")  # type: ignore[arg-type]
         self._out.write(json.dumps(obj, default=str) + "\n")
 
     def flush(self) -> None:
-        self._out.flush()
+        if self._out is not None:
+            self._out.flush()
 
     def close(self) -> None:
         self.flush()
-        if self._own:
+        if self._path is not None and self._out is not None:
             self._out.close()
+            self._out = None
 
 
 class NullSink:

@@ -1,0 +1,372 @@
+"""Configuration files: the shipped ones, validation messages, ``--set`` overrides, paths, hashing."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pegasos_stream import cli
+from pegasos_stream.config import (
+    ConfigError,
+    apply_override,
+    config_hash,
+    load_config,
+    parse_override,
+    validate,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
+
+
+def _write(path: Path, config: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+# -- the shipped configurations ------------------------------------------------------------
+
+
+def test_configs_are_shipped():
+    assert {path.name for path in CONFIGS} >= {"spam.yaml", "kernel-rbf.yaml", "replay-svmlight.yaml", "kafka.yaml"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_shipped_config_loads_and_validates(path):
+    config = load_config(path)
+    # every section of the schema is present after the defaults are merged in
+    assert set(config) == {"model", "features", "source", "output", "evaluation", "errors", "delayed_labels", "run"}
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    # what the file says is what was loaded (paths aside, which become absolute)
+    assert config["model"]["kind"] == raw["model"]["kind"]
+    assert config["source"]["type"] == raw["source"]["type"]
+    assert config["features"]["type"] == raw["features"]["type"]
+    # validating the result again changes nothing
+    assert validate(copy.deepcopy(config), str(path)) == config
+
+
+def test_spam_config_points_at_the_bundled_sample():
+    config = load_config(ROOT / "configs" / "spam.yaml")
+    assert Path(config["source"]["path"]).resolve() == SAMPLE.resolve()
+    assert Path(config["source"]["path"]).is_absolute()
+    assert config["source"]["labels"] == {"positive": "spam", "negative": "ham"}
+    assert config["features"] == {
+        "type": "email", "char_ngram": 4, "max_chars": 3000, "binary": True, "normalize": True,
+    }
+
+
+def test_kafka_config_validates_without_a_broker():
+    config = load_config(ROOT / "configs" / "kafka.yaml")
+    assert config["source"]["topics"] == ["mail"]
+    assert config["output"]["topic"] == "mail-predictions"
+    assert config["errors"]["dead_letter"]["topic"] == "mail-rejected"
+    assert config["source"]["consumer"]["session_timeout_ms"] == 6000
+    assert config["delayed_labels"] == {"max_pending": 100000, "max_age_seconds": 604800}
+
+
+def test_defaults_alone_validate():
+    config = load_config(None)
+    assert config["model"] == {"kind": "linear"}
+    assert config["source"]["type"] == "stdin"
+    assert config["source"]["max_bytes"] == 1_000_000
+    assert config["errors"] == {
+        "on_error": "skip",
+        "dead_letter": {"type": "none", "path": None, "bootstrap_servers": "127.0.0.1:9092", "topic": None},
+    }
+
+
+# -- refused configurations: the message names the file, the key path and the expected form ---
+
+REFUSED = [
+    # (configuration, key path, a fragment of the expected form)
+    ({"bogus": {"a": 1}}, "bogus", "expected one of: model, features, source"),
+    ({"source": {"bogus": 1}}, "source.bogus", "expected one of:"),
+    ({"source": {"fields": {"bogus": "b"}}}, "source.fields.bogus", "expected one of: id, label, text, x"),
+    ({"errors": {"dead_letter": {"bogus": 1}}}, "errors.dead_letter.bogus", "expected one of:"),
+    ({"model": {"bogus": 1}}, "model.bogus", "lambda_"),
+    ({"features": {"type": "email", "bogus": 1}}, "features.bogus", "char_ngram"),
+    ({"features": {"bogus": 1}}, "features.bogus", "takes no other keys"),
+    ({"source": {"max_bytes": "x"}}, "source.max_bytes", "an integer >= 1"),
+    ({"source": {"max_bytes": True}}, "source.max_bytes", "an integer >= 1"),
+    ({"run": {"max_events": -1}}, "run.max_events", "an integer >= 0"),
+    ({"source": {"format": "xml"}}, "source.format", "json | svmlight"),
+    ({"source": {"type": "socket"}}, "source.type", "stdin | file | kafka"),
+    ({"errors": {"on_error": "ignore"}}, "errors.on_error", "skip | stop"),
+    ({"source": {"fields": "id"}}, "source.fields", "a mapping"),
+    ({"evaluation": {"stats_every_seconds": -1}}, "evaluation.stats_every_seconds", "a number >= 0"),
+    ({"model": {"lambda_": -1}}, "model.lambda_", "> 0"),
+    ({"model": {"kind": "forest"}}, "model.kind", "linear | multiclass | kernel"),
+    ({"features": {"type": "email", "char_ngram": "x"}}, "features.char_ngram", "an integer >= 0"),
+]
+
+
+@pytest.mark.parametrize(
+    "config, key_path, form", REFUSED, ids=[f"{path}:{i}" for i, (_, path, _) in enumerate(REFUSED)]
+)
+def test_refused_config_names_file_key_and_form(tmp_path, config, key_path, form):
+    path = _write(tmp_path / "job.yaml", config)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert message.startswith(str(path) + ": "), message
+    assert key_path in message, f"key path {key_path!r} not named in: {message}"
+    assert form in message, f"expected form {form!r} not shown in: {message}"
+
+
+@pytest.mark.parametrize(
+    "config, key_path, form",
+    [
+        # a constructor parameter that is not a bool is silently taken as truthy
+        ({"model": {"fit_intercept": "false"}}, "model.fit_intercept", "true"),
+        # NaN compares false with the minimum and is let through; max_age then expires everything
+        ({"delayed_labels": {"max_age_seconds": float("nan")}}, "delayed_labels.max_age_seconds", "a number >= 0"),
+    ],
+    ids=["model.fit_intercept-string", "max_age_seconds-nan"],
+)
+def test_refused_wrong_values_beyond_the_listed_ones(tmp_path, config, key_path, form):
+    path = _write(tmp_path / "job.yaml", config)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert key_path in str(caught.value) and form in str(caught.value)
+
+
+def test_unreadable_or_invalid_yaml_names_the_file(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(ConfigError, match="missing.yaml: cannot read"):
+        load_config(missing)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("model: [unclosed\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="broken.yaml: not valid YAML"):
+        load_config(broken)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("42\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="scalar.yaml: expected a mapping of sections"):
+        load_config(scalar)
+
+
+def test_bad_override_is_reported_against_the_file(tmp_path):
+    path = _write(tmp_path / "job.yaml", {"model": {"kind": "linear"}})
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, ["source.format=xml"])
+    assert str(caught.value).startswith(f"{path}: source.format: expected json | svmlight, got 'xml'")
+
+
+def test_cli_exits_2_on_configuration_error(capsys):
+    assert cli.main(["eval", "--set", "source.format=xml"]) == 2
+    err = capsys.readouterr().err
+    assert "configuration error:" in err and "source.format" in err and "json | svmlight" in err
+    assert cli.main(["run"]) == 2  # run has no default configuration
+    assert "run needs --config" in capsys.readouterr().err
+
+
+# -- required keys -------------------------------------------------------------------------
+
+REQUIRED = [
+    ({"source": {"type": "file"}}, "source.path: required when source.type is file"),
+    ({"source": {"type": "kafka"}}, "source.topics: required when source.type is kafka"),
+    ({"output": {"type": "kafka"}}, "output.topic: required when output.type is kafka"),
+    ({"output": {"type": "file"}}, "output.path: required when output.type is file"),
+    ({"errors": {"dead_letter": {"type": "file"}}}, "errors.dead_letter.path: required"),
+    ({"errors": {"dead_letter": {"type": "kafka"}}}, "errors.dead_letter.topic: required"),
+    ({"source": {"labels": {"positive": "spam"}}}, "source.labels: give both positive and negative, or neither"),
+    ({"source": {"labels": {"negative": "ham"}}}, "source.labels: give both positive and negative, or neither"),
+]
+
+
+@pytest.mark.parametrize("config, message", REQUIRED, ids=[m.split(":")[0] for _, m in REQUIRED])
+def test_required_keys(tmp_path, config, message):
+    path = _write(tmp_path / "job.yaml", config)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: {message}" or str(caught.value).startswith(f"{path}: {message}")
+
+
+def test_required_keys_satisfied(tmp_path):
+    config = load_config(
+        None,
+        [
+            "source.type=kafka", "source.topics=[mail]", "output.type=kafka", "output.topic=out",
+            "source.labels={positive: spam, negative: ham}",
+        ],
+    )
+    assert config["source"]["topics"] == ["mail"] and config["output"]["topic"] == "out"
+    assert load_config(None, ["source.labels.positive=1", "source.labels.negative=0"])["source"]["labels"] == {
+        "positive": 1, "negative": 0,
+    }
+
+
+# -- overrides -----------------------------------------------------------------------------
+
+
+def test_parse_override_reads_yaml_values():
+    assert parse_override("source.topics=[mail]") == (["source", "topics"], ["mail"])
+    assert parse_override("source.topics=[a, b]") == (["source", "topics"], ["a", "b"])
+    assert parse_override("model.lambda_=0.001") == (["model", "lambda_"], 1e-3)
+    assert parse_override("model.lambda_=1.0e-3") == (["model", "lambda_"], 1e-3)
+    assert parse_override("run.max_events=10") == (["run", "max_events"], 10)
+    assert parse_override("features.binary=false") == (["features", "binary"], False)
+    assert parse_override("source.labels={positive: spam, negative: ham}") == (
+        ["source", "labels"], {"positive": "spam", "negative": "ham"},
+    )
+    assert parse_override("output.path=a=b.jsonl") == (["output", "path"], "a=b.jsonl")  # first '=' splits
+    assert parse_override("run.max_events=") == (["run", "max_events"], None)
+    for bad in ("run.max_events", "=3", ""):
+        with pytest.raises(ConfigError, match="expected dotted.key=value"):
+            parse_override(bad)
+
+
+def test_override_with_plain_exponent_is_a_number():
+    """``--set model.lambda_=1e-3`` is how anyone writes λ; PyYAML's YAML 1.1 resolver reads
+    ``1e-3`` (no dot) as a string, which the learner then refuses."""
+    assert parse_override("model.lambda_=1e-3") == (["model", "lambda_"], 1e-3)
+    assert load_config(None, ["model.lambda_=1e-3"])["model"]["lambda_"] == 1e-3
+
+
+def test_apply_override_creates_nested_mappings():
+    config: dict = {}
+    apply_override(config, ["errors", "dead_letter", "type"], "file")
+    apply_override(config, ["errors", "dead_letter", "path"], "dl.jsonl")
+    apply_override(config, ["errors", "on_error"], "stop")
+    assert config == {"errors": {"dead_letter": {"type": "file", "path": "dl.jsonl"}, "on_error": "stop"}}
+    with pytest.raises(ConfigError, match="on_error is not a mapping"):
+        apply_override(config, ["errors", "on_error", "deeper"], 1)
+
+
+def test_overrides_apply_over_the_file(tmp_path):
+    path = _write(tmp_path / "job.yaml", {"model": {"kind": "linear", "lambda_": 0.1}, "source": {"topics": ["x"]}})
+    config = load_config(path, ["model.lambda_=0.5", "source.topics=[mail]", "delayed_labels.max_pending=7"])
+    assert config["model"] == {"kind": "linear", "lambda_": 0.5}
+    assert config["source"]["topics"] == ["mail"]
+    assert config["delayed_labels"] == {"max_pending": 7, "max_age_seconds": 7 * 24 * 3600.0}
+    # a later override wins
+    assert load_config(path, ["model.lambda_=0.5", "model.lambda_=0.25"])["model"]["lambda_"] == 0.25
+
+
+# -- relative paths ------------------------------------------------------------------------
+
+
+def test_relative_paths_in_a_file_are_relative_to_the_file(tmp_path, monkeypatch):
+    conf_dir = tmp_path / "conf"
+    path = _write(
+        conf_dir / "job.yaml",
+        {
+            "source": {"type": "file", "path": "data/in.jsonl"},
+            "output": {"type": "file", "path": "../out/predictions.jsonl"},
+            "errors": {"dead_letter": {"type": "file", "path": "rejected.jsonl"}},
+        },
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for given in (path, os.path.relpath(path, elsewhere)):  # absolute, and relative to the CWD
+        config = load_config(given)
+        assert Path(config["source"]["path"]) == conf_dir.resolve() / "data" / "in.jsonl"
+        assert Path(config["output"]["path"]).resolve() == (tmp_path / "out" / "predictions.jsonl").resolve()
+        assert Path(config["errors"]["dead_letter"]["path"]) == conf_dir.resolve() / "rejected.jsonl"
+    absolute = tmp_path / "abs.jsonl"
+    config = load_config(_write(conf_dir / "abs.yaml", {"source": {"type": "file", "path": str(absolute)}}))
+    assert Path(config["source"]["path"]) == absolute
+
+
+def test_override_paths_are_relative_to_the_working_directory(tmp_path, monkeypatch):
+    conf_dir = tmp_path / "conf"
+    path = _write(conf_dir / "job.yaml", {"source": {"type": "file", "path": "in.jsonl"}})
+    monkeypatch.chdir(tmp_path)
+    config = load_config(path, ["source.path=cwd-in.jsonl", "output.type=file", "output.path=sub/out.jsonl"])
+    assert config["source"]["path"] == "cwd-in.jsonl"
+    assert config["output"]["path"] == "sub/out.jsonl"
+
+
+def test_cli_input_relative_to_cwd_config_relative_to_file(tmp_path, monkeypatch, capsys):
+    """End to end: the file's own path is found next to it; --input is found in the CWD."""
+    conf_dir, work = tmp_path / "conf", tmp_path / "work"
+    work.mkdir()
+    lines = [json.dumps({"id": i, "x": {"a": float(i % 2) - 0.5}, "label": i % 2 == 1}) for i in range(6)]
+    (conf_dir / "data").mkdir(parents=True)
+    (conf_dir / "data" / "events.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (work / "other.jsonl").write_text("\n".join(lines[:4]) + "\n", encoding="utf-8")
+    _write(conf_dir / "job.yaml", {"source": {"type": "file", "path": "data/events.jsonl"}})
+    monkeypatch.chdir(work)
+    assert cli.main(["eval", "--json", "--config", "../conf/job.yaml"]) == 0
+    assert json.loads(capsys.readouterr().out)["events"] == 6
+    assert cli.main(["eval", "--json", "--config", "../conf/job.yaml", "--input", "other.jsonl"]) == 0
+    assert json.loads(capsys.readouterr().out)["events"] == 4
+
+
+# -- config_hash ---------------------------------------------------------------------------
+
+
+def _leaves(node: dict, prefix=()):
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, prefix + (key,))
+        else:
+            yield prefix + (key,), value
+
+
+def _changed(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return value + ["x"]
+    if isinstance(value, dict):
+        return {**value, "x": 1}
+    return 1  # None
+
+
+def test_config_hash_is_stable():
+    config = load_config(ROOT / "configs" / "kafka.yaml")
+    digest = config_hash(config)
+    assert len(digest) == 64 and int(digest, 16) >= 0
+    assert config_hash(copy.deepcopy(config)) == digest
+    reordered = {section: dict(reversed(list(config[section].items()))) for section in reversed(list(config))}
+    assert config_hash(reordered) == digest
+    assert config_hash(load_config(ROOT / "configs" / "kafka.yaml")) == digest
+
+
+def test_config_hash_is_stable_across_processes():
+    code = (
+        "from pegasos_stream.config import load_config, config_hash;"
+        f"print(config_hash(load_config({str(ROOT / 'configs' / 'kafka.yaml')!r})))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "987"}
+    other = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert other.stdout.strip() == config_hash(load_config(ROOT / "configs" / "kafka.yaml"))
+
+
+@pytest.mark.parametrize("name", ["spam.yaml", "kafka.yaml"])
+def test_config_hash_changes_with_any_value(name):
+    config = load_config(ROOT / "configs" / name)
+    digest = config_hash(config)
+    leaves = list(_leaves(config))
+    assert len(leaves) > 30
+    seen = {digest}
+    for keys, value in leaves:
+        changed = copy.deepcopy(config)
+        node = changed
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = _changed(value)
+        new = config_hash(changed)
+        assert new != digest, f"changing {'.'.join(keys)} left the hash unchanged"
+        seen.add(new)
+    assert len(seen) == len(leaves) + 1
+    # types matter too: 1 and 1.0 and true are different settings
+    a = copy.deepcopy(config)
+    a["delayed_labels"]["max_pending"] = 1
+    b = copy.deepcopy(config)
+    b["delayed_labels"]["max_pending"] = 1.0
+    assert config_hash(a) != config_hash(b)

@@ -1,0 +1,685 @@
+"""The stream runner end to end: the CLI, bad records, delayed labels, stdin and signals, replays."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import gzip
+import io
+import json
+import os
+import random
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pegasos_stream import PegasosClassifier, PegasosMulticlass, cli
+from pegasos_stream.assemble import build_runner, build_source
+from pegasos_stream.config import load_config
+from pegasos_stream.events import Record
+from pegasos_stream.features import EmailFeatures
+from pegasos_stream.pending import PendingLabels
+from pegasos_stream.runner import StopRun
+from pegasos_stream.sources import FileSource
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
+SPAM_CONFIG = ROOT / "configs" / "spam.yaml"
+BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _binary_events(n: int, seed: int = 0, prefix: str = "e") -> list[dict]:
+    """Linearly separable-ish sparse events {"id", "x", "label"}."""
+    rng = random.Random(seed)
+    truth = {f"f{j}": rng.uniform(-1, 1) for j in range(20)}
+    events = []
+    for i in range(n):
+        x = {name: round(rng.gauss(0, 1), 4) for name in rng.sample(sorted(truth), 5)}
+        label = sum(truth[k] * v for k, v in x.items()) + rng.gauss(0, 0.1) > 0
+        events.append({"id": f"{prefix}{i}", "x": x, "label": label})
+    return events
+
+
+def _write_lines(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def _jsonl(events: list[dict]) -> list[bytes]:
+    return [json.dumps(event).encode("utf-8") for event in events]
+
+
+def _write_config(path: Path, config: dict) -> Path:
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
+def _in_process(config: dict, source=None, max_events=None):
+    """Run a runner built from ``config`` over its source; returns the runner."""
+    runner = build_runner(config)
+    runner.log = io.StringIO()
+    source = source or build_source(config)
+    try:
+        runner.run(source, max_events)
+    finally:
+        source.close()
+        runner.sink.close()
+        if runner.dead_letters is not None:
+            runner.dead_letters.close()
+    return runner
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _summary(stderr: str) -> dict:
+    """The run summary: the last line of stderr, one JSON object."""
+    return json.loads(stderr.strip().splitlines()[-1])
+
+
+def _f1(tp, fp, fn):
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+
+
+def _pairwise_auc(scores, positives) -> float:
+    """AUC by counting ordered (positive, negative) pairs, ties one half."""
+    pos = [s for s, p in zip(scores, positives) if p]
+    neg = [s for s, p in zip(scores, positives) if not p]
+    wins = sum((sp > sn) + 0.5 * (sp == sn) for sp in pos for sn in neg)
+    return wins / (len(pos) * len(neg))
+
+
+@functools.lru_cache(maxsize=1)
+def _spam_prequential():
+    """A hand-written prequential loop over the bundled sample, as configs/spam.yaml describes it."""
+    features = EmailFeatures(char_ngram=4, max_chars=3000, binary=True, normalize=True)
+    model = PegasosClassifier(lambda_=1e-4)
+    rows = []
+    with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines:
+        for line in lines:
+            event = json.loads(line)
+            x = features.transform_one(event["text"])
+            score = model.decision_function_one(x)
+            positive = event["label"] == "spam"
+            rows.append((event["id"], score, positive))
+            model.learn_one(x, positive)
+    return rows, model
+
+
+# -- eval on the default configuration -----------------------------------------------------
+
+
+def test_eval_default_config_matches_a_hand_written_prequential_loop(capsys):
+    assert cli.main(["eval", "--json"]) == 0
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, out
+    report = json.loads(lines[0])
+    assert isinstance(report, dict)
+    for key in ("n", "accuracy", "f1", "roc_auc", "one_minus_roca_pct", "examples_per_s"):
+        assert key in report, key
+
+    rows, model = _spam_prequential()
+    scores = [score for _, score, _ in rows]
+    positives = [positive for _, _, positive in rows]
+    tp = sum(p and s > 0 for _, s, p in rows)
+    fp = sum(not p and s > 0 for _, s, p in rows)
+    tn = sum(not p and s <= 0 for _, s, p in rows)
+    fn = sum(p and s <= 0 for _, s, p in rows)
+    auc = _pairwise_auc(scores, positives)
+
+    assert report["n"] == len(rows) == 404
+    assert report["events"] == report["learned"] == 404 and report["rejected"] == 0
+    assert report["t"] == model.t == 404
+    assert report["accuracy"] == (tp + tn) / len(rows)
+    assert report["f1"] == _f1(tp, fp, fn)
+    assert report["roc_auc"] == auc
+    assert report["one_minus_roca_pct"] == 100.0 * (1.0 - auc)
+    assert report["false_positive_rate"] == fp / (fp + tn)
+    assert report["examples_per_s"] > 0
+    # and the figures are those of an independent implementation
+    metrics = pytest.importorskip("sklearn.metrics")
+    assert report["roc_auc"] == pytest.approx(metrics.roc_auc_score(positives, scores), abs=1e-12)
+    assert report["f1"] == pytest.approx(metrics.f1_score(positives, [s > 0 for s in scores]), abs=1e-12)
+    assert 0.8 < report["accuracy"] < 1.0  # the filter learns something on 404 messages
+
+
+def test_eval_text_report(capsys):
+    assert cli.main(["eval", "--max-events", "50"]) == 0
+    out = capsys.readouterr().out
+    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in out.strip().splitlines())}
+    assert set(fields) >= {"n", "accuracy", "roc_auc", "examples_per_s"}
+    assert int(fields["n"]) == 50 and 0.0 < float(fields["accuracy"]) <= 1.0
+
+
+# -- malformed records ---------------------------------------------------------------------
+
+BAD_LINES = [
+    b'{"id": "bad-json", "x": {"f1": 1.0}',
+    b'{"id": "bad-utf8", "x": {"caf\xe9": 1.0}, "label": true}',
+    b"[1, 2, 3]",
+    b'{"id": "bad-x", "x": [1, 2], "label": true}',
+    b'{"id": "bad-nan", "x": {"f1": NaN}, "label": true}',
+    b'{"id": "bad-inf", "x": {"f1": -Infinity}, "label": false}',
+    b'{"id": "bad-str", "x": {"f1": "1.0"}, "label": false}',
+    b'{"id": "bad-bool", "x": {"f1": true}, "label": true}',
+    b'{"id": "bad-nothing"}',
+    b'{"id": "bad-label", "x": {"f1": 1.0}, "label": "maybe"}',
+    b'{"id": "bad-text", "text": "a text, but features.type is dict", "label": true}',
+    b'{"id": "bad-big", "x": {"f1": 1.0}, "label": true, "pad": "' + b"p" * 400 + b'"}',
+]
+
+
+def _interleaved(tmp_path: Path):
+    """A stream of 40 good events with the bad lines interleaved, and the same without them."""
+    good = _jsonl(_binary_events(40, seed=1))
+    lines, bad_at = [], {}
+    bad = iter(BAD_LINES)
+    for i, line in enumerate(good):
+        lines.append(line)
+        if i % 3 == 1:
+            extra = next(bad, None)
+            if extra is not None:
+                lines.append(extra)
+                bad_at[len(lines)] = extra  # 1-based line number
+    assert len(bad_at) == len(BAD_LINES)
+    full = _write_lines(tmp_path / "events.jsonl", lines)
+    clean = _write_lines(tmp_path / "clean.jsonl", good)
+    return full, clean, bad_at, good
+
+
+def _job(tmp_path: Path, source: Path, **sections) -> Path:
+    config = {
+        "model": {"kind": "linear", "lambda_": 0.01, "fit_intercept": True},
+        "features": {"type": "dict"},
+        "source": {"type": "file", "path": str(source), "max_bytes": 300},
+        "output": {"type": "file", "path": str(tmp_path / "predictions.jsonl")},
+        "errors": {"on_error": "skip", "dead_letter": {"type": "file", "path": str(tmp_path / "rejected.jsonl")}},
+    }
+    for section, values in sections.items():
+        config[section] = {**config.get(section, {}), **values}
+    return _write_config(tmp_path / "job.yaml", config)
+
+
+def test_bad_records_are_skipped_reported_and_dead_lettered(tmp_path):
+    full, clean, bad_at, good = _interleaved(tmp_path)
+    job = _job(tmp_path, full)
+    done = subprocess.run([BIN, "run", "--config", str(job)], capture_output=True, timeout=60)
+    stderr = done.stderr.decode("utf-8")
+    assert done.returncode == 0, stderr
+
+    # each bad record is reported on stderr with its position, and counted
+    rejected_lines = [line for line in stderr.splitlines() if line.startswith("rejected ")]
+    assert len(rejected_lines) == len(BAD_LINES)
+    for line_no, report in zip(sorted(bad_at), rejected_lines):
+        assert report.startswith(f"rejected {full}:{line_no}: "), report
+    summary = _summary(stderr)
+    assert summary["events"] == len(good) + len(BAD_LINES)
+    assert summary["rejected"] == len(BAD_LINES)
+    assert summary["learned"] == summary["n"] == summary["t"] == len(good)
+
+    # each is in the dead-letter file, its bytes intact
+    dead = _read_jsonl(tmp_path / "rejected.jsonl")
+    assert [entry["position"] for entry in dead] == [f"{full}:{n}" for n in sorted(bad_at)]
+    for entry, line_no in zip(dead, sorted(bad_at)):
+        assert base64.b64decode(entry["value_b64"]) == bad_at[line_no]
+        assert entry["error"].startswith(f"{full}:{line_no}: ")
+    reasons = [entry["error"] for entry in dead]
+    for fragment in ("malformed JSON", "invalid UTF-8", "expected a JSON object", "must be an object",
+                     "finite number", "expected a number", "nothing to predict", "unknown label 'maybe'",
+                     "needs features.type: email", "exceeds 300"):
+        assert any(fragment in reason for reason in reasons), fragment
+
+    # the run went on: every good event predicted, with the scores of a run over the clean stream
+    predictions = _read_jsonl(tmp_path / "predictions.jsonl")
+    assert [p["id"] for p in predictions] == [json.loads(line)["id"] for line in good]
+    clean_config = load_config(job, [f"source.path={clean}", f"output.path={tmp_path / 'clean-predictions.jsonl'}",
+                                     "errors.dead_letter.type=none"])
+    _in_process(clean_config)
+    assert predictions == _read_jsonl(tmp_path / "clean-predictions.jsonl")
+
+
+def test_bad_records_leave_the_model_identical_to_the_clean_stream(tmp_path):
+    full, clean, bad_at, good = _interleaved(tmp_path)
+    job = _job(tmp_path, full)
+    quiet = ["output.type=none", "errors.dead_letter.type=none"]
+    with_bad = _in_process(load_config(job, quiet))
+    without = _in_process(load_config(job, quiet + [f"source.path={clean}"]))
+    assert with_bad.stats.rejected == len(BAD_LINES) and without.stats.rejected == 0
+    assert with_bad.model.t == without.model.t == len(good)
+    assert with_bad.model.weights == without.model.weights
+    assert with_bad.model.intercept == without.model.intercept
+    assert vars(with_bad.model._platt) == vars(without.model._platt)
+    assert with_bad.report.summary() == without.report.summary()
+    # and identical to learning the good events directly
+    direct = PegasosClassifier(lambda_=0.01, fit_intercept=True)
+    for line in good:
+        event = json.loads(line)
+        direct.learn_one(event["x"], event["label"])
+    assert direct.weights == with_bad.model.weights and direct.t == with_bad.model.t
+    # every rejection was reported on the runner's log
+    assert with_bad.log.getvalue().count("rejected ") == len(BAD_LINES)
+
+
+def test_on_error_stop_exits_1_naming_the_position(tmp_path):
+    full, clean, bad_at, good = _interleaved(tmp_path)
+    job = _job(tmp_path, full)
+    done = subprocess.run([BIN, "run", "--config", str(job), "--set", "errors.on_error=stop"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    first_bad = min(bad_at)
+    assert f"stopped: {full}:{first_bad}: malformed JSON" in done.stderr
+    # it stopped there: only the good events before it were predicted
+    assert len(_read_jsonl(tmp_path / "predictions.jsonl")) == first_bad - 1
+
+
+def test_on_error_stop_learns_nothing_from_the_bad_record(tmp_path):
+    """A record that parses and is predicted, but whose update the learner refuses (a value so large
+    the norm of w would blow up): the run stops at it and the model is that of the events before."""
+    good = _binary_events(30, seed=2)
+    bad = {"id": "huge", "x": {"unseen": 1e200}, "label": True}  # margin 0: a violation, a giant step
+    lines = _jsonl(good[:14]) + _jsonl([bad]) + _jsonl(good[14:])
+    path = _write_lines(tmp_path / "events.jsonl", lines)
+    config = load_config(_job(tmp_path, path), ["errors.on_error=stop", "output.type=none"])
+    runner = build_runner(config)
+    runner.log = io.StringIO()
+    with pytest.raises(StopRun, match=rf"^{path}:15: "):
+        runner.run(FileSource(path))
+    before = PegasosClassifier(lambda_=0.01, fit_intercept=True)
+    for event in good[:14]:
+        before.learn_one(event["x"], event["label"])
+    assert runner.model.t == before.t == 14
+    assert runner.model.weights == before.weights
+    assert runner.model.intercept == before.intercept
+    assert vars(runner.model._platt) == vars(before._platt)
+    assert runner.stats.learned == 14
+
+
+def test_out_of_range_integer_is_rejected_and_the_run_goes_on(tmp_path):
+    """A JSON integer too large for a float must be a bad record like NaN, not crash the run."""
+    good = _jsonl(_binary_events(3, seed=3))
+    huge = b'{"id": "huge-int", "x": {"f1": 1' + b"0" * 400 + b'}, "label": true}'
+    path = _write_lines(tmp_path / "events.jsonl", [good[0], huge, good[1], good[2]])
+    config = load_config(_job(tmp_path, path), ["output.type=none", "errors.dead_letter.type=none",
+                                                 "source.max_bytes=100000"])
+    runner = _in_process(config)
+    assert runner.stats.rejected == 1
+    assert runner.stats.learned == 3
+    assert f"rejected {path}:2: " in runner.log.getvalue()
+
+
+# -- delayed labels ------------------------------------------------------------------------
+
+
+def _delayed_stream():
+    """Labeled events, unlabeled ones, and later label-only events (shuffled, some unmatched)."""
+    rng = random.Random(4)
+    events = _binary_events(60, seed=4)
+    stream, later = [], []
+    for event in events:
+        if rng.random() < 0.5:
+            stream.append({"id": event["id"], "x": event["x"]})  # predicted now, labelled later
+            later.append({"id": event["id"], "label": event["label"]})
+        else:
+            stream.append(event)
+        if later and rng.random() < 0.3:
+            stream.append(later.pop(rng.randrange(len(later))))
+    never = later.pop()  # one example never gets its label
+    rng.shuffle(later)
+    stream += later
+    stream.insert(10, {"id": "ghost-1", "label": True})  # labels of nothing
+    stream.append({"id": "ghost-2", "label": False})
+    stream.append(dict(later[0]))  # the same label twice: the second has nothing left to match
+    return stream, never
+
+
+def test_delayed_labels_learn_from_the_stored_features(tmp_path):
+    stream, never = _delayed_stream()
+    path = _write_lines(tmp_path / "events.jsonl", _jsonl(stream))
+    out = tmp_path / "predictions.jsonl"
+    config = load_config(None, [
+        "model.lambda_=0.01", "source.type=file", f"source.path={path}", "output.type=file", f"output.path={out}",
+    ])
+    runner = _in_process(config)
+
+    # the same learner, learning each pair when its label arrives, from the features it was predicted on
+    model = PegasosClassifier(lambda_=0.01)
+    waiting, predicted, learned_scores, learned_positives = {}, [], [], []
+    unmatched = 0
+    for event in stream:
+        if "x" in event:
+            score = model.decision_function_one(event["x"])
+            predicted.append((event["id"], score))
+            if "label" in event:
+                learned_scores.append(score)
+                learned_positives.append(event["label"])
+                model.learn_one(event["x"], event["label"])
+            else:
+                waiting[event["id"]] = (event["x"], score)
+        elif event["id"] in waiting:
+            x, score = waiting.pop(event["id"])
+            learned_scores.append(score)
+            learned_positives.append(event["label"])
+            model.learn_one(x, event["label"])
+        else:
+            unmatched += 1
+
+    assert unmatched == 3
+    assert list(waiting) == [never["id"]]
+    assert runner.model.t == model.t == len(learned_scores)
+    assert runner.model.weights == model.weights
+    assert vars(runner.model._platt) == vars(model._platt)
+    # every event with features predicted once, with the score of that moment
+    predictions = _read_jsonl(out)
+    assert [(p["id"], p["score"]) for p in predictions] == predicted
+    # the metrics count each example once, with the score it had when predicted
+    assert list(runner.report.scores) == learned_scores
+    assert list(runner.report.positives) == learned_positives
+    assert runner.pending.unmatched == 3
+    assert len(runner.pending) == 1 and runner.pending.dropped == runner.pending.expired == 0
+    assert runner.stats.learned == len(learned_scores) and runner.stats.rejected == 0
+
+
+def test_max_pending_drops_the_oldest(tmp_path, capsys):
+    events = _binary_events(5, seed=5, prefix="u")
+    stream = [{"id": e["id"], "x": e["x"]} for e in events] + [{"id": e["id"], "label": e["label"]} for e in events]
+    path = _write_lines(tmp_path / "events.jsonl", _jsonl(stream))
+    overrides = ["model.lambda_=0.01", "source.type=file", f"source.path={path}", "output.type=none",
+                 "delayed_labels.max_pending=3"]
+    runner = _in_process(load_config(None, overrides))
+    assert runner.pending.dropped == 2  # u0 and u1 made room for u3 and u4
+    assert runner.pending.unmatched == 2  # so their labels found nothing
+    assert runner.pending.expired == 0 and len(runner.pending) == 0
+    model = PegasosClassifier(lambda_=0.01)
+    for event in events[2:]:
+        model.learn_one(event["x"], event["label"])
+    assert runner.model.t == 3 and runner.model.weights == model.weights
+
+    # the command line reports the same counts
+    assert cli.main(["eval", "--json", "--config", str(_write_config(tmp_path / "job.yaml", {})),
+                     *sum((["--set", o] for o in overrides), [])]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["expired"], summary["unmatched_labels"], summary["learned"], summary["pending"]) == (2, 2, 3, 0)
+
+
+def test_max_age_expires_with_an_injected_clock():
+    config = load_config(None, ["model.lambda_=0.01", "output.type=none"])
+    runner = build_runner(config)
+    runner.log = io.StringIO()
+    now = [0.0]
+    runner.pending = PendingLabels(max_pending=100, max_age_seconds=10.0, clock=lambda: now[0])
+    events = {e["id"]: e for e in _binary_events(3, seed=6, prefix="m")}
+
+    def feed(at: float, obj: dict, line: int) -> None:
+        now[0] = at
+        runner.process(Record(json.dumps(obj).encode(), f"<test>:{line}"))
+
+    feed(0.0, {"id": "m0", "x": events["m0"]["x"]}, 1)
+    feed(4.0, {"id": "m1", "x": events["m1"]["x"]}, 2)
+    feed(6.0, {"id": "m2", "x": events["m2"]["x"]}, 3)
+    feed(10.0, {"id": "m0", "label": events["m0"]["label"]}, 4)  # exactly 10 s old: still waiting
+    assert runner.model.t == 1 and runner.pending.expired == 0
+    feed(15.0, {"id": "m2", "label": events["m2"]["label"]}, 5)  # m1 (4 s) is now too old; m2 (6 s) is not
+    assert runner.pending.expired == 1 and runner.model.t == 2
+    feed(15.0, {"id": "m1", "label": events["m1"]["label"]}, 6)  # too late
+    assert runner.pending.unmatched == 1 and runner.model.t == 2 and len(runner.pending) == 0
+    model = PegasosClassifier(lambda_=0.01)
+    for name in ("m0", "m2"):
+        model.learn_one(events[name]["x"], events[name]["label"])
+    assert runner.model.weights == model.weights
+    assert runner.stats.predicted == 3 and runner.stats.learned == 2 and runner.stats.rejected == 0
+
+
+# -- standard input, idle timeout and signals ----------------------------------------------
+
+
+def _kernel_events(n: int, seed: int = 7) -> list[dict]:
+    rng = random.Random(seed)
+    events = []
+    for i in range(n):
+        a, b = rng.uniform(-1, 1), rng.uniform(-1, 1)
+        events.append({"id": f"s{i}", "x": {"a": a, "b": b}, "label": a * a + b * b < 0.5})
+    return events
+
+
+def _read_lines(proc: subprocess.Popen, count: int, timeout: float) -> list[bytes]:
+    """``count`` lines from the process's stdout, without blocking past ``timeout``."""
+    fd = proc.stdout.fileno()
+    selector = selectors.DefaultSelector()
+    selector.register(fd, selectors.EVENT_READ)
+    data, deadline = b"", time.monotonic() + timeout
+    try:
+        while data.count(b"\n") < count:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                break
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        selector.close()
+    return data.splitlines()
+
+
+def _spawn(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([BIN, *args], cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def test_stdin_stops_by_itself_when_idle():
+    events = _kernel_events(40)
+    proc = _spawn("run", "--config", "configs/kernel-rbf.yaml", "--input", "-", "--stop-when-idle", "1")
+    try:
+        proc.stdin.write(b"\n".join(_jsonl(events)) + b"\n")
+        proc.stdin.flush()  # and the pipe stays open
+        lines = _read_lines(proc, len(events), timeout=30)
+        last_prediction = time.monotonic()
+        assert len(lines) == len(events)
+        proc.wait(timeout=15)
+        idle = time.monotonic() - last_prediction
+        assert proc.poll() == 0
+        assert not proc.stdin.closed  # it stopped by itself, not because the input ended
+        lines += proc.stdout.read().splitlines()
+        stderr = proc.stderr.read().decode()
+    finally:
+        proc.stdin.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert 0.9 <= idle <= 5.0, idle
+    predictions = [json.loads(line) for line in lines]
+    assert [p["id"] for p in predictions] == [e["id"] for e in events]  # each exactly once, in order
+    for p in predictions:
+        assert set(p) == {"id", "score", "proba", "label"}
+        assert 0.0 < p["proba"] < 1.0 and p["label"] == (p["score"] > 0)
+    assert "no event for 1 s: stopping" in stderr
+    summary = _summary(stderr)
+    assert summary["events"] == summary["learned"] == summary["t"] == len(events)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_stops_a_run_waiting_on_open_stdin(sig):
+    events = _kernel_events(2)
+    proc = _spawn("run", "--config", "configs/kernel-rbf.yaml", "--input", "-")
+    try:
+        proc.stdin.write(b"\n".join(_jsonl(events)) + b"\n")
+        proc.stdin.flush()
+        lines = _read_lines(proc, 2, timeout=30)  # the runner is in its loop, waiting for more
+        assert [json.loads(line)["id"] for line in lines] == ["s0", "s1"]
+        signalled = time.monotonic()
+        proc.send_signal(sig)
+        returncode = proc.wait(timeout=10)
+        elapsed = time.monotonic() - signalled
+        stderr = proc.stderr.read().decode()
+    finally:
+        proc.stdin.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert returncode == 0, stderr
+    assert elapsed < 5.0
+    assert "Traceback" not in stderr
+    summary = _summary(stderr)
+    assert summary["events"] == 2 and summary["t"] == 2
+
+
+# -- svmlight replay -----------------------------------------------------------------------
+
+
+def _svmlight_pairs(n: int, seed: int = 8):
+    rng = random.Random(seed)
+    truth = [rng.uniform(-1, 1) for _ in range(30)]
+    pairs, lines = [], []
+    for i in range(n):
+        indices = sorted(rng.sample(range(1, 31), 6))
+        x = {str(j): rng.uniform(-2, 2) for j in indices}
+        y = sum(truth[int(j) - 1] * v for j, v in x.items()) > 0
+        pairs.append((x, y))
+        label = rng.choice(["+1", "1"]) if y else rng.choice(["-1", "0"])
+        tokens = [label]
+        if i % 7 == 0:
+            tokens.append(f"qid:{i // 7}")
+        tokens += [f"{j}:{v!r}" for j, v in x.items()]
+        line = " ".join(tokens)
+        if i % 5 == 0:
+            line += f" # example {i}"
+        lines.append(line)
+    return pairs, lines
+
+
+def test_svmlight_replay_matches_learning_the_pairs(tmp_path, monkeypatch, capsys):
+    pairs, lines = _svmlight_pairs(300)
+    with gzip.open(tmp_path / "train.svm.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    monkeypatch.chdir(tmp_path)  # --input is relative to the working directory
+    dead = tmp_path / "rejected.jsonl"
+    args = ["--config", str(ROOT / "configs" / "replay-svmlight.yaml"), "--input", "train.svm.gz",
+            "--set", f"errors.dead_letter.path={dead}"]
+    assert cli.main(["eval", "--json", *args]) == 0
+    report = json.loads(capsys.readouterr().out)
+
+    model = PegasosClassifier(lambda_=1e-4)
+    scores, positives = [], []
+    for x, y in pairs:
+        scores.append(model.decision_function_one(x))
+        positives.append(y)
+        model.learn_one(x, y)
+    tp = sum(p and s > 0 for s, p in zip(scores, positives))
+    fp = sum(not p and s > 0 for s, p in zip(scores, positives))
+    tn = sum(not p and s <= 0 for s, p in zip(scores, positives))
+    fn = sum(p and s <= 0 for s, p in zip(scores, positives))
+    assert report["n"] == report["t"] == len(pairs) and report["rejected"] == 0
+    assert report["accuracy"] == (tp + tn) / len(pairs)
+    assert report["f1"] == _f1(tp, fp, fn)
+    assert report["roc_auc"] == _pairwise_auc(scores, positives)
+    assert not dead.exists() or dead.read_text() == ""
+
+    config = load_config(ROOT / "configs" / "replay-svmlight.yaml",
+                         ["source.type=file", "source.path=train.svm.gz", "errors.dead_letter.type=none"])
+    runner = _in_process(config)
+    assert runner.model.weights == model.weights and runner.model.t == model.t
+
+
+# -- --max-events and --output --------------------------------------------------------------
+
+
+def test_max_events_and_output_file(tmp_path, capsys):
+    out = tmp_path / "predictions.jsonl"
+    assert cli.main(["run", "--config", str(SPAM_CONFIG), "--max-events", "25", "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""  # predictions went to the file
+    summary = _summary(captured.err)
+    assert summary["events"] == summary["t"] == 25
+    predictions = _read_jsonl(out)
+    assert len(predictions) == 25
+    rows, _ = _spam_prequential()
+    assert [p["id"] for p in predictions] == [row[0] for row in rows[:25]]
+    assert [p["score"] for p in predictions] == [row[1] for row in rows[:25]]
+    for p in predictions:
+        assert set(p) == {"id", "score", "proba", "label"}
+        assert isinstance(p["label"], bool)
+        assert 0.0 < p["proba"] < 1.0
+        assert p["label"] == (p["score"] > 0)
+
+
+def test_eval_max_events_one_with_output_file(tmp_path, capsys):
+    out = tmp_path / "predictions.jsonl"
+    assert cli.main(["eval", "--json", "--max-events", "1", "--output", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["events"] == 1
+    assert len(_read_jsonl(out)) == 1
+
+
+# -- multiclass ----------------------------------------------------------------------------
+
+
+def test_multiclass_config_runs_and_reports_accuracy(tmp_path, capsys):
+    rng = random.Random(9)
+    centres = {"red": (2.0, 0.0), "green": (-1.0, 1.7), "blue": (-1.0, -1.7)}
+    events = []
+    for i in range(300):
+        label = rng.choice(sorted(centres))
+        cx, cy = centres[label]
+        events.append({"id": i, "x": {"a": cx + rng.gauss(0, 0.5), "b": cy + rng.gauss(0, 0.5), "bias": 1.0},
+                       "label": label})
+    _write_lines(tmp_path / "colours.jsonl", _jsonl(events))
+    job = _write_config(tmp_path / "multiclass.yaml", {
+        "model": {"kind": "multiclass", "lambda_": 0.01},
+        "features": {"type": "dict"},
+        "source": {"type": "file", "path": "colours.jsonl"},
+    })
+    assert cli.main(["eval", "--json", "--config", str(job)]) == 0
+    report = json.loads(capsys.readouterr().out)
+
+    model = PegasosMulticlass(lambda_=0.01)
+    correct = 0
+    for event in events:
+        correct += model.predict_one(event["x"]) == event["label"]
+        model.learn_one(event["x"], event["label"])
+    assert report["n"] == report["t"] == 300 and report["rejected"] == 0
+    assert report["accuracy"] == correct / 300
+    assert report["accuracy"] > 0.85
+
+    out = tmp_path / "predictions.jsonl"
+    assert cli.main(["run", "--config", str(job), "--output", str(out), "--max-events", "100"]) == 0
+    capsys.readouterr()
+    predictions = _read_jsonl(out)
+    assert len(predictions) == 100
+    assert predictions[0]["label"] is None  # no class known yet
+    assert {p["label"] for p in predictions[1:]} <= set(centres)
+    assert all(0.0 <= p["proba"] <= 1.0 for p in predictions)
+    late_hits = sum(p["label"] == events[p["id"]]["label"] for p in predictions[50:])
+    assert late_hits >= 40  # the predictions written are those of a learner that learns
+
+
+def test_rejections_go_to_the_current_stderr(tmp_path, monkeypatch):
+    """The runner's log must follow ``sys.stderr`` as it is when the run starts (as the summary does),
+    not the object bound when the module was imported."""
+    import contextlib
+
+    path = _write_lines(tmp_path / "events.jsonl", [b'{"x": {"a": 1}, "label": true}', b"not json"])
+    monkeypatch.chdir(tmp_path)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["run", "--config", str(_write_config(tmp_path / "job.yaml", {})), "--input", path.name,
+                         "--output", str(tmp_path / "out.jsonl")]) == 0
+    assert _summary(err.getvalue())["rejected"] == 1  # the summary follows sys.stderr ...
+    assert "rejected events.jsonl:2: malformed JSON" in err.getvalue()  # ... and so must the rejections
