@@ -70,12 +70,12 @@ def _plot(report, path: str) -> None:
         raise SystemExit("--plot needs matplotlib: pip install 'pegasos-stream[plot]'") from None
     errors = [(score > 0.0) != positive for score, positive in zip(report.scores, report.positives)]
     cumulative, recent, window = [], [], 500
-    total = 0
+    total = in_window = 0
     for i, error in enumerate(errors):
         total += error
+        in_window += error - (errors[i - window] if i >= window else 0)
         cumulative.append(total / (i + 1))
-        start = max(0, i + 1 - window)
-        recent.append(sum(errors[start : i + 1]) / (i + 1 - start))
+        recent.append(in_window / min(i + 1, window))
     figure, axes = plt.subplots(figsize=(8, 4))
     axes.plot(cumulative, label="cumulative error")
     axes.plot(recent, label=f"error over the last {window}", alpha=0.7)

@@ -683,3 +683,11 @@ def test_rejections_go_to_the_current_stderr(tmp_path, monkeypatch):
                          "--output", str(tmp_path / "out.jsonl")]) == 0
     assert _summary(err.getvalue())["rejected"] == 1  # the summary follows sys.stderr ...
     assert "rejected events.jsonl:2: malformed JSON" in err.getvalue()  # ... and so must the rejections
+
+
+def test_eval_plot_writes_a_learning_curve(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "curve.png"
+    assert cli.main(["eval", "--json", "--max-events", "120", "--plot", str(png)]) == 0
+    assert json.loads(capsys.readouterr().out)["n"] == 120
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
