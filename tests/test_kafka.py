@@ -1,0 +1,229 @@
+"""KafkaSource and KafkaSink against a real broker (tansu, see conftest): no mocks.
+
+Every wait is bounded; a consumer-group join takes about 3 s with these settings.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from pegasos_stream.events import BadRecord, EventParser, Record
+from pegasos_stream.kafka import KafkaSink, KafkaSource
+
+GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+
+
+def _source(address: str, topic: str, group: str | None = None) -> KafkaSource:
+    return KafkaSource(address, [topic], group or f"group-{uuid.uuid4().hex[:8]}", consumer=GROUP_SETTINGS)
+
+
+def _take(items: Iterator[Record | None], count: int, timeout: float = 20.0) -> list[Record]:
+    """The next ``count`` records, past any idle ticks."""
+    records: list[Record] = []
+    deadline = time.monotonic() + timeout
+    while len(records) < count:
+        assert time.monotonic() < deadline, f"only {len(records)} of {count} records within {timeout:g} s"
+        item = next(items)
+        if item is not None:
+            records.append(item)
+    return records
+
+
+def _idle(items: Iterator[Record | None], ticks: int, timeout: float = 10.0) -> list[Record]:
+    """Records met while waiting for ``ticks`` idle ticks in a row."""
+    records: list[Record] = []
+    quiet = 0
+    deadline = time.monotonic() + timeout
+    while quiet < ticks:
+        assert time.monotonic() < deadline, f"no {ticks} idle ticks in a row within {timeout:g} s"
+        item = next(items)
+        if item is None:
+            quiet += 1
+        else:
+            records.append(item)
+            quiet = 0
+    return records
+
+
+def _events(partition: int, count: int) -> list[bytes | None]:
+    """JSON events, with malformed bytes and a tombstone among them."""
+    values: list[bytes | None] = [
+        json.dumps({"id": f"p{partition}-{i}", "x": {"f": i}, "label": i % 2 == 0}).encode() for i in range(count)
+    ]
+    values[3] = b'{"id": "broken", "x": '
+    values[5] = b"\xff\xfe not utf-8"
+    values[7] = None
+    return values
+
+
+def test_every_message_once_in_order_then_a_second_consumer_continues(kafka_broker, kafka_topic, produce):
+    topic = kafka_topic(2)
+    sent = {0: _events(0, 12), 1: _events(1, 9)}
+    for partition, values in sent.items():
+        produce(kafka_broker, topic, values, partition=partition)
+    group = f"group-{uuid.uuid4().hex[:8]}"
+
+    first = _source(kafka_broker, topic, group)
+    before = _take(iter(first), 13)  # stops in the middle of a poll's batch
+    first.commit()
+    first.close()
+    more = [json.dumps({"id": f"late-{i}", "x": {"f": i}}).encode() for i in range(3)]
+    produce(kafka_broker, topic, more, partition=1)
+    sent[1] += more
+
+    second = _source(kafka_broker, topic, group)
+    items = iter(second)
+    after = _take(items, 12 + 9 + 3 - 13)
+    assert _idle(items, 2) == []
+    assert second.lag() == 0
+    second.close()
+
+    records = before + after
+    cursors = [record.cursor for record in records]
+    assert len(set(cursors)) == len(cursors), "a message was yielded twice"
+    for partition, values in sent.items():
+        mine = [record for record in records if record.cursor[1] == partition]
+        assert [record.cursor for record in mine] == [(topic, partition, offset) for offset in range(len(values))]
+        assert [record.position for record in mine] == [f"{topic}/{partition}/{o}" for o in range(len(values))]
+        assert [record.value for record in mine] == [value or b"" for value in values]
+
+    parser = EventParser()
+    assert parser.parse(records[0]).id in ("p0-0", "p1-0")
+    malformed = next(record for record in records if record.cursor[1:] == (0, 5))
+    with pytest.raises(BadRecord, match=f"^{topic}/0/5: invalid UTF-8"):
+        parser.parse(malformed)
+
+
+def test_seek_resumes_from_stored_offsets(kafka_broker, kafka_topic, produce):
+    topic = kafka_topic(2)
+    for partition in (0, 1):
+        produce(kafka_broker, topic, [f"{partition}:{i}".encode() for i in range(10)], partition=partition)
+    source = _source(kafka_broker, topic)
+    source.seek({(topic, 0): 7, (topic, 1): 3})  # before the assignment: applied when it comes
+    items = iter(source)
+    records = _take(items, 3 + 7)
+    assert _idle(items, 1) == []
+    source.close()
+    assert sorted(record.cursor for record in records) == [(topic, 0, o) for o in range(7, 10)] + [
+        (topic, 1, o) for o in range(3, 10)
+    ]
+
+
+def test_lag_counts_what_is_left_and_reaches_zero(kafka_broker, kafka_topic, produce):
+    topic = kafka_topic(1)
+    produce(kafka_broker, topic, [b"{}"] * 20)
+    source = _source(kafka_broker, topic)
+    items = iter(source)
+    lags = []
+    for _ in range(20):
+        _take(items, 1)
+        lags.append(source.lag())
+    assert all(isinstance(lag, int) and lag >= 0 for lag in lags)
+    assert lags == list(range(19, -1, -1))
+    assert _idle(items, 1) == []
+    assert source.lag() == 0
+    source.close()
+
+
+def test_a_rebalance_calls_on_revoke_and_commits_what_was_yielded(kafka_broker, kafka_topic, produce):
+    topic = kafka_topic(2)
+    for partition in (0, 1):
+        produce(kafka_broker, topic, [b"old"] * 5, partition=partition)
+    group = f"group-{uuid.uuid4().hex[:8]}"
+    first = _source(kafka_broker, topic, group)
+    revoked: list[set[tuple[str, int]]] = []
+
+    def on_revoke(partitions: set[tuple[str, int]]) -> None:
+        revoked.append(partitions)
+        first.commit()  # allowed in the hook, though the source commits after it anyway
+
+    first.on_revoke = on_revoke
+    first_items = iter(first)
+    _take(first_items, 10)
+
+    second = _source(kafka_broker, topic, group)
+    second_items = iter(second)
+    seen: list[Record] = []
+    deadline = time.monotonic() + 25
+    while not (revoked and first.lag() is not None and second.lag() is not None):
+        assert time.monotonic() < deadline, "the group did not rebalance"
+        seen += [item for item in (next(first_items), next(second_items)) if item is not None]
+    assert revoked and revoked[0] == {(topic, 0), (topic, 1)}
+    assert seen == [], "records committed on revoke were delivered again"
+
+    for partition in (0, 1):
+        produce(kafka_broker, topic, [b"new"] * 2, partition=partition)
+    deadline = time.monotonic() + 15
+    while len(seen) < 4:
+        assert time.monotonic() < deadline, f"only {len(seen)} of 4 new records"
+        seen += [item for item in (next(first_items), next(second_items)) if item is not None]
+    assert sorted(record.cursor for record in seen) == [(topic, p, o) for p in (0, 1) for o in (5, 6)]
+    first.close()
+    second.close()
+
+
+def test_sink_round_trips_json_to_a_topic(kafka_broker, kafka_topic):
+    topic = kafka_topic(1)
+    predictions = [
+        {"id": 1, "score": 0.25, "prediction": False},
+        {"id": "mail-7", "score": 1.5, "prediction": True},
+        {"score": -0.5, "prediction": False},
+    ]
+    sink = KafkaSink(kafka_broker, topic)
+    for prediction in predictions:
+        sink.emit(prediction)
+    sink.flush()
+    sink.close()
+
+    consumer = KafkaConsumer(bootstrap_servers=kafka_broker, enable_auto_commit=False)
+    partition = TopicPartition(topic, 0)
+    consumer.assign([partition])
+    consumer.seek(partition, 0)
+    messages = []
+    deadline = time.monotonic() + 10
+    while len(messages) < len(predictions) and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            messages += batch
+    consumer.close()
+    assert [json.loads(message.value) for message in messages] == predictions
+    assert [message.key for message in messages] == [b"1", b"mail-7", None]
+
+
+def test_a_broker_outage_gives_idle_ticks_then_recovers(own_kafka_broker, create_topic, produce, capsys):
+    broker = own_kafka_broker
+    create_topic(broker.address, "events")
+    produce(broker.address, "events", [b"before-%d" % i for i in range(5)])
+    source = _source(broker.address, "events")
+    items = iter(source)
+    assert [record.value for record in _take(items, 5)] == [b"before-%d" % i for i in range(5)]
+
+    broker.stop()
+    assert _idle(items, 4) == []
+    started = time.monotonic()
+    source.commit()  # the 5 records yielded are still to commit: it fails, boundedly
+    assert time.monotonic() - started < 8
+    err = capsys.readouterr().err
+    assert "is unreachable" in err
+    assert "could not commit offsets events/0:5" in err
+
+    broker.start()  # same port, empty memory storage
+    create_topic(broker.address, "events")
+    produce(broker.address, "events", [b"after-%d" % i for i in range(3)])
+    after = _take(items, 3, timeout=25)
+    assert [record.value for record in after] == [b"after-0", b"after-1", b"after-2"]
+    assert [record.position for record in after] == ["events/0/0", "events/0/1", "events/0/2"]
+    assert "is reachable again" in capsys.readouterr().err
+    source.close()
+
+
+def test_settings_the_source_owns_are_refused():
+    with pytest.raises(ValueError, match="enable_auto_commit"):
+        KafkaSource("127.0.0.1:9", ["t"], "g", consumer={"enable_auto_commit": True})
+    with pytest.raises(ValueError, match="start"):
+        KafkaSource("127.0.0.1:9", ["t"], "g", start="middle")
