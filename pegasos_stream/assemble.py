@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .config import LEARNERS
+from .checkpoint import Checkpoints
+from .config import LEARNERS, config_hash
 from .evaluation import BinaryReport, MulticlassReport
 from .events import EventParser
 from .features import EmailFeatures
@@ -11,7 +12,7 @@ from .runner import Runner
 from .sinks import JsonLinesSink, NullSink, Sink
 from .sources import FileSource, Source, StdinSource
 
-__all__ = ["build_model", "build_runner", "build_source"]
+__all__ = ["build_checkpoints", "build_model", "build_runner", "build_source"]
 
 #: Scores kept for the ROC AUC of a long-running job's statistics.
 RECENT_SCORES = 10_000
@@ -27,15 +28,17 @@ def build_features(config: dict) -> EmailFeatures | None:
     return EmailFeatures(**params) if config["features"]["type"] == "email" else None
 
 
-def build_source(config: dict) -> Source:
+def build_source(config: dict, position: dict | None = None) -> Source:
+    """The configured source, resumed at ``position`` (a checkpoint's) when given."""
     source = config["source"]
+    position = position or {}
     if source["type"] == "file":
-        return FileSource(source["path"])
+        return FileSource(source["path"], position.get("offset", 0), position.get("line", 0))
     if source["type"] == "stdin":
-        return StdinSource(poll_seconds=source["poll_seconds"])
+        return StdinSource(poll_seconds=source["poll_seconds"], skip=position.get("line", 0))
     from .kafka import KafkaSource
 
-    return KafkaSource(
+    kafka = KafkaSource(
         bootstrap_servers=source["bootstrap_servers"],
         topics=source["topics"],
         group_id=source["group_id"],
@@ -43,6 +46,18 @@ def build_source(config: dict) -> Source:
         consumer=source["consumer"],
         poll_seconds=source["poll_seconds"],
     )
+    if position.get("offsets"):
+        kafka.seek({(topic, partition): offset for topic, partition, offset in position["offsets"]})
+    return kafka
+
+
+def build_checkpoints(config: dict) -> Checkpoints | None:
+    """The configured checkpoints (None without ``checkpoint.dir``)."""
+    section = config["checkpoint"]
+    if not section["dir"]:
+        return None
+    manifest = {"config": config, "config_sha256": config_hash(config)}
+    return Checkpoints(section["dir"], section["every_events"], section["every_seconds"], section["keep"], manifest)
 
 
 def _sink(kind: str, section: dict) -> Sink:

@@ -9,8 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from .assemble import build_runner, build_source
-from .config import ConfigError, load_config
+from .assemble import build_checkpoints, build_runner, build_source
+from .checkpoint import CheckpointError, describe, latest_valid
+from .config import ConfigError, config_hash, load_config
 from .runner import StopRun
 from .sources import Source
 
@@ -87,6 +88,38 @@ def _plot(report, path: str) -> None:
     figure.savefig(path, dpi=120)
 
 
+def _resume(config: dict) -> tuple[dict, dict] | None:
+    """(state, manifest) of the newest valid checkpoint of the configured directory, or None."""
+    directory = config["checkpoint"]["dir"]
+    if not directory:
+        raise ConfigError("--resume needs checkpoint.dir in the configuration")
+    found = latest_valid(directory, report=lambda message: print(message, file=sys.stderr))
+    if found is None:
+        print(f"no checkpoint in {directory}: starting from the beginning", file=sys.stderr)
+        return None
+    path, state, manifest = found
+    if manifest.get("config_sha256") != config_hash(config):
+        print(f"warning: {path} was written with another configuration", file=sys.stderr)
+    if config["source"]["type"] == "stdin":
+        print(f"standard input cannot be re-read: skipping its first {manifest['source']['line']} lines", file=sys.stderr)
+    print(f"resuming from {path} (t={state['model'].t}, {manifest['events']} events)", file=sys.stderr)
+    return state, manifest
+
+
+def _command_inspect(args: argparse.Namespace) -> int:
+    try:
+        summary = describe(args.path)
+    except CheckpointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for key, value in summary.items():
+            print(f"{key:>16}: {value}")
+    return 0
+
+
 def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     config_path = args.config or (DEFAULT_CONFIG if evaluate else None)
     if config_path is None:
@@ -95,11 +128,17 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     if evaluate and args.output is None:
         overrides.insert(0, "output.type=none")
     config = load_config(config_path, overrides)
-    runner = build_runner(config, exact_auc=True if evaluate else None)
-    source = build_source(config)
+    checkpoints = None if evaluate else build_checkpoints(config)
+    resumed = _resume(config) if not evaluate and args.resume else None
+    runner = build_runner(config, model=resumed and resumed[0]["model"], exact_auc=True if evaluate else None)
+    if resumed:
+        runner.restore(resumed[0]["runner"])
+    source = build_source(config, resumed and resumed[1]["source"])
     progress = ProgressBar() if evaluate else None
     try:
-        stats = runner.run(source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress)
+        stats = runner.run(
+            source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress, checkpoints
+        )
     except StopRun as error:
         print(f"stopped: {error}", file=sys.stderr)
         return 1
@@ -142,11 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--max-events", type=int, help="stop after this many events")
     common.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="stop once no event came for this long")
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a configuration key")
-    commands.add_parser("run", parents=[common], help="predict and learn on a stream until it ends or a signal")
+    run = commands.add_parser("run", parents=[common], help="predict and learn on a stream until it ends or a signal")
+    run.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint")
     evaluate = commands.add_parser("eval", parents=[common], help="replay a labelled log prequentially")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     evaluate.add_argument("--plot", metavar="PNG", help="write a learning curve")
+    inspect = commands.add_parser("inspect", help="summarise a checkpoint (a file, or a directory's newest)")
+    inspect.add_argument("path")
+    inspect.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     args = parser.parse_args(argv)
+    if args.command == "inspect":
+        return _command_inspect(args)
     try:
         return _command_run(args, evaluate=args.command == "eval")
     except ConfigError as error:

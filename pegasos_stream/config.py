@@ -130,6 +130,12 @@ SCHEMA: dict = {
         "max_events": _integer(None, 0),
         "stop_when_idle": _number(None),
     },
+    "checkpoint": {
+        "dir": _text(None, "a directory path"),
+        "every_events": _integer(None),
+        "every_seconds": _number(None),
+        "keep": _integer(3),
+    },
 }
 
 #: Keys whose schema is the constructor of the class they configure.
@@ -288,7 +294,7 @@ def load_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
 
 
 #: The file paths a configuration may hold; relative ones are relative to the configuration file.
-_PATH_KEYS = (("source", "path"), ("output", "path"), ("errors", "dead_letter", "path"))
+_PATH_KEYS = (("source", "path"), ("output", "path"), ("errors", "dead_letter", "path"), ("checkpoint", "dir"))
 
 
 def _resolve_paths(raw: dict, base: Path) -> None:
@@ -301,6 +307,8 @@ def _resolve_paths(raw: dict, base: Path) -> None:
 
 
 def config_hash(config: dict) -> str:
-    """SHA-256 of the configuration's canonical JSON form."""
-    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    """SHA-256 of the configuration's canonical JSON form, less the ``run`` section (how long
+    this particular run goes on does not change the job)."""
+    job = {section: value for section, value in config.items() if section != "run"}
+    canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

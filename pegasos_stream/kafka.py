@@ -94,6 +94,7 @@ class KafkaSource:
         self._unyielded = 0  # records of the last poll not yielded yet
         self._committed: dict[TopicPartition, int] = {}
         self._seeks: dict[TopicPartition, int] = {}
+        self._resumed: dict[Partition, int] = {}  # offsets given to seek(), until records pass them
         self._listener_thread: int | None = None
         self._reachable = True
         self._closed = False
@@ -159,8 +160,16 @@ class KafkaSource:
     def seek(self, offsets: Mapping[Partition, int]) -> None:
         """Resume partitions at stored offsets ({(topic, partition): next offset}), now for those
         assigned and at their assignment for the others."""
+        self._resumed.update(offsets)
         self._seeks.update({TopicPartition(topic, partition): offset for (topic, partition), offset in offsets.items()})
         self._apply_seeks(self._consumer.assignment())
+
+    def position(self) -> dict:
+        """{"offsets": [[topic, partition, next offset], ...]}: where a resumed run starts, covering
+        every record yielded so far and the partitions resumed but not read from since."""
+        offsets = dict(self._resumed)
+        offsets.update({(tp.topic, tp.partition): offset for tp, offset in self._offsets.items()})
+        return {"offsets": [[topic, partition, offset] for (topic, partition), offset in sorted(offsets.items())]}
 
     def lag(self) -> int | None:
         """Records waiting in the assigned partitions after the last one yielded, when known."""

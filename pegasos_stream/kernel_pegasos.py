@@ -13,12 +13,13 @@ from .budget import check_maintenance, maintain
 from .calibration import OnlinePlatt, PlattScaledMargin
 from .inputs import binary_sign, check_lambda, check_sample_weight, reject_features
 from .kernels import make_kernel
+from .saving import Saveable
 from .svstore import SupportVectorStore
 
 __all__ = ["KernelPegasosClassifier"]
 
 
-class KernelPegasosClassifier(PlattScaledMargin, base.Classifier):
+class KernelPegasosClassifier(PlattScaledMargin, Saveable, base.Classifier):
     """Binary kernel SVM trained by kernelized Pegasos, within a budget of support vectors.
 
     Each support vector j keeps a count β_j of the margin violations it caused, and

@@ -19,6 +19,7 @@ from .inputs import (
     check_sample_weight,
     reject_features,
 )
+from .saving import Saveable
 from .weights import WeightVector, sparse_dot
 
 __all__ = ["PegasosClassifier"]
@@ -27,7 +28,7 @@ __all__ = ["PegasosClassifier"]
 MAX_NORM = 1e140
 
 
-class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
+class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
     """Binary linear SVM trained by Pegasos, with lazily scaled sparse weights.
 
     At global step t (counting from 1), with η = 1/(λ·t), the example (x, y), y ∈ {-1, +1}, moves the

@@ -10,12 +10,13 @@ from river import base
 
 from .inputs import check_horizon, check_lambda, check_sample_weight, reject_features
 from .linear import MAX_NORM
+from .saving import Saveable
 from .weights import SharedScaleWeights
 
 __all__ = ["PegasosMulticlass"]
 
 
-class PegasosMulticlass(base.Classifier):
+class PegasosMulticlass(Saveable, base.Classifier):
     """Multiclass linear SVM (Crammer & Singer) trained by Pegasos.
 
     Each class k has weights w_k and the score s_k(x) = ⟨w_k, x⟩ + b_k. At step t, with

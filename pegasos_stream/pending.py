@@ -29,7 +29,7 @@ class PendingLabels:
     def __init__(self, max_pending: int, max_age_seconds: float, clock: Callable[[], float] = time.monotonic):
         self.max_pending = max_pending
         self.max_age_seconds = max_age_seconds
-        self._clock = clock
+        self.clock = clock
         self._waiting: OrderedDict[Hashable, Pending] = OrderedDict()
         self.dropped = 0
         self.expired = 0
@@ -41,10 +41,18 @@ class PendingLabels:
     def add(self, event_id: Hashable, x: dict, score: float) -> None:
         """Keep x until its label comes; a repeated id replaces the earlier example."""
         self._waiting.pop(event_id, None)
-        self._waiting[event_id] = Pending(x, score, self._clock())
+        self._waiting[event_id] = Pending(x, score, self.clock())
         while len(self._waiting) > self.max_pending:
             self._waiting.popitem(last=False)
             self.dropped += 1
+
+    def items(self):
+        """(id, Pending) pairs, oldest first."""
+        return self._waiting.items()
+
+    def restore(self, event_id: Hashable, x: dict, score: float, arrived: float) -> None:
+        """Put back an example saved by a checkpoint, keeping the order of arrival."""
+        self._waiting[event_id] = Pending(x, score, arrived)
 
     def take(self, event_id: Hashable) -> Pending | None:
         """The example waiting under this id, removed; None (counted as unmatched) if there is none."""
@@ -56,7 +64,7 @@ class PendingLabels:
 
     def expire(self) -> None:
         """Forget the examples that waited longer than ``max_age_seconds``."""
-        limit = self._clock() - self.max_age_seconds
+        limit = self.clock() - self.max_age_seconds
         while self._waiting:
             oldest = next(iter(self._waiting.values()))
             if oldest.arrived >= limit:

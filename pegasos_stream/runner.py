@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import signal
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from river import base
 
@@ -19,6 +21,9 @@ from .inputs import binary_sign
 from .pending import PendingLabels
 from .sinks import Sink, dead_letter
 from .sources import Source
+
+if TYPE_CHECKING:
+    from .checkpoint import Checkpoints
 
 __all__ = ["Runner", "RunStats", "StopRun"]
 
@@ -96,6 +101,7 @@ class Runner:
         self.stats = RunStats()
         self._binary = not model._multiclass
         self._stop_requested = False
+        self._lock = threading.Lock()  # one record, or one checkpoint, at a time
 
     # -- one record ------------------------------------------------------------------------
 
@@ -175,6 +181,36 @@ class Runner:
 
     # -- the loop --------------------------------------------------------------------------
 
+    # -- state for checkpoints -------------------------------------------------------------
+
+    def snapshot(self) -> dict:
+        """Everything besides the learner that the next update or report depends on."""
+        now = self.pending.clock()
+        report = self.report
+        return {
+            "counts": [self.stats.events, self.stats.predicted, self.stats.learned, self.stats.rejected],
+            "pending": [[key, p.x, p.score, now - p.arrived] for key, p in self.pending.items()],
+            "pending_counts": [self.pending.dropped, self.pending.expired, self.pending.unmatched],
+            "report": {
+                name: list(value) if isinstance(value, deque) else value
+                for name, value in vars(report).items()
+                if name != "window"
+            },
+        }
+
+    def restore(self, snapshot: dict) -> None:
+        """Take up the state of ``snapshot`` (from a checkpoint of the same configuration)."""
+        self.stats.events, self.stats.predicted, self.stats.learned, self.stats.rejected = snapshot["counts"]
+        now = self.pending.clock()
+        for key, x, score, age in snapshot["pending"]:
+            self.pending.restore(key, x, score, now - age)
+        self.pending.dropped, self.pending.expired, self.pending.unmatched = snapshot["pending_counts"]
+        for name, value in snapshot["report"].items():
+            if name in ("scores", "positives"):
+                getattr(self.report, name).extend(value)
+            else:
+                setattr(self.report, name, value)
+
     def request_stop(self, *_: object) -> None:
         """Finish the current record, then stop (installed for SIGTERM and SIGINT)."""
         self._stop_requested = True
@@ -185,20 +221,33 @@ class Runner:
         max_events: int | None = None,
         stop_when_idle: float | None = None,
         on_progress: Callable[[Source], None] | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> RunStats:
-        """Consume ``source`` until it ends, ``max_events`` records, an idle period or a signal."""
+        """Consume ``source`` until it ends, ``max_events`` records, an idle period or a signal.
+
+        With ``checkpoints``, a checkpoint is written when one is due, when partitions are revoked
+        and at the end; the source's offsets are committed only once a checkpoint covers them.
+        """
         previous = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         last_event = last_stats = time.monotonic()
+        if checkpoints is not None:
+            checkpoints.mark(self.stats.events)
+            if hasattr(source, "on_revoke"):
+                source.on_revoke = lambda partitions: self._checkpoint(checkpoints, source)
         try:
             for record in source:
                 now = time.monotonic()
                 if record is not None:
-                    self.process(record)
+                    with self._lock:
+                        self.process(record)
                     last_event = now
+                    if checkpoints is not None and checkpoints.due(self.stats.events):
+                        self._checkpoint(checkpoints, source)
                 if now - last_stats >= self.stats_every_seconds:
                     self._print_stats(source)
                     self.sink.flush()
-                    source.commit()
+                    if checkpoints is None:
+                        source.commit()
                     last_stats = now
                 if on_progress is not None and record is not None:
                     on_progress(source)
@@ -210,11 +259,24 @@ class Runner:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            self.sink.flush()
-            if self.dead_letters is not None:
-                self.dead_letters.flush()
-            source.commit()
+            if checkpoints is not None:
+                self._checkpoint(checkpoints, source)
+            else:
+                self._flush_outputs()
+                source.commit()
         return self.stats
+
+    def _flush_outputs(self) -> None:
+        self.sink.flush()
+        if self.dead_letters is not None:
+            self.dead_letters.flush()
+
+    def _checkpoint(self, checkpoints: Checkpoints, source: Source) -> None:
+        """Flush the outputs, write a checkpoint of everything processed, then commit the source."""
+        with self._lock:
+            self._flush_outputs()
+            checkpoints.write(self.model, self.snapshot(), source.position())
+        source.commit()
 
     def _print_stats(self, source: Source) -> None:
         summary = self.report.summary()

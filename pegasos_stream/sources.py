@@ -37,6 +37,10 @@ class Source(Protocol):
         """Records waiting upstream (Kafka consumer lag), when known."""
         ...
 
+    def position(self) -> dict:
+        """Where a resumed run starts: everything yielded so far counts as read."""
+        ...
+
 
 class FileSource:
     """JSON lines or svmlight lines from a file; gzip when the name ends in ``.gz``.
@@ -76,15 +80,23 @@ class FileSource:
     def lag(self) -> None:
         return None
 
+    def position(self) -> dict:
+        return {"offset": self.offset, "line": self.line}
+
 
 class StdinSource:
-    """Lines from standard input, with idle ticks: reads the descriptor as data arrives."""
+    """Lines from standard input, with idle ticks: reads the descriptor as data arrives.
+
+    Standard input cannot be re-read: a resumed run skips the first ``skip`` lines instead, which
+    is exact only when the same stream is fed again from its start.
+    """
 
     name = "<stdin>"
 
-    def __init__(self, poll_seconds: float = 0.5, stream: BinaryIO | None = None) -> None:
+    def __init__(self, poll_seconds: float = 0.5, stream: BinaryIO | None = None, skip: int = 0) -> None:
         self._fd = (stream or sys.stdin.buffer).fileno()
         self._poll_seconds = poll_seconds
+        self._skip = skip
         self.line = 0
 
     def __iter__(self) -> Iterator[Record | None]:
@@ -111,7 +123,7 @@ class StdinSource:
     def _record(self, raw: bytes) -> Iterator[Record]:
         self.line += 1
         value = raw.rstrip(b"\r")
-        if value.strip():
+        if value.strip() and self.line > self._skip:
             yield Record(value, f"{self.name}:{self.line}", (None, self.line))
 
     def commit(self) -> None:
@@ -125,3 +137,6 @@ class StdinSource:
 
     def lag(self) -> None:
         return None
+
+    def position(self) -> dict:
+        return {"line": self.line}

@@ -53,6 +53,16 @@ class SupportVectorStore:
         self._nnz = 0
         self._layout: tuple | None = None  # the arrays of kernel_row, rebuilt after a change
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["_positions"], state["_layout"]  # derived from the vectors
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._layout = None
+        self._positions = {identity(x, y): i for i, (x, y) in enumerate(zip(self.features, self.labels))}
+
     def __len__(self) -> int:
         return len(self.features)
 

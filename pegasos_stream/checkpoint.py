@@ -1,0 +1,245 @@
+"""Checkpoint files: versioned, checksummed, written atomically, loaded without running code.
+
+A checkpoint is one file: ``MAGIC``, the SHA-256 of the payload, then the payload, a numpy ``.npz``
+archive holding a JSON manifest (format version, what the writer put in it, the encoded state:
+the learner under "model", and whatever else the writer saves, such as the runner's buffers) and
+the state's numeric arrays (read with ``allow_pickle=False``). A truncated, corrupted or foreign
+file is refused with a `CheckpointError` that says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .state import StateError, decode, encode
+
+__all__ = [
+    "FORMAT_VERSION",
+    "CheckpointError",
+    "Checkpoints",
+    "checkpoint_path",
+    "checkpoints",
+    "latest_valid",
+    "model_digest",
+    "read_checkpoint",
+    "write_checkpoint",
+]
+
+MAGIC = b"PEGASOS\x00"
+FORMAT_VERSION = 1
+_NAME = re.compile(r"checkpoint-(\d{12})\.pgs$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used; the message names the file and the reason."""
+
+
+def _canonical(tree: Any, arrays: dict[str, np.ndarray]) -> bytes:
+    """One byte string for an encoded state: equal strings, equal states."""
+    parts = [json.dumps(tree, sort_keys=True, separators=(",", ":")).encode("utf-8")]
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        parts.append(f"{name}:{array.dtype.str}:{array.shape}".encode())
+        parts.append(array.tobytes())
+    return b"\x00".join(parts)
+
+
+def model_digest(model: Any) -> str:
+    """SHA-256 of the canonical serialisation of a learner's state."""
+    return hashlib.sha256(_canonical(*encode(model))).hexdigest()
+
+
+def _payload(manifest: dict, arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    manifest_bytes = np.frombuffer(json.dumps(manifest, sort_keys=True).encode("utf-8"), dtype=np.uint8)
+    np.savez(buffer, manifest=manifest_bytes, **arrays)
+    return buffer.getvalue()
+
+
+def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None = None) -> None:
+    """Write ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra`` to ``path`` atomically.
+
+    The bytes go to a temporary file in the same directory, which is flushed, fsynced and renamed
+    over ``path``; the directory is fsynced after, so the checkpoint survives a crash whole or not
+    at all.
+    """
+    path = Path(path)
+    tree, arrays = encode(state)
+    manifest = {"format": "pegasos-stream checkpoint", "version": FORMAT_VERSION, "state": tree, **(extra or {})}
+    payload = _payload(manifest, arrays)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pgs")
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(MAGIC + hashlib.sha256(payload).digest() + payload)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict]:
+    """(state, manifest) from a checkpoint file; a CheckpointError if it is not a sound one."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot read: {error.strerror}") from None
+    header = len(MAGIC) + 32
+    if len(data) < header or not data.startswith(MAGIC):
+        raise CheckpointError(f"{path}: not a pegasos-stream checkpoint (or truncated before its header)")
+    payload = data[header:]
+    if hashlib.sha256(payload).digest() != data[len(MAGIC) : header]:
+        raise CheckpointError(f"{path}: checksum mismatch: the file is truncated or corrupted")
+    try:
+        with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+        manifest = json.loads(arrays.pop("manifest").tobytes().decode("utf-8"))
+    except (ValueError, KeyError, OSError) as error:
+        raise CheckpointError(f"{path}: unreadable payload: {error}") from None
+    if manifest.get("format") != "pegasos-stream checkpoint":
+        raise CheckpointError(f"{path}: not a pegasos-stream checkpoint")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {manifest.get('version')!r}; this program reads version {FORMAT_VERSION}"
+        )
+    try:
+        state = decode(manifest.pop("state"), arrays)
+    except (StateError, KeyError, TypeError, IndexError) as error:
+        raise CheckpointError(f"{path}: the saved state cannot be rebuilt: {error}") from None
+    if not isinstance(state, dict) or "model" not in state:
+        raise CheckpointError(f"{path}: the saved state holds no learner")
+    return state, manifest
+
+
+def checkpoint_path(directory: str | Path, sequence: int) -> Path:
+    """The file name of checkpoint number ``sequence`` in ``directory`` (names sort by number)."""
+    return Path(directory) / f"checkpoint-{sequence:012d}.pgs"
+
+
+def checkpoints(directory: str | Path) -> list[Path]:
+    """The checkpoint files of ``directory``, newest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    return sorted((p for p in directory.iterdir() if _NAME.match(p.name)), reverse=True)
+
+
+def latest_valid(directory: str | Path, report=None) -> tuple[Path, dict, dict] | None:
+    """The newest checkpoint of ``directory`` that loads, as (path, state, manifest).
+
+    Every newer file that is refused is passed to ``report`` (a callable taking the message).
+    """
+    for path in checkpoints(directory):
+        try:
+            state, manifest = read_checkpoint(path)
+        except CheckpointError as error:
+            if report is not None:
+                report(f"skipping {error}")
+            continue
+        return path, state, manifest
+    return None
+
+
+class Checkpoints:
+    """The checkpoints of a run, in one directory: every ``every_events`` events and/or every
+    ``every_seconds`` seconds, keeping the newest ``keep`` files.
+
+    Files are numbered past the highest number already in the directory, so a file is never
+    overwritten, not even one that turned out to be corrupt.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        every_events: int | None = None,
+        every_seconds: float | None = None,
+        keep: int = 3,
+        manifest: dict | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.every_events = every_events
+        self.every_seconds = every_seconds
+        self.keep = keep
+        self.manifest = manifest or {}
+        existing = checkpoints(self.directory)
+        self._sequence = int(_NAME.match(existing[0].name).group(1)) if existing else 0
+        self._last_events = 0
+        self._last_time = time.monotonic()
+        self.pauses: list[float] = []  # seconds each write held the loop
+
+    def mark(self, events: int) -> None:
+        """Count from here: ``events`` have been processed when the run starts (or resumes)."""
+        self._last_events = events
+        self._last_time = time.monotonic()
+
+    def due(self, events: int) -> bool:
+        if self.every_events is not None and events - self._last_events >= self.every_events:
+            return True
+        return self.every_seconds is not None and time.monotonic() - self._last_time >= self.every_seconds
+
+    def write(self, model: Any, runner_state: dict, source_position: dict) -> Path:
+        """Write the next checkpoint and drop the ones past ``keep``."""
+        start = time.perf_counter()
+        self._sequence += 1
+        path = checkpoint_path(self.directory, self._sequence)
+        events = runner_state["counts"][0]
+        extra = {**self.manifest, "source": source_position, "events": events, "t": model.t}
+        write_checkpoint(path, {"model": model, "runner": runner_state}, extra)
+        for old in checkpoints(self.directory)[self.keep :]:
+            old.unlink(missing_ok=True)
+        self._last_events = events
+        self._last_time = time.monotonic()
+        self.pauses.append(time.perf_counter() - start)
+        return path
+
+
+def describe(path: str | Path, log=sys.stderr) -> dict:
+    """The summary ``pegasos-stream inspect`` prints: PATH is a file, or a directory for its newest
+    valid checkpoint."""
+    path = Path(path)
+    if path.is_dir():
+        found = latest_valid(path, report=lambda message: print(message, file=log))
+        if found is None:
+            raise CheckpointError(f"{path}: no valid checkpoint")
+        path, state, manifest = found
+    else:
+        state, manifest = read_checkpoint(path)
+    model = state["model"]
+    size = {"support_vectors": model.n_support} if hasattr(model, "n_support") else {"weights": _n_weights(model)}
+    return {
+        "path": str(path),
+        "format_version": manifest["version"],
+        "config_sha256": manifest.get("config_sha256"),
+        "learner": type(model).__name__,
+        "t": model.t,
+        **size,
+        "events": manifest.get("events"),
+        "source": manifest.get("source"),
+        "model_sha256": model_digest(model),
+    }
+
+
+def _n_weights(model: Any) -> int:
+    weights = model.weights
+    if weights and isinstance(next(iter(weights.values())), dict):  # one dict per class
+        return sum(len(row) for row in weights.values())
+    return len(weights)

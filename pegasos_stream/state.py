@@ -1,0 +1,169 @@
+"""Learner state as JSON plus numeric arrays: a safe, exact replacement for pickle.
+
+``encode(obj)`` turns a learner (or any object built from the classes in ``SAVEABLE``, plain
+containers, numbers, strings and numpy arrays) into a JSON-ready tree and a dict of float arrays;
+``decode`` rebuilds it. Nothing but the listed classes can be created, and no code is run: the
+classes are rebuilt from their attributes. Floats survive bit for bit (JSON keeps ``repr``, arrays
+keep their bytes), and so do feature keys of every type river uses: str, int, float, bool, None
+and tuples of these.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .calibration import OnlinePlatt
+from .kernel_pegasos import KernelPegasosClassifier
+from .kernels import RBF, Linear, Polynomial
+from .linear import PegasosClassifier
+from .multiclass import PegasosMulticlass
+from .svstore import SupportVectorStore
+from .weights import SharedScaleWeights, WeightVector
+
+__all__ = ["SAVEABLE", "StateError", "decode", "encode"]
+
+SAVEABLE = {
+    cls.__name__: cls
+    for cls in (
+        PegasosClassifier,
+        PegasosMulticlass,
+        KernelPegasosClassifier,
+        WeightVector,
+        SharedScaleWeights,
+        OnlinePlatt,
+        SupportVectorStore,
+        Linear,
+        Polynomial,
+        RBF,
+    )
+}
+
+#: Dicts of at least this many float values go to an array rather than into the JSON.
+_ARRAY_MIN = 32
+
+
+class StateError(ValueError):
+    """A state that cannot be encoded or decoded."""
+
+
+def _key(key: Any) -> Any:
+    """A dict key as JSON: strings as they are, everything else tagged."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, bool):
+        return ["b", key]
+    if isinstance(key, int):
+        return ["i", str(key)]
+    if isinstance(key, float):
+        return ["f", repr(key)]
+    if key is None:
+        return ["n"]
+    if isinstance(key, tuple):
+        return ["t", [_key(item) for item in key]]
+    raise StateError(f"a feature key of type {type(key).__name__} cannot be saved: {key!r}")
+
+
+def _unkey(encoded: Any) -> Any:
+    if isinstance(encoded, str):
+        return encoded
+    tag = encoded[0]
+    if tag == "b":
+        return bool(encoded[1])
+    if tag == "i":
+        return int(encoded[1])
+    if tag == "f":
+        return float(encoded[1])
+    if tag == "n":
+        return None
+    if tag == "t":
+        return tuple(_unkey(item) for item in encoded[1])
+    raise StateError(f"unknown key tag {tag!r}")
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def _array(self, values: np.ndarray) -> str:
+        name = f"a{len(self.arrays)}"
+        self.arrays[name] = values
+        return name
+
+    def __call__(self, obj: Any) -> Any:
+        if obj is None or isinstance(obj, (bool, str)):
+            return obj
+        if isinstance(obj, int):
+            return {"int": str(obj)}
+        if isinstance(obj, float):
+            return obj if math.isfinite(obj) else {"float": repr(obj)}
+        if isinstance(obj, np.generic):
+            return self(obj.item())
+        if isinstance(obj, np.ndarray):
+            if obj.dtype.kind not in "fiub":
+                raise StateError(f"an array of dtype {obj.dtype} cannot be saved")
+            return {"array": self._array(obj)}
+        if isinstance(obj, (list, tuple)):
+            return {"list" if isinstance(obj, list) else "tuple": [self(item) for item in obj]}
+        if isinstance(obj, dict):
+            keys = [_key(key) for key in obj]
+            values = list(obj.values())
+            if len(values) >= _ARRAY_MIN and all(type(value) is float for value in values):
+                return {"keys": keys, "floats": self._array(np.array(values, dtype=np.float64))}
+            return {"keys": keys, "values": [self(value) for value in values]}
+        name = type(obj).__name__
+        if SAVEABLE.get(name) is not type(obj):
+            raise StateError(f"an object of type {name} cannot be saved")
+        getstate = getattr(obj, "__getstate__", None)
+        state = (getstate() if getstate is not None else obj.__dict__) or {}
+        return {"object": name, "attributes": self(dict(state))}
+
+
+def encode(obj: Any) -> tuple[Any, dict[str, np.ndarray]]:
+    """(JSON-ready tree, named arrays) of ``obj``."""
+    encoder = _Encoder()
+    return encoder(obj), encoder.arrays
+
+
+def decode(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
+    """The object that ``encode`` turned into ``tree`` and ``arrays``."""
+    if tree is None or isinstance(tree, (bool, str, float)):
+        return tree
+    if isinstance(tree, int):
+        return tree
+    if not isinstance(tree, dict):
+        raise StateError(f"unexpected state node {tree!r:.80}")
+    if "int" in tree:
+        return int(tree["int"])
+    if "float" in tree:
+        return float(tree["float"])
+    if "array" in tree:
+        return np.array(arrays[tree["array"]])
+    if "list" in tree:
+        return [decode(item, arrays) for item in tree["list"]]
+    if "tuple" in tree:
+        return tuple(decode(item, arrays) for item in tree["tuple"])
+    if "keys" in tree:
+        keys = [_unkey(key) for key in tree["keys"]]
+        if "floats" in tree:
+            values = arrays[tree["floats"]].tolist()
+        else:
+            values = [decode(value, arrays) for value in tree["values"]]
+        if len(keys) != len(values):
+            raise StateError("a dict's keys and values differ in number")
+        return dict(zip(keys, values))
+    if "object" in tree:
+        cls = SAVEABLE.get(tree["object"])
+        if cls is None:
+            raise StateError(f"an object of type {tree['object']!r} cannot be loaded")
+        obj = cls.__new__(cls)
+        attributes = decode(tree["attributes"], arrays)
+        setstate = getattr(obj, "__setstate__", None)
+        if setstate is not None:
+            setstate(attributes)
+        else:
+            obj.__dict__.update(attributes)
+        return obj
+    raise StateError(f"unexpected state node {tree!r:.80}")
