@@ -98,6 +98,10 @@ class PlattScaledMargin:
     def predict_one(self, x) -> bool:
         return self.decision_function_one(x) > 0.0
 
+    def probability(self, margin: float) -> float:
+        """P(True) for a margin, as ``predict_proba_one`` gives it."""
+        return self._platt.proba(margin)
+
     def predict_proba_one(self, x) -> dict[bool, float]:
         p = self._platt.proba(self.decision_function_one(x))
         return {False: 1.0 - p, True: p}

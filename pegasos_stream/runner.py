@@ -143,7 +143,7 @@ class Runner:
         x = self._features(event)
         if self._binary:
             score = self.model.decision_function_one(x)
-            proba = self.model._platt.proba(score)
+            proba = self.model.probability(score)
             label = score > 0.0
         else:
             probas = self.model.predict_proba_one(x)
@@ -179,8 +179,6 @@ class Runner:
         if self.dead_letters is not None:
             self.dead_letters.emit(dead_letter(record.position, reason, record.value))
 
-    # -- the loop --------------------------------------------------------------------------
-
     # -- state for checkpoints -------------------------------------------------------------
 
     def snapshot(self) -> dict:
@@ -210,6 +208,8 @@ class Runner:
                 getattr(self.report, name).extend(value)
             else:
                 setattr(self.report, name, value)
+
+    # -- the loop --------------------------------------------------------------------------
 
     def request_stop(self, *_: object) -> None:
         """Finish the current record, then stop (installed for SIGTERM and SIGINT)."""
