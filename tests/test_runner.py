@@ -481,6 +481,16 @@ def _spawn(*args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE)
 
 
+def _reap(proc: subprocess.Popen) -> None:
+    """Close the pipes of ``proc``, killing it if it still runs."""
+    proc.stdin.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
+
+
 def test_stdin_stops_by_itself_when_idle():
     events = _kernel_events(40)
     proc = _spawn("run", "--config", "configs/kernel-rbf.yaml", "--input", "-", "--stop-when-idle", "1")
@@ -497,12 +507,7 @@ def test_stdin_stops_by_itself_when_idle():
         lines += proc.stdout.read().splitlines()
         stderr = proc.stderr.read().decode()
     finally:
-        proc.stdin.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        _reap(proc)
     assert 0.9 <= idle <= 5.0, idle
     predictions = [json.loads(line) for line in lines]
     assert [p["id"] for p in predictions] == [e["id"] for e in events]  # each exactly once, in order
@@ -529,12 +534,7 @@ def test_signal_stops_a_run_waiting_on_open_stdin(sig):
         elapsed = time.monotonic() - signalled
         stderr = proc.stderr.read().decode()
     finally:
-        proc.stdin.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        _reap(proc)
     assert returncode == 0, stderr
     assert elapsed < 5.0
     assert "Traceback" not in stderr
