@@ -29,7 +29,8 @@ def build_features(config: dict) -> EmailFeatures | None:
 
 
 def build_source(config: dict, position: dict | None = None) -> Source:
-    """The configured source, resumed at ``position`` (a checkpoint's) when given."""
+    """The configured source, resumed at ``position`` (a checkpoint's) when given; the position
+    ``{"from_beginning": True}`` reads Kafka from the start whatever its group committed."""
     source = config["source"]
     position = position or {}
     if source["type"] == "file":
@@ -48,6 +49,8 @@ def build_source(config: dict, position: dict | None = None) -> Source:
     )
     if position.get("offsets"):
         kafka.seek({(topic, partition): offset for topic, partition, offset in position["offsets"]})
+    if position.get("from_beginning"):
+        kafka.rewind()
     return kafka
 
 

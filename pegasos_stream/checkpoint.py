@@ -22,7 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from .kernel_pegasos import KernelPegasosClassifier
+from .linear import PegasosClassifier
+from .multiclass import PegasosMulticlass
 from .state import StateError, decode, encode
+
+LEARNERS = (PegasosClassifier, PegasosMulticlass, KernelPegasosClassifier)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -114,7 +119,7 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict]:
         manifest = json.loads(arrays.pop("manifest").tobytes().decode("utf-8"))
     except (ValueError, KeyError, OSError) as error:
         raise CheckpointError(f"{path}: unreadable payload: {error}") from None
-    if manifest.get("format") != "pegasos-stream checkpoint":
+    if not isinstance(manifest, dict) or manifest.get("format") != "pegasos-stream checkpoint":
         raise CheckpointError(f"{path}: not a pegasos-stream checkpoint")
     if manifest.get("version") != FORMAT_VERSION:
         raise CheckpointError(
@@ -122,11 +127,19 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict]:
         )
     try:
         state = decode(manifest.pop("state"), arrays)
-    except (StateError, KeyError, TypeError, IndexError) as error:
-        raise CheckpointError(f"{path}: the saved state cannot be rebuilt: {error}") from None
-    if not isinstance(state, dict) or "model" not in state:
-        raise CheckpointError(f"{path}: the saved state holds no learner")
+    except (StateError, ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError) as error:
+        raise CheckpointError(f"{path}: the saved state cannot be rebuilt: {error!r}") from None
+    if not isinstance(state, dict) or not _is_learner(state.get("model")):
+        raise CheckpointError(f"{path}: the saved state holds no complete learner")
     return state, manifest
+
+
+def _is_learner(model: Any) -> bool:
+    """A learner of this package with every attribute a new one of its class has."""
+    cls = type(model)
+    if cls not in LEARNERS:
+        return False
+    return set(vars(cls())) <= set(vars(model))
 
 
 def checkpoint_path(directory: str | Path, sequence: int) -> Path:
@@ -180,8 +193,11 @@ class Checkpoints:
         self.every_seconds = every_seconds
         self.keep = keep
         self.manifest = manifest or {}
+        for stale in self.directory.glob(".tmp-*.pgs"):  # left by a writer that was killed mid-write
+            stale.unlink(missing_ok=True)
         existing = checkpoints(self.directory)
         self._sequence = int(_NAME.match(existing[0].name).group(1)) if existing else 0
+        self._written: int | None = None  # events covered by this run's last checkpoint
         self._last_events = 0
         self._last_time = time.monotonic()
         self.pauses: list[float] = []  # seconds each write held the loop
@@ -196,17 +212,20 @@ class Checkpoints:
             return True
         return self.every_seconds is not None and time.monotonic() - self._last_time >= self.every_seconds
 
-    def write(self, model: Any, runner_state: dict, source_position: dict) -> Path:
-        """Write the next checkpoint and drop the ones past ``keep``."""
+    def write(self, model: Any, runner_state: dict, source_position: dict) -> Path | None:
+        """Write the next checkpoint and drop the ones past ``keep``; None when this run's last
+        checkpoint already covers every event."""
+        events = runner_state["counts"][0]
+        if events == self._written:
+            return None
         start = time.perf_counter()
         self._sequence += 1
         path = checkpoint_path(self.directory, self._sequence)
-        events = runner_state["counts"][0]
         extra = {**self.manifest, "source": source_position, "events": events, "t": model.t}
         write_checkpoint(path, {"model": model, "runner": runner_state}, extra)
         for old in checkpoints(self.directory)[self.keep :]:
             old.unlink(missing_ok=True)
-        self._last_events = events
+        self._last_events = self._written = events
         self._last_time = time.monotonic()
         self.pauses.append(time.perf_counter() - start)
         return path

@@ -46,8 +46,10 @@ class ProgressBar:
 
     def __call__(self, source: Source) -> None:
         now = time.monotonic()
+        if not self.enabled or now - self._shown < 0.5:
+            return
         progress = source.progress()
-        if not self.enabled or progress is None or now - self._shown < 0.5:
+        if progress is None:
             return
         done, total = progress
         fraction = min(done / total, 1.0) if total else 1.0
@@ -133,7 +135,11 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     runner = build_runner(config, model=resumed and resumed[0]["model"], exact_auc=True if evaluate else None)
     if resumed:
         runner.restore(resumed[0]["runner"])
-    source = build_source(config, resumed and resumed[1]["source"])
+    if resumed:
+        position = resumed[1]["source"]
+    else:  # --resume without a checkpoint starts from the beginning, Kafka included
+        position = {"from_beginning": True} if not evaluate and args.resume else None
+    source = build_source(config, position)
     progress = ProgressBar() if evaluate else None
     try:
         stats = runner.run(

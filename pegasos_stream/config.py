@@ -191,7 +191,7 @@ def _check_constructor(section: dict, cls: type, skip: set[str], path: str, wher
             raise ConfigError(
                 f"{where}: {path}.{key}: unknown key (expected one of: {', '.join(sorted(set(signature) | skip))})"
             )
-        if isinstance(signature[key].default, bool) and not isinstance(value, bool):
+        if signature[key].annotation in ("bool", bool) and not isinstance(value, bool):
             raise ConfigError(f"{where}: {path}.{key}: expected true | false, got {value!r}")
     try:
         cls(**params)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from dataclasses import dataclass, field
 
 
@@ -59,6 +60,15 @@ class BinaryReport:
     def n(self) -> int:
         return self.tp + self.fp + self.tn + self.fn
 
+    def recent_summary(self, last: int = 10_000) -> dict[str, float]:
+        """Accuracy so far and the ROC AUC of the last ``last`` scores: cheap enough for a stats line."""
+        n = self.n
+        start = max(0, len(self.scores) - last)
+        return {
+            "accuracy": (self.tp + self.tn) / n if n else float("nan"),
+            "roc_auc": roc_auc(list(islice(self.scores, start, None)), list(islice(self.positives, start, None))),
+        }
+
     def summary(self) -> dict[str, float]:
         n = self.n
         precision = self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
@@ -87,3 +97,5 @@ class MulticlassReport:
 
     def summary(self) -> dict[str, float]:
         return {"n": self.n, "accuracy": self.correct / self.n if self.n else float("nan")}
+
+    recent_summary = summary

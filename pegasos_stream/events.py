@@ -138,20 +138,30 @@ class EventParser:
             y = float(tokens[0])
         except ValueError:
             raise BadRecord(position, f"svmlight label {tokens[0]!r} is not a number") from None
-        x = {}
-        for token in tokens[1:]:
-            name, colon, value = token.partition(":")
-            if not (colon and name):
-                raise BadRecord(position, f"svmlight pair {token!r} is not name:value")
-            if name == "qid":
-                continue
-            try:
-                x[name] = float(value)
-            except ValueError:
-                raise BadRecord(position, f"feature {name!r} has value {value!r}: expected a number") from None
+        try:  # the common case at C speed; the loop below names the culprit otherwise
+            x = {name: float(value) for name, value in (token.split(":", 1) for token in tokens[1:])}
+            if "" in x:
+                raise ValueError("a pair without a name")
+        except ValueError:
+            x = _svmlight_pairs(tokens[1:], position)
+        x.pop("qid", None)
         event = Event(id=position, position=position, x=_features(x, position, "features"))
         event.label = self._label(y, position) if self.labels else _svmlight_label(y, position)
         return event
+
+
+def _svmlight_pairs(tokens: list[str], position: str) -> dict:
+    """``name:value`` tokens as a dict; a BadRecord naming the first malformed one."""
+    x = {}
+    for token in tokens:
+        name, colon, value = token.partition(":")
+        if not (colon and name):
+            raise BadRecord(position, f"svmlight pair {token!r} is not name:value")
+        try:
+            x[name] = float(value)
+        except ValueError:
+            raise BadRecord(position, f"feature {name!r} has value {value!r}: expected a number") from None
+    return x
 
 
 def _svmlight_label(y: float, position: str) -> bool:
@@ -162,9 +172,19 @@ def _svmlight_label(y: float, position: str) -> bool:
     raise BadRecord(position, f"unknown svmlight label {y!r}: expected +1, -1 or 0")
 
 
+_NUMBERS = {int, float}
+
+
 def _features(x: object, position: str, field: str) -> dict:
     if not isinstance(x, dict):
         raise BadRecord(position, f"field {field!r} must be an object of feature: number")
+    values = x.values()
+    if set(map(type, values)) <= _NUMBERS:  # no bools, strings, None...: one C-speed check of the rest
+        try:
+            if math.isfinite(math.fsum(values)):
+                return x
+        except (OverflowError, ValueError):  # a huge integer, an overflowing sum, or inf - inf
+            pass
     for key, value in x.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise BadRecord(position, f"feature {key!r} has value {value!r}: expected a number")

@@ -95,6 +95,8 @@ class KafkaSource:
         self._committed: dict[TopicPartition, int] = {}
         self._seeks: dict[TopicPartition, int] = {}
         self._resumed: dict[Partition, int] = {}  # offsets given to seek(), until records pass them
+        self._rewind = False  # start every partition from its beginning, whatever the group committed
+        self._rewound: set[TopicPartition] = set()
         self._listener_thread: int | None = None
         self._reachable = True
         self._closed = False
@@ -203,10 +205,26 @@ class KafkaSource:
 
     # -- rebalances and broker watch -----------------------------------------------------------
 
+    @property
+    def ready(self) -> bool:
+        """Whether the group has given this consumer its partitions (joining takes seconds)."""
+        return bool(self._consumer.assignment())
+
+    def rewind(self) -> None:
+        """Read every partition from its beginning, ignoring the group's committed offsets (a
+        resumed run with no checkpoint: the checkpoints, not the group, say what was learned)."""
+        self._rewind = True
+        self._apply_seeks(self._consumer.assignment())
+
     def _apply_seeks(self, assigned: set[TopicPartition]) -> None:
         for tp in assigned & set(self._seeks):
             self._consumer.seek(tp, self._seeks.pop(tp))
             self._offsets.pop(tp, None)
+        if self._rewind:
+            fresh = assigned - self._rewound - set(self._offsets)
+            if fresh:
+                self._consumer.seek_to_beginning(*fresh)
+                self._rewound |= fresh
 
     def _revoked(self, partitions: set[TopicPartition], lost: bool) -> None:
         if self._closed or not partitions:

@@ -34,17 +34,28 @@ class StopRun(RuntimeError):
 
 @dataclass
 class RunStats:
-    """Counts of what the runner did."""
+    """Counts of what the runner did, and when it saw its first and last records."""
 
     events: int = 0
     predicted: int = 0
     learned: int = 0
     rejected: int = 0
-    started: float = field(default_factory=time.perf_counter)
+    first: float | None = None
+    last: float | None = None
+    timed: int = 0  # records between ``first`` and ``last``
+
+    def seen(self, now: float) -> None:
+        if self.first is None:
+            self.first = now
+        else:
+            self.timed += 1
+        self.last = now
 
     def rate(self) -> float:
-        elapsed = time.perf_counter() - self.started
-        return self.events / elapsed if elapsed > 0 else math.nan
+        """Records per second while records were flowing (start-up and idle waits excluded)."""
+        if self.first is None or self.last == self.first:
+            return math.nan
+        return self.timed / (self.last - self.first)
 
 
 class Runner:
@@ -240,9 +251,12 @@ class Runner:
                 if record is not None:
                     with self._lock:
                         self.process(record)
+                    self.stats.seen(time.perf_counter())
                     last_event = now
                     if checkpoints is not None and checkpoints.due(self.stats.events):
                         self._checkpoint(checkpoints, source)
+                elif not getattr(source, "ready", True):
+                    last_event = now  # not idle while the source is still joining its group
                 if now - last_stats >= self.stats_every_seconds:
                     self._print_stats(source)
                     self.sink.flush()
@@ -279,7 +293,7 @@ class Runner:
         source.commit()
 
     def _print_stats(self, source: Source) -> None:
-        summary = self.report.summary()
+        summary = self.report.recent_summary()
         size = getattr(self.model, "n_support", None)
         model_size = f"svs={size}" if size is not None else f"norm={self.model.norm:.4g}"
         lag = source.lag()
