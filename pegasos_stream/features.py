@@ -160,7 +160,12 @@ class EmailFeatures(base.Transformer):
         if self.hash_bits is not None:
             mask = (1 << self.hash_bits) - 1
             tokens = [zlib.crc32(token.encode("utf-8", "surrogatepass")) & mask for token in tokens]
-        counts = dict.fromkeys(tokens, 1) if self.binary else dict(Counter(tokens))
+        if self.binary:
+            present = dict.fromkeys(tokens, 1)
+            if self.normalize and present:  # every value is 1: the norm is √(number of features)
+                return dict.fromkeys(present, 1.0 / math.sqrt(len(present)))
+            return present
+        counts = dict(Counter(tokens))
         if self.normalize and counts:
             scale = 1.0 / math.sqrt(sum(c * c for c in counts.values()))
             return {key: c * scale for key, c in counts.items()}
