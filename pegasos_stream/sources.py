@@ -2,7 +2,9 @@
 
 A source is an iterable of ``Record`` or ``None``: ``None`` is an idle tick, yielded when nothing
 arrived for ``poll_seconds``, so the runner can check its idle timeout, print statistics and stop
-cleanly. ``commit()`` marks every record yielded so far as processed.
+cleanly. ``commit()`` marks every record yielded so far as processed. A source that needs time
+before records can flow (a Kafka consumer joining its group) has a ``ready`` property; idle ticks
+before it is ready do not count as idle time.
 """
 
 from __future__ import annotations
