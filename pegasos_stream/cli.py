@@ -135,7 +135,6 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     runner = build_runner(config, model=resumed and resumed[0]["model"], exact_auc=True if evaluate else None)
     if resumed:
         runner.restore(resumed[0]["runner"])
-    if resumed:
         position = resumed[1]["source"]
     else:  # --resume without a checkpoint starts from the beginning, Kafka included
         position = {"from_beginning": True} if not evaluate and args.resume else None
@@ -153,6 +152,8 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
             progress.close()
         source.close()
         runner.sink.close()
+        if runner.dead_letters is not None:
+            runner.dead_letters.close()
     summary = {
         **runner.report.summary(),
         "events": stats.events,

@@ -28,6 +28,17 @@ __all__ = ["PegasosClassifier"]
 MAX_NORM = 1e140
 
 
+def effective_step(t: int, horizon: int | None) -> int:
+    """The step counter η = 1/(λ·t) uses: t, saturated at ``horizon`` when one is set."""
+    return t if horizon is None else min(t, horizon)
+
+
+def refuse_overflow(bound: float) -> None:
+    """Refuse an update whose weights' norm could reach ``bound`` >= MAX_NORM (before any change)."""
+    if not bound < MAX_NORM:
+        raise ValueError(f"the update would take the norm of the weights to {bound:.3g}: values too large")
+
+
 class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
     """Binary linear SVM trained by Pegasos, with lazily scaled sparse weights.
 
@@ -306,7 +317,7 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
         Everything that can fail is checked first, so a refused step leaves the model untouched.
         """
         t = self._t + 1
-        t_eff = t if self.horizon is None else min(t, self.horizon)
+        t_eff = effective_step(t, self.horizon)
         rate = 1.0 / (self.lambda_ * t_eff * k)
         shrink = 1.0 - 1.0 / t_eff
         u = self._u
@@ -315,8 +326,7 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
             for x, c in gradient:
                 values = x.values()
                 bound += rate * abs(c) * math.sqrt(sum(map(mul, values, values)))
-            if not bound < MAX_NORM:
-                raise ValueError(f"the update would take the norm of w to {bound:.3g}: values too large")
+            refuse_overflow(bound)
 
         self._t = t
         u.scale_by(shrink)

@@ -9,7 +9,7 @@ from operator import mul
 from river import base
 
 from .inputs import check_horizon, check_lambda, check_sample_weight, reject_features
-from .linear import MAX_NORM
+from .linear import effective_step, refuse_overflow
 from .saving import Saveable
 from .weights import SharedScaleWeights
 
@@ -145,14 +145,13 @@ class PegasosMulticlass(Saveable, base.Classifier):
         violated = rival is not None and weight > 0 and scores.get(y, 0.0) - scores[rival] < 1.0
 
         t = self._t + 1
-        t_eff = t if self.horizon is None else min(t, self.horizon)
+        t_eff = effective_step(t, self.horizon)
         rate = weight / (self.lambda_ * t_eff)
         shrink = 1.0 - 1.0 / t_eff
         if violated:
             values = x.values()
             bound = shrink * self._w.norm() + 2.0 * rate * math.sqrt(sum(map(mul, values, values)))
-            if not bound < MAX_NORM:
-                raise ValueError(f"the update would take the norm of W to {bound:.3g}: values too large")
+            refuse_overflow(bound)
 
         if y not in self._b:
             self._w.add_row(y)
