@@ -92,6 +92,7 @@ def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Run
         on_error=config["errors"]["on_error"],
         dead_letters=None if dead["type"] == "none" else _sink(dead["type"], dead),
         stats_every_seconds=config["evaluation"]["stats_every_seconds"],
+        batch_size=config["run"]["batch_size"],
     )
 
 

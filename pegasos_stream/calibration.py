@@ -20,11 +20,11 @@ __all__ = ["OnlinePlatt", "PlattScaledMargin", "squash"]
 
 #: Where the logistic body hands over to the algebraic tail.
 TAIL_START = 8.0
-_TAIL_MASS = TAIL_START / (1.0 + math.exp(TAIL_START))  # continuity: σ(-8) = _TAIL_MASS / 8
+TAIL_MASS = TAIL_START / (1.0 + math.exp(TAIL_START))  # continuity: σ(-8) = TAIL_MASS / 8
 #: The smallest tail probability: 1 - 2⁻⁵³ is the largest double below 1.
-_MIN_TAIL = 2.0**-53
+MIN_TAIL = 2.0**-53
 #: |α| bound, so that a = exp(α) stays a sane finite slope.
-_MAX_LOG_SLOPE = 25.0
+MAX_LOG_SLOPE = 25.0
 
 
 def squash(z: float) -> float:
@@ -33,7 +33,7 @@ def squash(z: float) -> float:
     if magnitude <= TAIL_START:
         tail = 1.0 / (1.0 + math.exp(magnitude))
     else:
-        tail = max(_TAIL_MASS / magnitude, _MIN_TAIL)
+        tail = max(TAIL_MASS / magnitude, MIN_TAIL)
     return 1.0 - tail if z > 0 else tail
 
 
@@ -77,7 +77,7 @@ class OnlinePlatt:
         self._sq_grad_slope += grad_slope * grad_slope
         if self._sq_grad_slope > 0.0:  # a subnormal gradient squares to 0
             step = self.learning_rate * grad_slope / math.sqrt(self._sq_grad_slope)
-            self.log_slope = max(min(self.log_slope - step, _MAX_LOG_SLOPE), -_MAX_LOG_SLOPE)
+            self.log_slope = max(min(self.log_slope - step, MAX_LOG_SLOPE), -MAX_LOG_SLOPE)
             self.slope = math.exp(self.log_slope)
         self._sq_grad_offset += residual * residual
         if self._sq_grad_offset > 0.0:

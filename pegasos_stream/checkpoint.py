@@ -207,6 +207,12 @@ class Checkpoints:
         self._last_events = events
         self._last_time = time.monotonic()
 
+    def events_until_due(self, events: int) -> int | None:
+        """How many more events until a checkpoint is due by count (None: no count is set)."""
+        if self.every_events is None:
+            return None
+        return max(self._last_events + self.every_events - events, 1)
+
     def due(self, events: int) -> bool:
         if self.every_events is not None and events - self._last_events >= self.every_events:
             return True

@@ -3,27 +3,31 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from itertools import islice
 from dataclasses import dataclass, field
 
+import numpy as np
 
-def roc_auc(scores: list[float], positives: list[bool]) -> float:
-    """Exact area under the ROC curve (ties count one half); nan without both classes."""
-    n_pos = sum(positives)
+
+def roc_auc(scores: Sequence[float], positives: Sequence[bool]) -> float:
+    """Exact area under the ROC curve (ties count one half); nan without both classes.
+
+    Mann-Whitney: the sum of the positives' tie-averaged ranks, kept doubled so it is an exact integer.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    positives = np.asarray(positives, dtype=bool)
+    n_pos = int(np.count_nonzero(positives))
     n_neg = len(positives) - n_pos
     if not n_pos or not n_neg:
         return float("nan")
-    order = sorted(range(len(scores)), key=scores.__getitem__)
-    rank_sum = 0.0  # sum of the (tie-averaged, 1-based) ranks of the positives
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
-            j += 1
-        mid_rank = (i + j) / 2.0 + 1.0
-        rank_sum += mid_rank * sum(positives[order[k]] for k in range(i, j + 1))
-        i = j + 1
-    return (rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
+    order = np.argsort(scores, kind="stable")
+    ordered = scores[order]
+    starts = np.concatenate(([0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1))
+    ends = np.concatenate((starts[1:], [len(ordered)]))
+    doubled_ranks = np.repeat(starts + ends + 1, ends - starts)  # 2 × (mean 1-based rank of the tie group)
+    doubled_sum = int(doubled_ranks[positives[order]].sum())
+    return (doubled_sum - n_pos * (n_pos + 1)) / (2.0 * n_pos * n_neg)
 
 
 @dataclass
@@ -55,6 +59,16 @@ class BinaryReport:
             self.tn += not predicted
         self.scores.append(score)
         self.positives.append(positive)
+
+    def update_many(self, positives: np.ndarray, scores: np.ndarray) -> None:
+        """``update`` for each (positive, score > 0, score), in order."""
+        predicted = scores > 0.0
+        self.tp += int(np.count_nonzero(positives & predicted))
+        self.fn += int(np.count_nonzero(positives & ~predicted))
+        self.fp += int(np.count_nonzero(~positives & predicted))
+        self.tn += int(np.count_nonzero(~positives & ~predicted))
+        self.scores.extend(scores.tolist())
+        self.positives.extend(positives.tolist())
 
     @property
     def n(self) -> int:

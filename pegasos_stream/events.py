@@ -6,12 +6,12 @@ import json
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["BadRecord", "Event", "EventParser", "Record"]
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """Raw bytes of one event and where they were read.
 
     ``position`` names the source and place for people (``path:line``, ``<stdin>:line`` or

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from operator import mul
 
 import numpy as np
 from river import base, utils
 
-from .calibration import OnlinePlatt, PlattScaledMargin
+from . import _fast
+from .calibration import MAX_LOG_SLOPE, MIN_TAIL, TAIL_MASS, TAIL_START, OnlinePlatt, PlattScaledMargin
 from .inputs import (
     binary_sign,
     check_features,
@@ -19,13 +21,18 @@ from .inputs import (
     check_sample_weight,
     reject_features,
 )
+from .rows import Rows
 from .saving import Saveable
-from .weights import WeightVector, sparse_dot
+from .weights import MAX_AVERAGE_CANCELLATION, MIN_SCALE, WeightVector, sparse_dot
 
 __all__ = ["PegasosClassifier"]
 
 #: An update that would take ‖w‖ past this is refused: the lazily scaled values stay far from overflow.
 MAX_NORM = 1e140
+
+
+#: Whether the built-in sum() of floats is compensated (Python >= 3.12): the compiled loop sums alike.
+_COMPENSATED_SUM = sum([0.1] * 10) == 1.0
 
 
 def effective_step(t: int, horizon: int | None) -> int:
@@ -351,6 +358,105 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
             return 1.0
         return self._class_cost[sign]
 
+    # -- compiled replay: learn_one over many rows -------------------------------------------
+
+    def learn_csr(self, indptr, indices, data, y, columns=None, sample_weight=None) -> np.ndarray:
+        """Learn the rows of a CSR matrix in order, exactly as ``learn_one`` on each row would.
+
+        The loop runs compiled and leaves the model bit-identical to the ``learn_one`` loop (its
+        Platt calibration included). Column j is the feature ``columns[j]`` (default: the int j).
+        Returns each row's decision (the ``decision_function_one`` value) before it was learned.
+        A row ``learn_one`` would refuse raises a ValueError naming it; the rows before it are learned.
+        """
+        rows = Rows.from_csr(indptr, indices, data, columns)
+        signs = np.array([binary_sign(label) for label in np.asarray(y).tolist()], dtype=np.float64)
+        if len(signs) != len(rows):
+            raise ValueError(f"learn_csr: {len(rows)} rows but {len(signs)} labels")
+        if sample_weight is None:
+            weights = np.ones(len(rows))
+        else:
+            weights = np.array([check_sample_weight(w) for w in np.asarray(sample_weight).tolist()])
+        if not np.isfinite(rows.data).all():
+            bad = int(np.searchsorted(rows.indptr, np.flatnonzero(~np.isfinite(rows.data))[0], side="right")) - 1
+            raise ValueError(f"row {bad}: " + _refusal(rows.row(bad)))
+        decisions, probas = np.empty(len(rows)), np.empty(len(rows))
+        stop, error = self.learn_rows(rows, signs, weights, decisions, probas)
+        if error is not None:
+            raise ValueError(f"row {stop}: {error}") from None
+        return decisions
+
+    def learn_rows(
+        self, rows: Rows, signs: np.ndarray, weights: np.ndarray, decisions: np.ndarray, probas: np.ndarray, start: int = 0
+    ) -> tuple[int, ValueError | None]:
+        """``learn_one`` over rows ``start:`` (finite values, signs ±1.0, checked weights), compiled.
+
+        Fills ``decisions`` and ``probas`` (what ``decision_function_one`` and ``probability`` gave
+        before each row was learned). Stops at the first row ``learn_one`` refuses, which is left
+        unlearned: returns (that row, the error), or (len(rows), None) when every row is learned.
+        The refused row's decision is nan when no decision could be made (a non-finite margin).
+        """
+        n = len(rows)
+        while start < n:
+            stop = self._learn_compiled(rows, signs, weights, decisions, probas, start)
+            if stop == n:
+                break
+            x = rows.row(stop)  # a rare branch (a fold of the scale, a refusal): learn_one takes it
+            decisions[stop] = probas[stop] = math.nan
+            try:
+                decisions[stop] = self._margins(x)[1]
+                probas[stop] = self._platt.proba(decisions[stop])
+                self.learn_one(x, signs[stop] > 0, float(weights[stop]))
+            except ValueError as error:
+                self._last_scored = None
+                return stop, error
+            start = stop + 1
+        return n, None
+
+    def _learn_compiled(self, rows, signs, weights, decisions, probas, start: int) -> int:
+        """Gather the weights the rows touch, run the compiled loop from ``start``, scatter them back.
+
+        Returns the row the loop stopped before (len(rows) when it learned them all).
+        """
+        u, platt, keys = self._u, self._platt, rows.keys
+        m = len(keys)
+        v, present_v = _gather(u.v, keys)
+        stored_v = np.flatnonzero(present_v)
+        if u.average:
+            offset, present_offset = _gather(u.avg_offset, keys)
+            stored_offset = np.flatnonzero(present_offset)
+        else:
+            offset, present_offset = np.zeros(m), np.ones(m, dtype=bool)
+        prior = _gather(self._prior, keys)[0] if self._prior else np.zeros(m)
+        new_v, new_offset = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+        state = np.array(
+            [u.scale, u.sq_norm, self._b, self._average_b, u.avg_scale,
+             platt.log_slope, platt.slope, platt.offset, platt._sq_grad_slope, platt._sq_grad_offset]
+        )
+        istate = np.array([self._t, u.n_averaged, self._n_pos, self._n_neg, platt.n_pos, platt.n_neg, 0, 0])
+        stop = _fast.learn_rows(
+            rows.indptr, rows.indices, rows.data, signs, weights, v, offset, prior, present_v, present_offset,
+            new_v, new_offset, state, istate, self._compiled_params(), decisions, probas, start,
+        )  # fmt: skip
+        _scatter(u.v, keys, v, stored_v, new_v[: istate[6]])
+        if u.average:
+            _scatter(u.avg_offset, keys, offset, stored_offset, new_offset[: istate[7]])
+        (u.scale, u.sq_norm, self._b, self._average_b, u.avg_scale,
+         platt.log_slope, platt.slope, platt.offset, platt._sq_grad_slope, platt._sq_grad_offset) = state.tolist()  # fmt: skip
+        self._t, u.n_averaged, self._n_pos, self._n_neg, platt.n_pos, platt.n_neg = istate[:6].tolist()
+        self._last_scored = None
+        return stop
+
+    def _compiled_params(self) -> np.ndarray:
+        """The learner's settings in the order ``_fast.learn_rows`` reads them."""
+        costs = self._class_cost or {1.0: 1.0, -1.0: 1.0}
+        return np.array(
+            [self.lambda_, self.horizon or 0, self._average_from or 0, self.fit_intercept, self.projection,
+             self._radius, costs[1.0], costs[-1.0], self.class_weight == "balanced", bool(self._prior),
+             _COMPENSATED_SUM, self._platt.learning_rate, TAIL_START, TAIL_MASS, MIN_TAIL, MAX_LOG_SLOPE,
+             MIN_SCALE, MAX_AVERAGE_CANCELLATION, MAX_NORM],
+            dtype=np.float64,
+        )  # fmt: skip
+
     # -- mini-batch inference ----------------------------------------------------------------
 
     def _margins_many(self, values: np.ndarray, columns: list, averaged: bool) -> np.ndarray:
@@ -375,6 +481,30 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
         X_nw, decisions = self._decisions_many(X)
         p = np.array([self._platt.proba(d) for d in decisions.tolist()])
         return utils.dataframe.to_native_frame({False: 1.0 - p, True: p}, like=X_nw)
+
+
+def _gather(weights: dict, keys: list) -> tuple[np.ndarray, np.ndarray]:
+    """(the values of ``keys``, 0.0 where absent; whether each is present)."""
+    values = np.fromiter(map(weights.get, keys, repeat(math.nan)), dtype=np.float64, count=len(keys))
+    present = ~np.isnan(values)  # stored weights are always finite
+    values[~present] = 0.0
+    return values, present
+
+
+def _scatter(weights: dict, keys: list, values: np.ndarray, stored: np.ndarray, new: np.ndarray) -> None:
+    """Write back the values of the ``stored`` keys, then add the ``new`` ones in the order they were
+    first written (the order ``learn_one`` inserts them in)."""
+    for columns in (stored, new):
+        weights.update(zip(map(keys.__getitem__, columns.tolist()), values[columns].tolist()))
+
+
+def _refusal(x: dict) -> str:
+    """The message ``learn_one`` gives for features with a value that is not a finite number."""
+    try:
+        reject_features(x)
+    except ValueError as error:
+        return str(error)
+    return "features refused"
 
 
 def _finite_matrix(X_nw) -> np.ndarray:

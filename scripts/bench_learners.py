@@ -30,7 +30,10 @@ updates every one of them, which also fills the averaged iterate's storage), mea
 ``tracemalloc`` (which sees every Python and numpy allocation still alive). Feature keys belong to the
 input and are not counted, for the models or for the plain ``dict`` of floats given for comparison.
 
-Usage: ``python scripts/bench_learners.py [--n 20242] [--repeat 3] [--lambda 1e-4] [--json out.json]``
+Results go to ``--out`` (default ``reports/learners.json``, the common format of ``_report``, with the raw
+per-learner results) and are printed as Markdown.
+
+Usage: ``python scripts/bench_learners.py [--n 20242] [--repeat 3] [--lambda 1e-4] [--out reports/learners.json]``
 """
 
 from __future__ import annotations
@@ -38,9 +41,6 @@ from __future__ import annotations
 import argparse
 import gc
 import inspect
-import json
-import os
-import platform
 import sys
 import time
 import tracemalloc
@@ -48,15 +48,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import river
-import sklearn
 from river import linear_model, optim
 from sklearn.feature_extraction import FeatureHasher
 from sklearn.linear_model import SGDClassifier
 from threadpoolctl import threadpool_limits
 
-import pegasos_stream
 from _data import Features, add_data_argument, load_messages, synthetic_rcv1_like, word_features
+from _report import add_out_argument, fmt, invocation, section, warn_if_busy, write_document
 from pegasos_stream import PegasosClassifier
 
 try:
@@ -72,6 +70,7 @@ Step = Callable[[Features, bool], bool]
 #: Hashed feature space of scikit-learn's SGDClassifier.
 SKLEARN_FEATURES = 2**18
 
+DEFAULTS = "PegasosClassifier() (defaults)"
 LOGREG = "river LogisticRegression(Hinge, l2=λ)"
 PA = "river PAClassifier()"
 
@@ -141,9 +140,7 @@ def pegasos_default_lambda() -> float:
 
 def learners(lam: float) -> dict[str, Callable[[], Step]]:
     """Factories of fresh learners, by display name."""
-    factories: dict[str, Callable[[], Step]] = {
-        "PegasosClassifier() (defaults)": lambda: river_step(PegasosClassifier())
-    }
+    factories: dict[str, Callable[[], Step]] = {DEFAULTS: lambda: river_step(PegasosClassifier())}
     if lam != pegasos_default_lambda():
         factories[f"PegasosClassifier(lambda_={lam:g})"] = lambda: river_step(PegasosClassifier(lambda_=lam))
     factories |= {
@@ -242,50 +239,41 @@ def spam_stream(args: argparse.Namespace) -> list[tuple[Features, bool]]:
     return [(word_features(m.text), m.is_spam) for m in load_messages(args.data)]
 
 
-def results_markdown(title: str, stream: Stream, results: list[Result]) -> str:
-    """A Markdown table of one dataset's results."""
+def results_section(title: str, stream: Stream, results: list[Result], notes: list[str]) -> dict:
+    """One dataset's results as a report section."""
     nnz = np.mean([len(x) for x, _ in stream])
-    lines = [
-        f"### {title}: {len(stream):,} examples, {nnz:.1f} non-zeros per example",
-        "",
-        "| learner | examples/s | µs/example | prequential accuracy | × LogReg | × PA |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in results:
-        lines.append(
-            f"| {r.learner} | {r.examples_per_s:,.0f} | {1e6 / r.examples_per_s:,.1f} | {r.accuracy:.4f} "
-            f"| {r.vs_logreg:.2f} | {r.vs_pa:.2f} |"
-        )
-    return "\n".join(lines)
+    return section(
+        f"{title}: {len(stream):,} examples, {nnz:.1f} non-zeros per example",
+        ["learner", ">examples/s", ">µs/example", ">prequential accuracy", ">× LogReg", ">× PA"],
+        [
+            [
+                r.learner,
+                fmt(r.examples_per_s, ",.0f"),
+                fmt(1e6 / r.examples_per_s, ",.1f"),
+                fmt(r.accuracy, ".4f"),
+                fmt(r.vs_logreg, ".2f"),
+                fmt(r.vs_pa, ".2f"),
+            ]
+            for r in results
+        ],
+        notes,
+    )
 
 
-def memory_markdown(rows: list[dict], n_weights: int) -> str:
-    """A Markdown table of the memory measurements."""
-    lines = [
-        f"### Memory retained per non-zero weight (tracemalloc, {n_weights:,} weights, keys not counted)",
-        "",
-        "| storage | bytes per weight (= MB per million weights) | × plain dict |",
-        "| --- | ---: | ---: |",
-    ]
-    for row in rows:
-        lines.append(f"| {row['model']} | {row['bytes_per_weight']:.1f} | {row['vs_plain_dict']:.2f} |")
-    return "\n".join(lines)
+def memory_section(rows: list[dict], n_weights: int) -> dict:
+    """The memory measurements as a report section."""
+    return section(
+        f"Memory retained per non-zero weight (tracemalloc, {n_weights:,} weights, keys not counted)",
+        ["storage", ">bytes per weight (= MB per million weights)", ">× plain dict"],
+        [[row["model"], fmt(row["bytes_per_weight"], ".1f"), fmt(row["vs_plain_dict"], ".2f")] for row in rows],
+    )
 
 
-def environment() -> dict:
-    """Versions and machine facts recorded with the results."""
-    return {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "processor": platform.processor(),
-        "pegasos_stream": pegasos_stream.__version__,
-        "river": river.__version__,
-        "scikit-learn": sklearn.__version__,
-        "numpy": np.__version__,
-        "vowpalwabbit": vowpalwabbit.__version__ if vowpalwabbit is not None else None,
-        "cpus": os.cpu_count(),
-        "load_average_1min_at_start": os.getloadavg()[0],
-    }
+def headline_row(benchmark: str, results: list[Result]) -> list[str]:
+    """Default PegasosClassifier against the fastest learner that is not a PegasosClassifier."""
+    ours = next(r for r in results if r.learner == DEFAULTS)
+    peer = max((r for r in results if not r.learner.startswith("PegasosClassifier")), key=lambda r: r.examples_per_s)
+    return [benchmark, fmt(ours.examples_per_s, ",.0f"), peer.learner, fmt(peer.examples_per_s, ",.0f")]
 
 
 def main() -> None:
@@ -301,7 +289,7 @@ def main() -> None:
     parser.add_argument("--lambda", dest="lam", type=float, default=1e-4, help="λ for Pegasos, LogReg, SGD")
     parser.add_argument("--seed", type=int, default=0, help="numpy seed of the synthetic stream")
     parser.add_argument("--memory-weights", type=int, default=1_000_000, help="weights for the memory test")
-    parser.add_argument("--json", type=str, help="also write the results as JSON to this path")
+    add_out_argument(parser, "learners.json")
     args = parser.parse_args()
 
     if vowpalwabbit is None:
@@ -309,37 +297,42 @@ def main() -> None:
     factories = learners(args.lam)
     threadpool_limits(limits=1)
     datasets = {
-        "SpamAssassin, binary word features": spam_stream(args),
-        f"Synthetic RCV1-like (47,236 features, seed {args.seed})": synthetic_rcv1_like(args.n, seed=args.seed),
+        "SpamAssassin, binary word features": (
+            "per-event learning, SpamAssassin words (examples/s)",
+            spam_stream(args),
+        ),
+        f"Synthetic RCV1-like (47,236 features, seed {args.seed})": (
+            "per-event learning, synthetic RCV1-like (examples/s)",
+            synthetic_rcv1_like(args.n, seed=args.seed),
+        ),
     }
-    report: dict = {"environment": environment(), "lambda": args.lam, "repeat": args.repeat, "datasets": {}}
-    if report["environment"]["load_average_1min_at_start"] > 1.0:
-        print("warning: the machine is busy (1-minute load average > 1); timings will be noisy", file=sys.stderr)
-    tables = []
-    for title, stream in datasets.items():
+    warn_if_busy()
+    note = f"λ = {args.lam:g}; fastest of {args.repeat} passes; ratios are throughput relative to {LOGREG} and {PA}."
+    raw: dict[str, dict] = {}
+    sections, headline = [], []
+    for title, (headline_label, stream) in datasets.items():
         print(f"{title} ...", file=sys.stderr)
         results = benchmark(stream, factories, args.repeat)
-        report["datasets"][title] = {
+        raw[title] = {
             "n_examples": len(stream),
             "mean_nnz": float(np.mean([len(x) for x, _ in stream])),
             "results": [asdict(r) for r in results],
         }
-        tables.append(results_markdown(title, stream, results))
+        sections.append(results_section(title, stream, results, [note]))
+        headline.append(headline_row(headline_label, results))
     memory = memory_table(args.memory_weights)
-    report["memory"] = memory
-    tables.append(memory_markdown(memory, args.memory_weights))
-    report["environment"]["load_average_1min_at_end"] = os.getloadavg()[0]
-
-    load = report["environment"]
-    print(
-        f"λ = {args.lam:g}; fastest of {args.repeat} passes; ratios are throughput relative to {LOGREG} and {PA}. "
-        f"1-minute load average {load['load_average_1min_at_start']:.2f} at start, "
-        f"{load['load_average_1min_at_end']:.2f} at end ({load['cpus']} CPUs).\n"
+    sections.append(memory_section(memory, args.memory_weights))
+    write_document(
+        args.out,
+        "Per-example learning throughput: PegasosClassifier against river, scikit-learn and Vowpal Wabbit",
+        invocation(),
+        sections,
+        headline=headline,
+        **{"lambda": args.lam},
+        repeat=args.repeat,
+        datasets=raw,
+        memory=memory,
     )
-    print("\n\n".join(tables))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(report, out, indent=2)
 
 
 if __name__ == "__main__":

@@ -14,13 +14,15 @@ Features:
 With ``horizon=H`` the step size stops decreasing at t = H (η = 1/(λH) from then on), so horizons at or
 above the stream length (6,046 messages) behave exactly like ``None``.
 
-Usage: ``python scripts/horizon_spam.py [--lambdas 1e-4,1e-5] [--horizons none,500,...] [--json out.json]``
+Results go to ``--out`` (default ``reports/horizon.json``, the common format of ``_report``, with the raw
+runs) and are printed as Markdown.
+
+Usage: ``python scripts/horizon_spam.py [--lambdas 1e-4,1e-5] [--horizons none,500,...] [--out reports/horizon.json]``
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 
@@ -28,6 +30,7 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from _data import add_data_argument, char_ngram_matrix, csr_rows, l2_normalise, load_messages, word_features
+from _report import add_out_argument, fmt, invocation, section, write_document
 from pegasos_stream import PegasosClassifier
 
 FEATURE_SETS = ("char4", "words")
@@ -70,21 +73,34 @@ def evaluate(scores: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     }
 
 
-def markdown(rows: list[dict], n: int) -> str:
-    """All runs as one Markdown table."""
-    lines = [
-        f"### PegasosClassifier on SpamAssassin ({n:,} messages, chronological, prequential)",
-        "",
-        "| features | λ | horizon | accuracy | ROC AUC | (1-ROCA)% | error % last third | (1-ROCA)% last third |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['features']} | {r['lambda']:g} | {r['horizon'] or 'None'} | {r['accuracy']:.4f} "
-            f"| {r['roc_auc']:.5f} | {r['one_minus_roca_pct']:.3f} | {r['last_third_error_pct']:.2f} "
-            f"| {r['last_third_one_minus_roca_pct']:.3f} |"
-        )
-    return "\n".join(lines)
+def results_section(rows: list[dict], n: int) -> dict:
+    """All runs as one report section."""
+    return section(
+        f"PegasosClassifier on SpamAssassin ({n:,} messages, chronological, prequential)",
+        [
+            "features",
+            ">λ",
+            ">horizon",
+            ">accuracy",
+            ">ROC AUC",
+            ">(1-ROCA)%",
+            ">error % last third",
+            ">(1-ROCA)% last third",
+        ],
+        [
+            [
+                r["features"],
+                fmt(r["lambda"], "g"),
+                r["horizon"] or "None",
+                fmt(r["accuracy"], ".4f"),
+                fmt(r["roc_auc"], ".5f"),
+                fmt(r["one_minus_roca_pct"], ".3f"),
+                fmt(r["last_third_error_pct"], ".2f"),
+                fmt(r["last_third_one_minus_roca_pct"], ".3f"),
+            ]
+            for r in rows
+        ],
+    )
 
 
 def main() -> None:
@@ -95,7 +111,7 @@ def main() -> None:
     )
     parser.add_argument("--lambdas", default="1e-4,1e-5", help="comma-separated λ values")
     parser.add_argument("--features", default=",".join(FEATURE_SETS), help="comma-separated: char4, words")
-    parser.add_argument("--json", type=str, help="also write the results as JSON to this path")
+    add_out_argument(parser, "horizon.json")
     args = parser.parse_args()
     horizons = [parse_horizon(h) for h in args.horizons.split(",")]
     lambdas = [float(v) for v in args.lambdas.split(",")]
@@ -115,10 +131,14 @@ def main() -> None:
                 scores = prequential_scores(stream, labels.tolist(), lam, horizon)
                 rows.append({"features": kind, "lambda": lam, "horizon": horizon, **evaluate(scores, labels)})
 
-    print(markdown(rows, len(messages)))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"n_messages": len(messages), "runs": rows}, out, indent=2)
+    write_document(
+        args.out,
+        "Effect of PegasosClassifier's horizon on the chronological SpamAssassin stream",
+        invocation(),
+        [results_section(rows, len(messages))],
+        n_messages=len(messages),
+        runs=rows,
+    )
 
 
 if __name__ == "__main__":
