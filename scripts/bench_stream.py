@@ -66,6 +66,7 @@ import importlib.util
 import io
 import itertools
 import json
+import os
 import pstats
 import shutil
 import subprocess
@@ -97,6 +98,11 @@ except ImportError:
     pyvw = None
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def shown_command(argv: list[str]) -> str:
+    """The ``pegasos-stream`` command line, with paths relative to the repository."""
+    return "pegasos-stream " + " ".join(os.path.relpath(a, REPO) if os.path.isabs(a) else a for a in argv)
 SPAM_CONFIG = REPO / "configs" / "spam.yaml"
 SVMLIGHT_CONFIG = REPO / "configs" / "replay-svmlight.yaml"
 #: λ of both configurations, used for the scikit-learn peers' alpha.
@@ -387,7 +393,7 @@ def spam_part(args: argparse.Namespace) -> Part:
     )
     print(f"  scikit-learn {rows[-1].rate:,.0f}/s", file=sys.stderr)
     overhead, same = 1.0 - runner.rate / bare.rate, same_metrics([runner, bare])
-    command = "pegasos-stream " + " ".join(argv)
+    command = shown_command(argv)
     notes = [
         (
             f"Runner overhead 1 − eval/bare = **{100 * overhead:.1f}%** (target ≤ 20%). "
@@ -643,7 +649,7 @@ def svmlight_part(args: argparse.Namespace, tmp: Path) -> Part:
     overhead_record_by_record = 1.0 - record_by_record.rate / bare.rate
     same = same_metrics(pegasos_rows)
     vs_vw = runner.rate / vw_driver.rate if vw_driver else None
-    command = "pegasos-stream " + " ".join(argv).replace(str(log), "LOG")
+    command = shown_command(argv).replace(os.path.relpath(log, REPO), "LOG")
     notes = [
         (
             f"Runner overhead over bare learning, 1 − eval/bare learn_one = **{100 * overhead:.1f}%** (target "
