@@ -226,7 +226,7 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
 
 typedef struct { char *data; Py_ssize_t len, cap; } Growing;
 
-static int grow(Growing *g, const void *item, Py_ssize_t size) {
+static int reserve(Growing *g, Py_ssize_t size) {
     if (g->len + size > g->cap) {
         Py_ssize_t cap = g->cap ? g->cap * 2 : 4096;
         while (cap < g->len + size) cap *= 2;
@@ -235,9 +235,25 @@ static int grow(Growing *g, const void *item, Py_ssize_t size) {
         g->data = data;
         g->cap = cap;
     }
+    return 0;
+}
+
+static int grow(Growing *g, const void *item, Py_ssize_t size) {
+    if (reserve(g, size) < 0) return -1;
     memcpy(g->data + g->len, item, size);
     g->len += size;
     return 0;
+}
+
+/* The int64 at ``index`` of a table that starts out zero, extended with zeros as needed; NULL on error. */
+static int64_t *table_slot(Growing *g, int64_t index) {
+    Py_ssize_t size = (Py_ssize_t)(index + 1) * 8;
+    if (g->len < size) {
+        if (reserve(g, size - g->len) < 0) return NULL;
+        memset(g->data + g->len, 0, size - g->len);
+        g->len = size;
+    }
+    return (int64_t *)g->data + index;
 }
 
 static PyObject *take_bytes(Growing *g) {
@@ -331,18 +347,17 @@ static int64_t name_column(const char *s, Py_ssize_t len, PyObject *vocabulary, 
         for (Py_ssize_t k = 0; k < len && number >= 0; k++)
             number = (s[k] >= '0' && s[k] <= '9') ? number * 10 + (s[k] - '0') : -1;
     }
+    int64_t *slot = NULL;
     if (number >= 0 && number < MAX_NUMBERED) {
-        int64_t zero = 0;
-        while (numbered->len <= number * 8)
-            if (grow(numbered, &zero, 8) < 0) return -1;
-        int64_t *slot = (int64_t *)numbered->data + number;
+        slot = table_slot(numbered, number);
+        if (!slot) return -1;
         if (*slot) return *slot - 1;
     }
     PyObject *name = PyUnicode_DecodeASCII(s, len, NULL);
     if (!name) return -1;
     int64_t column = column_of(name, vocabulary, keys);
     Py_DECREF(name);
-    if (column >= 0 && number >= 0 && number < MAX_NUMBERED) ((int64_t *)numbered->data)[number] = column + 1;
+    if (column >= 0 && slot) *slot = column + 1;
     return column;
 }
 
@@ -377,11 +392,8 @@ static int svmlight_line(const char *s, Py_ssize_t len, PyObject *vocabulary, Py
         if (!plain_number(colon + 1, s + k - colon - 1, &number)) goto python;
         int64_t column = name_column(s + token, colon - (s + token), vocabulary, keys, numbered);
         if (column < 0) { *error = 1; return LINE_PYTHON; }
-        while (stamps->len < (column + 1) * 8) {
-            int64_t zero = 0;
-            if (grow(stamps, &zero, 8) < 0) { *error = 1; return LINE_PYTHON; }
-        }
-        int64_t *seen = (int64_t *)stamps->data + column;
+        int64_t *seen = table_slot(stamps, column);
+        if (!seen) { *error = 1; return LINE_PYTHON; }
         if (*seen == stamp) goto python;  /* a repeated name: the dict keeps the last value */
         *seen = stamp;
         if (grow(indices, &column, 8) < 0 || grow(data, &number, 8) < 0) { *error = 1; return LINE_PYTHON; }

@@ -378,7 +378,10 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
             weights = np.array([check_sample_weight(w) for w in np.asarray(sample_weight).tolist()])
         if not np.isfinite(rows.data).all():
             bad = int(np.searchsorted(rows.indptr, np.flatnonzero(~np.isfinite(rows.data))[0], side="right")) - 1
-            raise ValueError(f"row {bad}: " + _refusal(rows.row(bad)))
+            try:
+                check_features(rows.row(bad))
+            except ValueError as error:
+                raise ValueError(f"row {bad}: {error}") from None
         decisions, probas = np.empty(len(rows)), np.empty(len(rows))
         stop, error = self.learn_rows(rows, signs, weights, decisions, probas)
         if error is not None:
@@ -496,15 +499,6 @@ def _scatter(weights: dict, keys: list, values: np.ndarray, stored: np.ndarray, 
     first written (the order ``learn_one`` inserts them in)."""
     for columns in (stored, new):
         weights.update(zip(map(keys.__getitem__, columns.tolist()), values[columns].tolist()))
-
-
-def _refusal(x: dict) -> str:
-    """The message ``learn_one`` gives for features with a value that is not a finite number."""
-    try:
-        reject_features(x)
-    except ValueError as error:
-        return str(error)
-    return "features refused"
 
 
 def _finite_matrix(X_nw) -> np.ndarray:

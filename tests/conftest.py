@@ -19,6 +19,22 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError
 
+#: Consumer settings for this broker: 6 s sessions, so a group join takes about 3 s.
+GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+
+
+def kafka_source_config(broker: str, topic: str, group: str) -> dict:
+    """The ``source`` section of a job reading ``topic`` from the start as consumer group ``group``."""
+    return {
+        "type": "kafka",
+        "bootstrap_servers": broker,
+        "topics": [topic],
+        "group_id": group,
+        "start": "earliest",
+        "consumer": GROUP_SETTINGS,
+        "poll_seconds": 0.2,
+    }
+
 
 def _free_port() -> int:
     with socket.socket() as sock:

@@ -15,8 +15,8 @@ from kafka import KafkaConsumer, TopicPartition
 
 from pegasos_stream.events import BadRecord, EventParser, Record
 from pegasos_stream.kafka import KafkaSink, KafkaSource
+from conftest import GROUP_SETTINGS
 
-GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
 
 def _source(address: str, topic: str, group: str | None = None) -> KafkaSource:

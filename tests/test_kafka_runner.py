@@ -9,23 +9,15 @@ import yaml
 from kafka import KafkaConsumer, TopicPartition
 
 from pegasos_stream import cli
+from conftest import kafka_source_config
 
-GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
 
 def _config(tmp_path: Path, broker: str, topic: str, group: str) -> Path:
     config = {
         "model": {"kind": "linear", "lambda_": 0.01},
         "features": {"type": "dict"},
-        "source": {
-            "type": "kafka",
-            "bootstrap_servers": broker,
-            "topics": [topic],
-            "group_id": group,
-            "start": "earliest",
-            "consumer": GROUP_SETTINGS,
-            "poll_seconds": 0.2,
-        },
+        "source": kafka_source_config(broker, topic, group),
         "evaluation": {"stats_every_seconds": 1},
     }
     path = tmp_path / "kafka.yaml"

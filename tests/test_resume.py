@@ -42,9 +42,9 @@ import yaml
 from kafka import KafkaConsumer, TopicPartition
 
 from pegasos_stream.checkpoint import checkpoints, latest_valid, read_checkpoint
+from conftest import kafka_source_config
 
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
-GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 EVERY = 50  # events between checkpoints
 #: A linear learner with every piece of state in play (averaging, intercept); the stream's
 #: ~48,000 distinct features make each checkpoint about 1 MB, so writing one takes a while.
@@ -529,15 +529,7 @@ def test_stdin_resume_skips_the_lines_already_covered(stream, reference, tmp_pat
 
 
 def _kafka_job(directory: Path, broker: str, topic: str, group: str, total: int) -> Path:
-    source = {
-        "type": "kafka",
-        "bootstrap_servers": broker,
-        "topics": [topic],
-        "group_id": group,
-        "start": "earliest",
-        "consumer": GROUP_SETTINGS,
-        "poll_seconds": 0.2,
-    }
+    source = kafka_source_config(broker, topic, group)
     # The run ends after the topic's last record (events are cumulative across resumes); the
     # idle stop is only a bound in case something goes wrong.
     return _job(directory, source, run={"max_events": total, "stop_when_idle": 40})
