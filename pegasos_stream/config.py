@@ -129,7 +129,7 @@ SCHEMA: dict = {
     "run": {
         "max_events": _integer(None, 0),
         "stop_when_idle": _number(None),
-        "batch_size": _integer(16384, 0),  # records per compiled batch when replaying a file (0: one at a time)
+        "batch_size": _integer(65536, 0),  # most records per compiled batch (0: one at a time)
     },
     "checkpoint": {
         "dir": _text(None, "a directory path"),

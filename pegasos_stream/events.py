@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["BadRecord", "Event", "EventParser", "Record"]
+__all__ = ["BadRecord", "Event", "EventParser", "Record", "RecordBatch"]
 
 
 class Record(NamedTuple):
@@ -21,6 +21,32 @@ class Record(NamedTuple):
     value: bytes
     position: str
     cursor: object = None
+
+
+class RecordBatch:
+    """Records read together: their raw ``values``, the source's ``cursors``, and each one as a
+    ``Record`` on demand (``batch[i]``), so that a batch of good records costs no position texts."""
+
+    __slots__ = ("values", "cursors", "_name")
+
+    def __init__(self, values: list[bytes], cursors: Sequence, name: Callable[[object], str]) -> None:
+        self.values = values
+        self.cursors = cursors
+        self._name = name
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, i: int) -> Record:
+        return Record(self.values[i], self._name(self.cursors[i]), self.cursors[i])
+
+    def position(self, i: int) -> str:
+        """Where record ``i`` was read, for people (``Record.position``)."""
+        return self._name(self.cursors[i])
+
+    def keep(self, indices: Sequence[int]) -> RecordBatch:
+        """The records at ``indices``, in that order."""
+        return RecordBatch([self.values[i] for i in indices], [self.cursors[i] for i in indices], self._name)
 
 
 class BadRecord(ValueError):

@@ -11,6 +11,7 @@ import numbers
 from collections.abc import Hashable, Mapping
 
 __all__ = [
+    "SIGNS",
     "binary_sign",
     "check_features",
     "check_horizon",
@@ -21,13 +22,13 @@ __all__ = [
 
 # Equality-based lookup: True == 1 and np.True_ == 1 hash alike, so one table serves bool, numpy
 # bool, 0/1 and -1/+1 in int or float form.
-_SIGNS = {1: 1.0, 0: -1.0, -1: -1.0}
+SIGNS = {1: 1.0, 0: -1.0, -1: -1.0}
 
 
 def binary_sign(y: object) -> float:
     """+1.0 for a positive label (True, 1), -1.0 for a negative one (False, 0, -1)."""
     try:
-        sign = _SIGNS.get(y)  # type: ignore[call-overload]
+        sign = SIGNS.get(y)  # type: ignore[call-overload]
     except TypeError:  # unhashable
         sign = None
     if sign is None:

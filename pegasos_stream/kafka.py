@@ -1,4 +1,4 @@
-"""Kafka: a consumer-group source that commits exactly what it yielded, and a JSON sink.
+"""Kafka: a consumer-group source that commits exactly what was processed, and a JSON sink.
 
 Values stay bytes (no deserializer): the runner parses them, so one malformed record is a
 rejected record, never a partition stuck on a deserializer error. Offsets are committed by hand
@@ -9,16 +9,21 @@ broker gives idle ticks and messages on stderr instead of exceptions and 30 s st
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from itertools import chain, repeat
+from typing import NamedTuple
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
-from .events import Record
+from .events import RecordBatch
+from .sources import BATCH_BYTES, Source
 
 __all__ = ["CONSUMER_DEFAULTS", "KafkaSink", "KafkaSource"]
 
@@ -36,17 +41,30 @@ _RESERVED = ("bootstrap_servers", "group_id", "auto_offset_reset", "enable_auto_
 Partition = tuple[str, int]
 
 
+class _Fetched(NamedTuple):
+    """Messages of one partition from one poll, not read yet: values, offsets, and the partition's
+    generation at the poll."""
+
+    tp: TopicPartition
+    values: list[bytes]
+    offsets: list[int]
+    generation: int
+
+
 def _say(message: str) -> None:
     print(f"kafka: {message}", file=sys.stderr, flush=True)
 
 
-class KafkaSource:
+class KafkaSource(Source):
     """Records from Kafka topics, read in a consumer group.
 
-    Iterating yields ``Record(value, "topic/partition/offset", (topic, partition, offset))`` for
-    every message, in offset order within each partition (a tombstone's value is ``b""``), and
-    ``None`` when a poll of ``poll_seconds`` brings nothing. ``commit()`` commits the offset after
-    the last record yielded from each partition; ``seek()`` resumes from offsets stored elsewhere.
+    ``read(n)`` hands out up to ``n`` fetched messages (polling when none is left), in offset order
+    within each partition; a record's value is the message's bytes (``b""`` for a tombstone), its
+    cursor (topic, partition, offset) and its position "topic/partition/offset".
+    A poll of ``poll_seconds`` that brings nothing gives an empty batch. ``claim()`` drops the
+    records of partitions revoked since they were read and advances the offsets over the others;
+    ``commit()`` commits the offset after the last record claimed from each partition; ``seek()``
+    resumes from offsets stored elsewhere.
 
     Parameters
     ----------
@@ -90,8 +108,14 @@ class KafkaSource:
         self._poll_ms = int(poll_seconds * 1000)
         self._commit_timeout = commit_timeout
         self._commit_attempts = commit_attempts
-        self._offsets: dict[TopicPartition, int] = {}  # next offset after the last record yielded
-        self._unyielded = 0  # records of the last poll not yielded yet
+        self._offsets: dict[TopicPartition, int] = {}  # next offset after the last record claimed
+        # Polled messages not read yet, with their partition's generation at the poll: a partition's
+        # generation moves on when it is revoked or sought, and records of an older one are dropped
+        # instead of claimed.
+        self._fetched: deque[_Fetched] = deque()
+        self._generations: dict[TopicPartition, int] = {}
+        self._read: dict[TopicPartition, tuple[int, int]] = {}  # last read: (generation, next offset)
+        self._buffer_lock = threading.Lock()  # the fetched messages, against rebalance callbacks
         self._committed: dict[TopicPartition, int] = {}
         self._seeks: dict[TopicPartition, int] = {}
         self._resumed: dict[Partition, int] = {}  # offsets given to seek(), until records pass them
@@ -99,6 +123,7 @@ class KafkaSource:
         self._rewound: set[TopicPartition] = set()
         self._listener_thread: int | None = None
         self._reachable = True
+        self._watched = -math.inf  # when _watch_broker last looked
         self._closed = False
         self._consumer = KafkaConsumer(
             **{**CONSUMER_DEFAULTS, **(consumer or {})},
@@ -110,29 +135,90 @@ class KafkaSource:
         )
         self._consumer.subscribe(self.topics, listener=_Listener(self))
 
-    def __iter__(self) -> Iterator[Record | None]:
-        while True:
-            try:
-                batches = self._consumer.poll(timeout_ms=self._poll_ms)
-            except KafkaError as error:
-                if not error.retriable:
-                    raise
-                _say(f"poll failed ({_describe(error)}); retrying")
-                batches = {}
-            self._watch_broker()
-            if not batches:
-                yield None
-                continue
-            self._unyielded = sum(len(messages) for messages in batches.values())
-            for tp, messages in batches.items():
-                for message in messages:
-                    self._offsets[tp] = message.offset + 1
-                    self._unyielded -= 1
-                    cursor = (tp.topic, tp.partition, message.offset)
-                    yield Record(message.value or b"", "/".join(map(str, cursor)), cursor)
+    def read(self, n: int) -> RecordBatch:
+        """Up to ``n`` fetched records: waits up to ``poll_seconds`` when none is fetched, then takes
+        whatever more has already arrived (polls that do not wait), so a backlog comes in large batches
+        (of ``BATCH_BYTES`` at most, beyond one poll's worth)."""
+        if not self._fetched:
+            self._poll(self._poll_ms)
+        with self._buffer_lock:
+            count = sum(len(entry.values) for entry in self._fetched)
+            size = sum(map(len, chain.from_iterable(entry.values for entry in self._fetched)))
+        while 0 < count < n and size < BATCH_BYTES:
+            fetched = self._poll(0)
+            if not fetched:
+                break
+            count += sum(len(entry.values) for entry in fetched)
+            size += sum(map(len, chain.from_iterable(entry.values for entry in fetched)))
+        values: list[bytes] = []
+        cursors: list[tuple[str, int, int]] = []
+        with self._buffer_lock:
+            self._read = {}
+            while self._fetched and len(values) < n:
+                entry = self._fetched[0]
+                taken = n - len(values)
+                if taken >= len(entry.values):
+                    self._fetched.popleft()
+                else:
+                    self._fetched[0] = entry._replace(values=entry.values[taken:], offsets=entry.offsets[taken:])
+                offsets = entry.offsets[:taken]
+                self._read[entry.tp] = (entry.generation, offsets[-1] + 1)
+                values += entry.values[:taken]
+                cursors += zip(repeat(entry.tp.topic), repeat(entry.tp.partition), offsets)
+        return RecordBatch(values, cursors, _position)
+
+    def claim(self, batch: RecordBatch) -> RecordBatch:
+        with self._buffer_lock:
+            read, self._read = self._read, {}
+            stale = {tp for tp, (generation, _) in read.items() if self._generations.get(tp, 0) != generation}
+            if stale:
+                self._fetched = deque(entry for entry in self._fetched if entry.tp not in stale)
+        if stale:
+            batch = self._drop(batch, stale)
+        self._offsets.update((tp, end) for tp, (_, end) in read.items() if tp not in stale)
+        return batch
+
+    def _drop(self, batch: RecordBatch, stale: set[TopicPartition]) -> RecordBatch:
+        """``batch`` without the records of partitions revoked or sought since their poll; such a
+        partition, when still assigned, is sought back to the first of them, to fetch them again."""
+        by_name = {(tp.topic, tp.partition): tp for tp in stale}
+        first: dict[TopicPartition, int] = {}
+        kept = []
+        for i, cursor in enumerate(batch.cursors):
+            tp = by_name.get(cursor[:2])
+            if tp is None:
+                kept.append(i)
+            else:
+                first.setdefault(tp, cursor[2])
+        assigned = self._consumer.assignment()
+        for tp, offset in first.items():
+            if tp in assigned:
+                self._consumer.seek(tp, offset)
+        return batch.keep(kept)
+
+    def _poll(self, timeout_ms: int) -> list[_Fetched]:
+        """Fetch the next messages, noting each partition's generation before the poll; what came."""
+        with self._buffer_lock:
+            generations = dict(self._generations)
+        try:
+            batches = self._consumer.poll(timeout_ms=timeout_ms)
+        except KafkaError as error:
+            if not error.retriable:
+                raise
+            _say(f"poll failed ({_describe(error)}); retrying")
+            batches = {}
+        self._watch_broker()
+        fetched = [
+            _Fetched(tp, [m.value or b"" for m in messages], [m.offset for m in messages], generations.get(tp, 0))
+            for tp, messages in batches.items()
+            if messages
+        ]
+        with self._buffer_lock:
+            self._fetched.extend(fetched)
+        return fetched
 
     def commit(self) -> None:
-        """Commit the offsets of everything yielded so far; on failure say so and keep them pending.
+        """Commit the offsets of everything claimed so far; on failure say so and keep them pending.
 
         Retries within ``commit_timeout`` seconds; a failed commit is repeated by the next one.
         """
@@ -168,17 +254,18 @@ class KafkaSource:
 
     def position(self) -> dict:
         """{"offsets": [[topic, partition, next offset], ...]}: where a resumed run starts, covering
-        every record yielded so far and the partitions resumed but not read from since."""
+        every record claimed so far and the partitions resumed but not read from since."""
         offsets = dict(self._resumed)
         offsets.update({(tp.topic, tp.partition): offset for tp, offset in self._offsets.items()})
         return {"offsets": [[topic, partition, offset] for (topic, partition), offset in sorted(offsets.items())]}
 
     def lag(self) -> int | None:
-        """Records waiting in the assigned partitions after the last one yielded, when known."""
+        """Records waiting after the last one read: fetched ones and those still in the partitions."""
         assigned = self._consumer.assignment()
         if not assigned:
             return None
-        total = self._unyielded
+        with self._buffer_lock:
+            total = sum(len(entry.values) for entry in self._fetched)
         for tp in assigned:
             high = self._consumer.highwater(tp)
             if high is None:
@@ -192,11 +279,8 @@ class KafkaSource:
             total += max(0, high - position)
         return total
 
-    def progress(self) -> None:
-        return None
-
     def close(self) -> None:
-        """Commit what was yielded, leave the group and close the connections."""
+        """Commit what was claimed, leave the group and close the connections."""
         if self._closed:
             return
         self.commit()
@@ -217,7 +301,9 @@ class KafkaSource:
         self._apply_seeks(self._consumer.assignment())
 
     def _apply_seeks(self, assigned: set[TopicPartition]) -> None:
-        for tp in assigned & set(self._seeks):
+        sought = assigned & set(self._seeks)
+        self._invalidate(sought)
+        for tp in sought:
             self._consumer.seek(tp, self._seeks.pop(tp))
             self._offsets.pop(tp, None)
         if self._rewind:
@@ -229,6 +315,7 @@ class KafkaSource:
     def _revoked(self, partitions: set[TopicPartition], lost: bool) -> None:
         if self._closed or not partitions:
             return
+        self._invalidate(partitions)
         self._listener_thread = threading.get_ident()
         try:
             if self.on_revoke is not None:
@@ -241,13 +328,27 @@ class KafkaSource:
             self._offsets.pop(tp, None)
             self._committed.pop(tp, None)
 
+    def _invalidate(self, partitions: set[TopicPartition]) -> None:
+        """Drop what was fetched from ``partitions`` and not claimed yet, read or not."""
+        if not partitions:
+            return
+        with self._buffer_lock:
+            for tp in partitions:
+                self._generations[tp] = self._generations.get(tp, 0) + 1
+            self._fetched = deque(entry for entry in self._fetched if entry.tp not in partitions)
+
     def _async_committed(self, offsets: dict[TopicPartition, OffsetAndMetadata], result: object) -> None:
         if isinstance(result, Exception):
             positions = _positions({tp: meta.offset for tp, meta in offsets.items()})
             _say(f"could not commit offsets {positions} on revocation ({_describe(result)})")
 
     def _watch_broker(self) -> None:
-        """Say when the consumer loses its last broker connection and when it has one again."""
+        """Say when the consumer loses its last broker connection and when it has one again (checked
+        once per ``poll_seconds`` at most: the consumer's metrics take a while to gather)."""
+        now = time.monotonic()
+        if now - self._watched < self._poll_ms / 1000:
+            return
+        self._watched = now
         count = (self._consumer.metrics() or {}).get("consumer-metrics", {}).get("connection-count")
         if count is None:
             return
@@ -281,6 +382,10 @@ def _describe(error: BaseException | None) -> str:
         return "no answer in time"
     detail = str(error)
     return type(error).__name__ + (f": {detail}" if detail and detail != "None" else "")
+
+
+def _position(cursor: tuple[str, int, int]) -> str:
+    return "/".join(map(str, cursor))
 
 
 def _positions(offsets: Mapping[TopicPartition, int]) -> str:

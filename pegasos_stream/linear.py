@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from itertools import repeat
 from operator import mul
 
 import numpy as np
@@ -488,17 +487,16 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
 
 def _gather(weights: dict, keys: list) -> tuple[np.ndarray, np.ndarray]:
     """(the values of ``keys``, 0.0 where absent; whether each is present)."""
-    values = np.fromiter(map(weights.get, keys, repeat(math.nan)), dtype=np.float64, count=len(keys))
-    present = ~np.isnan(values)  # stored weights are always finite
-    values[~present] = 0.0
+    values, present = np.empty(len(keys)), np.empty(len(keys), dtype=bool)
+    _fast.gather(weights, keys, values, present)
     return values, present
 
 
 def _scatter(weights: dict, keys: list, values: np.ndarray, stored: np.ndarray, new: np.ndarray) -> None:
     """Write back the values of the ``stored`` keys, then add the ``new`` ones in the order they were
     first written (the order ``learn_one`` inserts them in)."""
-    for columns in (stored, new):
-        weights.update(zip(map(keys.__getitem__, columns.tolist()), values[columns].tolist()))
+    _fast.scatter(weights, keys, values, stored.astype(np.int64))
+    _fast.scatter(weights, keys, values, new.astype(np.int64))
 
 
 def _finite_matrix(X_nw) -> np.ndarray:

@@ -8,22 +8,21 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import islice
 from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 from river import base
 
 from .evaluation import BinaryReport, MulticlassReport
-from .events import BadRecord, Event, EventParser, Record
+from .events import BadRecord, Event, EventParser, Record, RecordBatch
 from .features import EmailFeatures
-from .inputs import binary_sign
+from .inputs import SIGNS, binary_sign
 from .pending import PendingLabels
-from .rows import Rows, parse_svmlight
-from .sinks import Sink, dead_letter
-from .sources import FileSource, Source
+from .rows import Rows, name_table, parse_json_events, parse_svmlight
+from .sinks import NullSink, Sink, dead_letter
+from .sources import Source
 
 if TYPE_CHECKING:
     from .checkpoint import Checkpoints
@@ -87,10 +86,12 @@ class Runner:
     log
         Where rejections and statistics go (None: whatever ``sys.stderr`` is at the time).
     batch_size
-        Replaying a file, read this many records at a time and learn each run of labelled feature
-        events in them with the learner's compiled loop (``learn_rows``), which gives the same model,
-        predictions and metrics as one record at a time. 0, a learner without ``learn_rows``, another
-        source or ``on_error: stop`` (which must stop right after the bad record): one at a time.
+        Read up to this many records at a time (as many as the source has at hand: a file's next
+        lines, the complete lines waiting on standard input, the messages a Kafka consumer has
+        fetched) and learn each run of labelled
+        feature events in them with the learner's compiled loop (``learn_rows``), which gives the same
+        model, predictions and metrics as one record at a time. 0, a learner without ``learn_rows``
+        or ``on_error: stop`` (which must stop right after the bad record): one at a time.
 
     """
 
@@ -122,6 +123,12 @@ class Runner:
         self.batch_size = batch_size if compiled else 0
         self.stats = RunStats()
         self._binary = not model._multiclass
+        self._emits = not isinstance(sink, NullSink)
+        self._svmlight_names: list = []  # the str of each numbered svmlight name, made once per run
+        self._json_names = name_table()  # the JSON feature names, likewise
+        # A JSON label's sign, as parser then learner take it (dict equality: True == 1, False == 0).
+        labels = parser.labels
+        self._label_signs = {labels.get("positive"): 1.0, labels.get("negative"): -1.0} if labels else SIGNS
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
 
@@ -154,47 +161,67 @@ class Runner:
 
     # -- many records: the compiled loop ------------------------------------------------------
 
-    def process_many(self, records: list[Record]) -> None:
+    def process_many(self, records: RecordBatch) -> None:
         """``process`` for each record, in order; each run of labelled feature events in between the
         others (text, unlabelled, label-only or bad records) is learned by the compiled loop."""
         self.stats.events += len(records)
-        rows, signs, row_records, row_ids, others = self._rows(records)
+        batch = self._rows(records)
         learned = row = 0
-        for index, record in enumerate(records):
-            if index in others:
-                self._learn_rows(rows, signs, row_records, row_ids, learned, row)
+        for index in range(len(records)):
+            if index in batch.others:
+                self._learn_rows(batch, learned, row)
                 learned = row
-                self._handle(record, others[index])
+                self._handle(records[index], batch.others[index])
             else:
                 row += 1
-        self._learn_rows(rows, signs, row_records, row_ids, learned, row)
+        self._learn_rows(batch, learned, row)
 
-    def _rows(self, records: list[Record]) -> tuple[Rows, np.ndarray, list, list, dict]:
-        """(rows, label signs, their records, their event ids, {index: parsed} for the other records)."""
+    def _rows(self, records: RecordBatch) -> _ParsedBatch:
         if self.parser.format == "svmlight" and not self.parser.labels:
-            status, rows, signs = parse_svmlight([record.value for record in records], self.parser.max_bytes)
+            status, rows, signs = parse_svmlight(records.values, self.parser.max_bytes, self._svmlight_names)
             others = {int(i): None for i in np.flatnonzero(status == 1)}
             others.update((int(i), self._parse(records[i])) for i in np.flatnonzero(status == 2))
-            row_records = [records[i] for i in np.flatnonzero(status == 0).tolist()]
-            return rows, signs, row_records, [record.position for record in row_records], others
-        dicts, sign_list, row_records, row_ids, others = [], [], [], [], {}
-        for index, record in enumerate(records):
-            parsed = self._parse(record)
+            indices = np.flatnonzero(status == 0).tolist()
+            return _ParsedBatch(records, rows, signs, indices, [None] * len(indices), others)
+        if self.parser.format == "json":
+            parsed = self._json_rows(records)
+            if parsed is not None:
+                return parsed
+        return self._dict_rows(records)
+
+    def _json_rows(self, records: RecordBatch) -> _ParsedBatch | None:
+        """The batch through the C JSON parser; None when a row's label is not a binary class (rare:
+        the Python parser then takes the whole batch, to reject those records as one at a time)."""
+        status, rows, ids, labels = parse_json_events(
+            records.values, self.parser.fields, self.parser.max_bytes, self._json_names
+        )
+        table = self._label_signs
+        try:
+            signs = np.array([table[label] for label in labels], dtype=np.float64)
+        except KeyError:
+            return None
+        others = {int(i): self._parse(records[i]) for i in np.flatnonzero(status == 2)}
+        return _ParsedBatch(records, rows, signs, np.flatnonzero(status == 0).tolist(), ids, others)
+
+    def _dict_rows(self, records: RecordBatch) -> _ParsedBatch:
+        dicts, signs, indices, ids, others = [], [], [], [], {}
+        for index in range(len(records)):
+            parsed = self._parse(records[index])
             sign = _sign(parsed)
             if sign is None:
                 others[index] = parsed
             else:
                 dicts.append(parsed.x)
-                sign_list.append(sign)
-                row_records.append(record)
-                row_ids.append(parsed.id)
-        return Rows.from_dicts(dicts), np.array(sign_list), row_records, row_ids, others
+                signs.append(sign)
+                indices.append(index)
+                ids.append(parsed.id)
+        return _ParsedBatch(records, Rows.from_dicts(dicts), np.array(signs), indices, ids, others)
 
-    def _learn_rows(self, rows: Rows, signs: np.ndarray, records: list, ids: list, start: int, stop: int) -> None:
+    def _learn_rows(self, batch: _ParsedBatch, start: int, stop: int) -> None:
         """Predict, emit, learn and report rows ``start:stop``; a row the learner refuses is rejected."""
         if start == stop:
             return
-        part, part_signs = rows.slice(start, stop), signs[start:stop]
+        part, part_signs = batch.rows.slice(start, stop), batch.signs[start:stop]
         decisions, probas = np.empty(stop - start), np.empty(stop - start)
         weights = np.ones(stop - start)
         first = 0
@@ -202,17 +229,25 @@ class Runner:
             end, error = self.model.learn_rows(part, part_signs, weights, decisions, probas, first)
             # a row refused by learn_one was still predicted (as one at a time), unless its margin was not finite
             predicted = end + (error is not None and not math.isnan(decisions[end]))
-            emit = self.sink.emit
-            for event_id, score, proba in zip(
-                ids[start + first : start + predicted], decisions[first:predicted].tolist(), probas[first:predicted].tolist()
-            ):
-                emit({"id": event_id, "score": score, "proba": proba, "label": score > 0.0})
+            if self._emits:
+                self._emit_rows(batch, start + first, decisions[first:predicted], probas[first:predicted])
             self.stats.predicted += predicted - first
             self.stats.learned += end - first
             self.report.update_many(part_signs[first:end] > 0, decisions[first:end])
             if error is not None:
-                self._reject(records[start + end], error)
+                self._reject(batch.records[batch.indices[start + end]], error)
             first = end + 1
+
+    def _emit_rows(self, batch: _ParsedBatch, start: int, decisions: np.ndarray, probas: np.ndarray) -> None:
+        """Emit the predictions of the rows from ``start`` on (an event without an id is named by its
+        position)."""
+        emit, position = self.sink.emit, batch.records.position
+        stop = start + len(decisions)
+        for index, event_id, score, proba in zip(
+            batch.indices[start:stop], batch.ids[start:stop], decisions.tolist(), probas.tolist()
+        ):
+            event_id = position(index) if event_id is None else event_id
+            emit({"id": event_id, "score": score, "proba": proba, "label": score > 0.0})
 
     def _check_label(self, label: object) -> None:
         """Refuse a label the learner would refuse, before anything is predicted or emitted."""
@@ -329,14 +364,15 @@ class Runner:
             if hasattr(source, "on_revoke"):
                 source.on_revoke = lambda partitions: self._checkpoint(checkpoints, source)
         try:
-            for records in self._batches(source, max_events, checkpoints):
+            while (records := source.read(self._read_size(max_events, checkpoints))) is not None:
                 now = time.monotonic()
                 if records:
                     started = time.perf_counter()
                     with self._lock:
+                        records = source.claim(records)
                         if len(records) == 1:
                             self.process(records[0])
-                        else:
+                        elif records:
                             self.process_many(records)
                     self.stats.seen(len(records), started, time.perf_counter())
                     last_event = now
@@ -367,26 +403,15 @@ class Runner:
                 source.commit()
         return self.stats
 
-    def _batches(
-        self, source: Source, max_events: int | None, checkpoints: Checkpoints | None
-    ) -> Iterator[list[Record]]:
-        """The source's records as lists: one record (or none, an idle tick) at a time, or, replaying
-        a file with ``batch_size``, up to that many, never past ``max_events`` or a checkpoint due."""
-        if not (self.batch_size and isinstance(source, FileSource)):
-            for record in source:
-                yield [] if record is None else [record]
-            return
-        records = iter(source)
-        while True:
-            size = self.batch_size
-            if max_events is not None:
-                size = min(size, max(max_events - self.stats.events, 1))
-            if checkpoints is not None:
-                size = min(size, checkpoints.events_until_due(self.stats.events) or size)
-            batch = list(islice(records, size))
-            if not batch:
-                return
-            yield batch
+    def _read_size(self, max_events: int | None, checkpoints: Checkpoints | None) -> int:
+        """How many records to read next: ``batch_size`` (or 1), never past ``max_events`` or a
+        checkpoint that is due."""
+        size = self.batch_size or 1
+        if max_events is not None:
+            size = min(size, max(max_events - self.stats.events, 1))
+        if checkpoints is not None:
+            size = min(size, checkpoints.events_until_due(self.stats.events) or size)
+        return size
 
     def _flush_outputs(self) -> None:
         self.sink.flush()
@@ -413,6 +438,20 @@ class Runner:
             file=self.log or sys.stderr,
             flush=True,
         )
+
+
+@dataclass
+class _ParsedBatch:
+    """A batch of records parsed: its labelled feature events as CSR ``rows`` with their label
+    ``signs``, the index of each row's record, each row's event id (None: the record's position),
+    and every other record's parse ({index: Event, BadRecord or None})."""
+
+    records: RecordBatch
+    rows: Rows
+    signs: np.ndarray
+    indices: list[int]
+    ids: list
+    others: dict
 
 
 def _sign(parsed: Event | BadRecord | None) -> float | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from itertools import repeat
-from operator import add, mul, sub
+from operator import add, mul
 
 __all__ = ["MIN_SCALE", "SharedScaleWeights", "WeightVector", "sparse_dot"]
 

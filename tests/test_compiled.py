@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from pegasos_stream import PegasosClassifier, cli
 from pegasos_stream.checkpoint import checkpoints, model_digest, read_checkpoint
 from pegasos_stream.events import BadRecord, EventParser, Record
-from pegasos_stream.rows import Rows, parse_svmlight
+from pegasos_stream.rows import Rows, name_table, parse_json_events, parse_svmlight
 
 PARAMS = st.fixed_dictionaries(
     {},
@@ -156,6 +156,232 @@ def test_long_lines_go_to_the_python_parser():
     assert status.tolist() == [0, 2] and len(rows) == 1
 
 
+# -- the JSON parser -------------------------------------------------------------------------
+
+JSON_FIELDS = st.sampled_from(
+    [
+        {"id": "id", "x": "x", "text": "text", "label": "label"},
+        {"id": "key", "x": "features", "text": "body", "label": "y"},
+    ]
+)
+# names and values as they stand in the JSON text, the plain ones first
+PLAIN_NAMES = st.one_of(
+    st.sampled_from(["f0", "f1", "f12", "", "x_1", "a b", "abcdefgh", "abcdefghi", "feature_0001", "feature_0002"]),
+    st.text(st.characters(min_codepoint=32, max_codepoint=126, blacklist_characters='"\\'), max_size=12),
+)
+ODD_NAMES = st.sampled_from(["f\\u0031", "f\\n", '\\"q\\"', "é", "f\t1", "f\x7f"])
+PLAIN_VALUES = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.floats(-10, 10, allow_nan=False).map(json.dumps),
+    st.integers(-(10**15) + 1, 10**15 - 1).map(str),
+    st.sampled_from(
+        ["-0", "-0.0", "0", "1e-5", "1E+3", "2.5e2", "-1.5E-7", "0.1", "123456789012345", "9007199254740993.0"]
+    ),
+)
+ODD_VALUES = st.sampled_from(
+    ["1234567890123456", "-9007199254740993", "-98765432109876543210", "01", "-01", "NaN", "Infinity", "-Infinity",
+     "1e999", "-1e999", "1.", ".5", "+1", "1e", "--1", "0x10", "true", "null", '"1"', "[1]", "{}", "1 2"]
+)  # fmt: skip
+PLAIN_LABELS = st.sampled_from(
+    ["true", "false", "1", "0", "-1", '"spam"', '"ham"', "1.0", "-0", "-0.0", "2.5e0", "-123456789012345678"]
+)
+ODD_LABELS = st.sampled_from(
+    ["null", "NaN", "1e999", "[1]", "{}", '"sp\\u0061m"', '"é"', "1234567890123456789", "tru"]
+)
+PLAIN_IDS = st.one_of(
+    st.none(),
+    st.text(st.characters(min_codepoint=32, max_codepoint=126, blacklist_characters='"\\'), max_size=6).map(json.dumps),
+    st.integers(-(10**18) + 1, 10**18 - 1).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+)
+ODD_IDS = st.sampled_from(["null", "true", "[1]", '{"a": 1}', '"\\u00e9"', '"é"', "12345678901234567890", "1e999"])
+SPACE = st.sampled_from(["", "", " ", "\n", "\t ", "\r\n"])
+JSON_MAX_BYTES = 600
+
+
+@st.composite
+def _json_line(draw, fields: dict) -> bytes:
+    """A JSON event as text, with random spacing and member order: plain, or with one odd part."""
+    odd = draw(st.sampled_from([None] * 6 + ["name", "value", "label", "id", "member", "text"]))
+
+    def obj(members: list) -> str:
+        parts = [f'{draw(SPACE)}"{name}"{draw(SPACE)}:{draw(SPACE)}{value}{draw(SPACE)}' for name, value in members]
+        return "{" + (",".join(parts) or draw(SPACE)) + "}"
+
+    names = draw(st.lists(PLAIN_NAMES, max_size=8, unique=True))
+    if odd == "name":  # a name with an escape or outside ASCII, or a repeated one
+        again = [st.just(names[0])] if names else []
+        names.insert(draw(st.integers(0, len(names))), draw(st.one_of(ODD_NAMES, *again)))
+    pairs = [(name, draw(PLAIN_VALUES)) for name in names]
+    if odd == "value" and pairs:
+        at = draw(st.integers(0, len(pairs) - 1))
+        pairs[at] = (pairs[at][0], draw(ODD_VALUES))
+    members = [(fields["x"], obj(pairs)), (fields["label"], draw(ODD_LABELS if odd == "label" else PLAIN_LABELS))]
+    event_id = draw(ODD_IDS if odd == "id" else PLAIN_IDS)
+    if event_id is not None:
+        members.append((fields["id"], event_id))
+    if odd == "member":
+        members.append(draw(st.sampled_from([("other", "1"), (fields["text"], '"hi"'), (fields["x"], "{}"),
+                                             (fields["label"], "true"), (fields["id"], '"d"')])))  # fmt: skip
+    text = draw(SPACE) + obj(draw(st.permutations(members))) + draw(SPACE)
+    if odd == "text":
+        text = draw(st.sampled_from([text[: draw(st.integers(0, len(text) - 1))], f"[{text}]", text + "x", "null",
+                                     text + " " * JSON_MAX_BYTES]))  # fmt: skip
+    return text.encode("utf-8")
+
+
+def _in_c_grammar(line: bytes, fields: dict, max_bytes: int) -> bool:
+    """Whether the C parser must take ``line``: a labelled feature event of plain ASCII (no escape), with
+    distinct names, no other member, integers of at most 15 digits (features) or 18 (id, label) and
+    finite floats."""
+    if len(line) > max_bytes or not line.isascii() or b"\\" in line or b"\x7f" in line:
+        return False
+
+    def distinct(pairs: list) -> dict:
+        if len({name for name, _ in pairs}) < len(pairs):
+            raise ValueError("a repeated name")
+        return dict(pairs)
+
+    def number(value: object, digits: int) -> bool:
+        kind, text = value if isinstance(value, tuple) else (None, "")
+        if kind == "float":
+            return len(text) <= 64 and math.isfinite(float(text))  # plain_number's bound on length
+        return kind == "int" and len(text.lstrip("-")) <= digits
+
+    try:
+        obj = json.loads(
+            line, object_pairs_hook=distinct, parse_int=lambda s: ("int", s), parse_float=lambda s: ("float", s),
+            parse_constant=lambda s: 1 / 0,
+        )  # fmt: skip
+    except (ValueError, ZeroDivisionError):
+        return False
+    if not (isinstance(obj, dict) and obj.keys() <= {fields["id"], fields["x"], fields["label"]}):
+        return False
+    x, label, event_id = obj.get(fields["x"]), obj.get(fields["label"]), obj.get(fields["id"], "")
+    return (
+        isinstance(x, dict)
+        and all(number(v, 15) for v in x.values())
+        and (isinstance(label, (str, bool)) or number(label, 18))
+        and (isinstance(event_id, str) or number(event_id, 18))
+    )
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, of the same type, and for floats the same bits."""
+    return type(a) is type(b) and (a.hex() == b.hex() if isinstance(a, float) else a == b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_the_c_json_parser_agrees_with_the_python_one(data):
+    fields = data.draw(JSON_FIELDS)
+    lines = data.draw(st.lists(_json_line(fields), max_size=6))
+    status, rows, ids, labels = parse_json_events(lines, fields, JSON_MAX_BYTES)
+    assert status.tolist() == [0 if _in_c_grammar(line, fields, JSON_MAX_BYTES) else 2 for line in lines]
+    assert len(rows) == len(ids) == len(labels) == int((status == 0).sum())
+    parser = EventParser("json", fields=fields, max_bytes=JSON_MAX_BYTES)
+    for row, line in enumerate(line for line, kind in zip(lines, status.tolist()) if kind == 0):
+        event = parser.parse(Record(line, "p:1"))  # the compiled path takes only what Python accepts
+        x = rows.row(row)
+        assert int(rows.indptr[row + 1] - rows.indptr[row]) == len(event.x)
+        assert list(x) == list(event.x)  # the same names, in the same order
+        assert [float(v).hex() for v in x.values()] == [float(v).hex() for v in event.x.values()]
+        assert _same("p:1" if ids[row] is None else ids[row], event.id)
+        assert _same(labels[row], event.label) and event.text is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_name_tables_kept_across_calls_change_nothing_but_identity(data):
+    """A run passes one name table (JSON) or list (svmlight) to every call: each call's rows and
+    columns are those of a fresh table, and a name is one str object in every call."""
+    fields = data.draw(JSON_FIELDS)
+    chunks = data.draw(st.lists(st.lists(_json_line(fields), max_size=4), max_size=4))
+    table, seen = name_table(), {}
+    for lines in chunks:
+        kept = parse_json_events(lines, fields, JSON_MAX_BYTES, table)
+        fresh = parse_json_events(lines, fields, JSON_MAX_BYTES)
+        assert kept[0].tolist() == fresh[0].tolist() and kept[2] == fresh[2] and kept[3] == fresh[3]
+        rows, fresh_rows = kept[1], fresh[1]
+        assert rows.keys == fresh_rows.keys
+        assert rows.indptr.tolist() == fresh_rows.indptr.tolist()
+        assert rows.indices.tolist() == fresh_rows.indices.tolist()
+        assert rows.data.tobytes() == fresh_rows.data.tobytes()
+        for key in rows.keys:
+            assert seen.setdefault(key, key) is key
+    numbered = data.draw(st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=5, unique=True), max_size=6))
+    lines = [("1 " + " ".join(f"{j}:1.5" for j in row)).encode() for row in numbered]
+    names, seen = [], {}
+    for part in (lines[:3], lines[3:]):
+        rows = parse_svmlight(part, 1000, names)[1]
+        assert rows.keys == parse_svmlight(part, 1000)[1].keys
+        for key in rows.keys:
+            assert seen.setdefault(key, key) is key
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    fields=JSON_FIELDS,
+    events=st.lists(
+        st.fixed_dictionaries(
+            {
+                "x": st.dictionaries(
+                    st.text(
+                        st.characters(min_codepoint=32, max_codepoint=126, blacklist_characters='"\\'), max_size=10
+                    ),
+                    st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(10**15) + 1, 10**15 - 1)),
+                    max_size=12,
+                ),
+                "label": st.sampled_from([True, False, 1, 0, -1, "spam", "ham", 1.0]),
+            },
+            optional={"id": st.one_of(st.from_regex(r"[a-z0-9]{0,8}", fullmatch=True), st.integers(0, 10**9))},
+        ),
+        max_size=10,
+    ),
+    indent=st.sampled_from([None, 1, "\t"]),
+)
+def test_plain_json_events_take_the_compiled_path(fields, events, indent):
+    objects = [{fields[k]: v for k, v in event.items()} for event in events]
+    lines = [json.dumps(obj, indent=indent).encode() for obj in objects]
+    status, rows, ids, labels = parse_json_events(lines, fields, 10_000)
+    assert status.tolist() == [0] * len(lines)
+    for row, event in enumerate(events):
+        assert list(rows.row(row).items()) == [(k, float(v)) for k, v in event["x"].items()]
+        assert _same(ids[row], event.get("id")) and _same(labels[row], event["label"])
+
+
+def test_the_c_json_parser_on_edge_cases():
+    lines = [
+        b'{"x": {"a": -0, "b": 1e-5, "c": 123456789012345}, "label": 1}',
+        b'{"x": {"a": 1, "b": 1e999}, "label": 1}',  # a feature Python refuses, after one it accepts
+        b'{"x": {"a": 1, "a": 2}, "label": 1}',  # a repeated name
+        b'{"x": {"a": 1}, "label": null}',  # unlabelled: Python's
+        b'{"x": {"a": 1}, "label": 1, "text": "t"}',  # text beside the features: Python's
+        b' {"label" :"ham","id":7,\n"x":{ }} ',
+    ]
+    status, rows, ids, labels = parse_json_events(lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 1000)
+    assert status.tolist() == [0, 2, 2, 2, 2, 0]
+    assert rows.indptr.tolist() == [0, 3, 3] and rows.keys == ["a", "b", "c"]
+    assert [v.hex() for v in rows.data.tolist()] == [(0.0).hex(), (1e-5).hex(), (123456789012345.0).hex()]
+    assert ids == [None, 7] and labels == [1, "ham"]
+    with pytest.raises(TypeError):
+        parse_json_events(["{}"], {"id": "id", "x": "x", "text": "text", "label": "label"}, 1000)
+    # fields that coincide leave every value to Python
+    status, *_ = parse_json_events(lines[:1], {"id": "x", "x": "x", "text": "text", "label": "label"}, 1000)
+    assert status.tolist() == [2]
+
+
+def test_many_names_grow_the_c_name_table():
+    names = [f"n{i}" for i in range(3000)] + [f"a_long_feature_name_{i}" for i in range(3000)]
+    lines = [json.dumps({"x": {n: i for i, n in enumerate(names[s::7])}, "label": True}).encode() for s in range(7)]
+    lines += [json.dumps({"x": {n: 1.5 for n in names[::-3]}, "label": False}).encode()]
+    status, rows, _, _ = parse_json_events(lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 10**6)
+    assert status.tolist() == [0] * 8 and sorted(rows.keys) == sorted(names)
+    assert [list(rows.row(i).items()) for i in range(8)] == [
+        [(k, float(v)) for k, v in json.loads(line)["x"].items()] for line in lines
+    ]
+
+
 # -- the runner ------------------------------------------------------------------------------
 
 
@@ -209,7 +435,8 @@ def _json_log(n: int) -> list[bytes]:
         if i % 17 == 9:
             lines.append(json.dumps({"id": f"e{i - 6}", "label": True}).encode())
         if i % 29 == 11:
-            lines.append(rng.choice([b"{bad json", b'{"id": 1, "x": {"a": "b"}, "label": true}', b'{"x": {}, "label": 7}']))
+            odd = [b"{bad json", b'{"id": 1, "x": {"a": "b"}, "label": true}', b'{"x": {}, "label": 7}']
+            lines.append(rng.choice(odd))
     return lines
 
 

@@ -168,6 +168,46 @@ def test_a_rebalance_calls_on_revoke_and_commits_what_was_yielded(kafka_broker, 
     second.close()
 
 
+def _read_records(source: KafkaSource, n: int, count: int, timeout: float = 20.0) -> list[Record]:
+    """Batches of up to ``n`` read and claimed until ``count`` records came (no more)."""
+    records: list[Record] = []
+    deadline = time.monotonic() + timeout
+    while len(records) < count:
+        assert time.monotonic() < deadline, f"only {len(records)} of {count} records within {timeout:g} s"
+        size = min(n, count - len(records))
+        batch = source.read(size)
+        assert len(batch) <= size
+        claimed = source.claim(batch)
+        records += [claimed[i] for i in range(len(claimed))]
+    return records
+
+
+def test_batches_claim_offsets_and_drop_what_a_revocation_overtook(kafka_broker, kafka_topic, produce):
+    topic = kafka_topic(2)
+    for partition in (0, 1):
+        produce(kafka_broker, topic, [b"%d:%d" % (partition, i) for i in range(30)], partition=partition)
+    source = _source(kafka_broker, topic)
+    records = _read_records(source, 7, 40)
+    for partition in (0, 1):
+        mine = [record.cursor[2] for record in records if record.cursor[1] == partition]
+        assert mine == list(range(len(mine)))  # offset order, nothing skipped
+    offsets = {(t, p): o for t, p, o in source.position()["offsets"]}
+    assert sum(offsets.values()) == 40
+
+    # A rebalance (or a seek) between a read and its claim: the records read are not claimed, the
+    # position does not move, and the partitions, still assigned, give those records again.
+    batch = source.read(5)
+    assert len(batch) == 5
+    source._invalidate({TopicPartition(topic, 0), TopicPartition(topic, 1)})
+    assert len(source.claim(batch)) == 0
+    assert {(t, p): o for t, p, o in source.position()["offsets"]} == offsets
+    rest = _read_records(source, 100, 20)
+    assert _idle(iter(source), 1) == []
+    source.close()
+    everything = sorted(record.cursor for record in records + rest)
+    assert everything == [(topic, p, o) for p in (0, 1) for o in range(30)]
+
+
 def test_sink_round_trips_json_to_a_topic(kafka_broker, kafka_topic):
     topic = kafka_topic(1)
     predictions = [
