@@ -5,6 +5,7 @@
  *     model comes out bit-identical. A row that needs a rare branch (folding the scale, clearing the
  *     weights, a refused update, a non-finite margin) is not touched: the loop stops before it and the
  *     caller takes that row through learn_one.
+ * sparse_dot, axpy_sq_norm: learn_one's passes over one example, as its Python expressions compute them.
  * gather, scatter: the weights a batch touches, out of the learner's dicts and back.
  * rows_from_dicts: feature dicts to CSR columns, naming columns through a dict key -> column.
  * parse_svmlight: svmlight lines to CSR rows at C speed; any line outside the plain ASCII grammar is
@@ -224,6 +225,75 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
     }
     release(b, 17);
     return PyLong_FromSsize_t(i);
+}
+
+/* -- one example at a time ------------------------------------------------------------------------ */
+
+/* x's value as mul() takes it for a float product: an exact float, or an int converted as float * int
+ * converts it. 0 when x holds anything else (the caller then computes in Python); -1 on error. */
+static inline int feature_value(PyObject *value, double *out) {
+    if (PyFloat_CheckExact(value)) { *out = PyFloat_AS_DOUBLE(value); return 1; }
+    if (!PyLong_Check(value)) return 0;
+    *out = PyLong_AsDouble(value);
+    return (*out == -1.0 && PyErr_Occurred()) ? -1 : 1;
+}
+
+/* sparse_dot(v, x, compensated) -> sum(map(mul, map(v.get, x, repeat(0.0)), x.values())) for a non-empty
+ * dict x of floats and ints and a dict v of floats, summed as sum() sums; None for any other x or v. */
+static PyObject *sparse_dot(PyObject *self, PyObject *args) {
+    PyObject *v, *x, *key, *value;
+    int compensated;
+    if (!PyArg_ParseTuple(args, "O!Op", &PyDict_Type, &v, &x, &compensated)) return NULL;
+    if (!PyDict_CheckExact(x) || !PyDict_GET_SIZE(x)) Py_RETURN_NONE;  /* sum() of nothing is the int 0 */
+    Sum sum = {0.0, 0.0, compensated};
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(x, &pos, &key, &value)) {
+        PyObject *weight = PyDict_GetItemWithError(v, key);
+        if (!weight && PyErr_Occurred()) return NULL;
+        if (weight && !PyFloat_CheckExact(weight)) Py_RETURN_NONE;
+        double number;
+        int kind = feature_value(value, &number);
+        if (kind <= 0) { if (kind < 0) return NULL; Py_RETURN_NONE; }
+        sum_add(&sum, (weight ? PyFloat_AS_DOUBLE(weight) : 0.0) * number);
+    }
+    return PyFloat_FromDouble(sum_result(&sum));
+}
+
+/* axpy_sq_norm(v, x, c, compensated) -> the change of sum(w*w), as _axpy_sq_norm: v[k] = v.get(k, 0.0) + c*x[k]
+ * for each k of x in order (nothing changes unless every value converts); None for any other x or v. */
+static PyObject *axpy_sq_norm(PyObject *self, PyObject *args) {
+    PyObject *v, *x, *key, *value;
+    double c;
+    int compensated;
+    if (!PyArg_ParseTuple(args, "O!Odp", &PyDict_Type, &v, &x, &c, &compensated)) return NULL;
+    if (!PyDict_CheckExact(x) || !PyDict_GET_SIZE(x)) Py_RETURN_NONE;  /* sum() of nothing is the int 0 */
+    Py_ssize_t n = PyDict_GET_SIZE(x), pos = 0, i = 0;
+    double *olds = PyMem_Malloc(2 * n * sizeof(double)), *news = olds + n;
+    if (!olds) return PyErr_NoMemory();
+    while (PyDict_Next(x, &pos, &key, &value)) {
+        PyObject *weight = PyDict_GetItemWithError(v, key);
+        double number;
+        int kind = (!weight && PyErr_Occurred()) ? -1 : (weight && !PyFloat_CheckExact(weight)) ? 0
+            : feature_value(value, &number);
+        if (kind <= 0) {
+            PyMem_Free(olds);
+            if (kind < 0) return NULL;
+            Py_RETURN_NONE;
+        }
+        olds[i] = weight ? PyFloat_AS_DOUBLE(weight) : 0.0;
+        news[i] = olds[i] + c * number;
+        i++;
+    }
+    Sum new_sq = {0.0, 0.0, compensated}, old_sq = {0.0, 0.0, compensated};
+    for (pos = 0, i = 0; PyDict_Next(x, &pos, &key, &value); i++) {
+        PyObject *number = PyFloat_FromDouble(news[i]);
+        if (!number || PyDict_SetItem(v, key, number) < 0) { Py_XDECREF(number); PyMem_Free(olds); return NULL; }
+        Py_DECREF(number);
+        sum_add(&new_sq, news[i] * news[i]);
+        sum_add(&old_sq, olds[i] * olds[i]);
+    }
+    PyMem_Free(olds);
+    return PyFloat_FromDouble(sum_result(&new_sq) - sum_result(&old_sq));
 }
 
 /* -- weights in and out of the dicts ------------------------------------------------------------ */
@@ -1074,6 +1144,8 @@ static PyMethodDef methods[] = {
     {"parse_json_events", parse_json_events, METH_VARARGS,
      "JSON feature events to (status, indptr, indices, data, ids, labels)."},
     {"name_table", name_table, METH_NOARGS, "An empty table of feature names for parse_json_events."},
+    {"sparse_dot", sparse_dot, METH_VARARGS, "<v, x> of two dicts, summed as sum() sums; None if not floats."},
+    {"axpy_sq_norm", axpy_sq_norm, METH_VARARGS, "v += c*x in place; the change of the squared norm."},
     {"gather", gather, METH_VARARGS, "Values of keys from a weight dict into a buffer, with presence flags."},
     {"scatter", scatter, METH_VARARGS, "Values of the given columns back into a weight dict, in order."},
     {NULL, NULL, 0, NULL},

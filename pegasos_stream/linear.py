@@ -22,16 +22,12 @@ from .inputs import (
 )
 from .rows import Rows
 from .saving import Saveable
-from .weights import MAX_AVERAGE_CANCELLATION, MIN_SCALE, WeightVector, sparse_dot
+from .weights import COMPENSATED_SUM, MAX_AVERAGE_CANCELLATION, MIN_SCALE, WeightVector, sparse_dot
 
 __all__ = ["PegasosClassifier"]
 
 #: An update that would take ‖w‖ past this is refused: the lazily scaled values stay far from overflow.
 MAX_NORM = 1e140
-
-
-#: Whether the built-in sum() of floats is compensated (Python >= 3.12): the compiled loop sums alike.
-_COMPENSATED_SUM = sum([0.1] * 10) == 1.0
 
 
 def effective_step(t: int, horizon: int | None) -> int:
@@ -454,7 +450,7 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
         return np.array(
             [self.lambda_, self.horizon or 0, self._average_from or 0, self.fit_intercept, self.projection,
              self._radius, costs[1.0], costs[-1.0], self.class_weight == "balanced", bool(self._prior),
-             _COMPENSATED_SUM, self._platt.learning_rate, TAIL_START, TAIL_MASS, MIN_TAIL, MAX_LOG_SLOPE,
+             COMPENSATED_SUM, self._platt.learning_rate, TAIL_START, TAIL_MASS, MIN_TAIL, MAX_LOG_SLOPE,
              MIN_SCALE, MAX_AVERAGE_CANCELLATION, MAX_NORM],
             dtype=np.float64,
         )  # fmt: skip

@@ -17,7 +17,9 @@ from collections.abc import Hashable, Iterable, Mapping
 from itertools import repeat
 from operator import add, mul
 
-__all__ = ["MIN_SCALE", "SharedScaleWeights", "WeightVector", "sparse_dot"]
+from . import _fast
+
+__all__ = ["COMPENSATED_SUM", "MIN_SCALE", "SharedScaleWeights", "WeightVector", "sparse_dot"]
 
 #: Below this the scale is folded into the stored values (as in scikit-learn).
 MIN_SCALE = 1e-9
@@ -28,9 +30,18 @@ MAX_AVERAGE_CANCELLATION = 16.0
 Features = Mapping[Hashable, float]
 
 
+#: Whether this Python's sum() of floats is compensated (Neumaier, since 3.12): the compiled loops
+#: sum as it does.
+COMPENSATED_SUM = sum([0.1] * 10) == 1.0
+
+
 def sparse_dot(v: dict, x: Features) -> float:
-    """⟨v, x⟩ for a sparse dict ``v``, in O(nnz(x)), summed in the order of ``x``."""
-    return sum(map(mul, map(v.get, x, repeat(0.0)), x.values()))
+    """⟨v, x⟩ for a sparse dict ``v``, in O(nnz(x)), summed in the order of ``x`` (in C for a dict of
+    floats and ints, with the same result)."""
+    result = _fast.sparse_dot(v, x, COMPENSATED_SUM)
+    if result is None:
+        return sum(map(mul, map(v.get, x, repeat(0.0)), x.values()))
+    return result
 
 
 def _axpy(v: dict, x: Features, c: float) -> None:
@@ -39,7 +50,11 @@ def _axpy(v: dict, x: Features, c: float) -> None:
 
 
 def _axpy_sq_norm(v: dict, x: Features, c: float) -> float:
-    """v += c·x in place; returns the change of ‖v‖², computed coordinate by coordinate."""
+    """v += c·x in place; returns the change of ‖v‖², computed coordinate by coordinate (in C for a
+    dict of floats and ints, with the same result)."""
+    change = _fast.axpy_sq_norm(v, x, c, COMPENSATED_SUM)
+    if change is not None:
+        return change
     old = list(map(v.get, x, repeat(0.0)))
     new = list(map(add, old, map(mul, repeat(c), x.values())))
     v.update(zip(x, new))

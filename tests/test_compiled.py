@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from pegasos_stream import PegasosClassifier, cli
 from pegasos_stream.checkpoint import checkpoints, model_digest, read_checkpoint
 from pegasos_stream.events import BadRecord, EventParser, Record
+from pegasos_stream import weights
 from pegasos_stream.rows import Rows, name_table, parse_json_events, parse_svmlight
 
 PARAMS = st.fixed_dictionaries(
@@ -452,3 +453,46 @@ def test_the_runner_batches_give_what_one_record_at_a_time_gives(tmp_path, fmt):
         assert batched[0] == one[0]  # every checkpoint: events, source position, model, counts, metrics
         assert batched[1] == one[1]  # every prediction, in order
         assert batched[2] == one[2]  # the same records rejected
+
+
+FEATURE_VALUES = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False, width=64),
+    st.floats(min_value=-1e3, max_value=1e3),
+    st.integers(-(10**20), 10**20),
+    st.booleans(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stored=st.dictionaries(st.integers(0, 30), st.floats(-1e3, 1e3)),
+    x=st.dictionaries(st.integers(0, 40), FEATURE_VALUES, max_size=20),
+    c=st.floats(-1e3, 1e3),
+)
+def test_one_example_passes_in_c_give_the_python_expressions_bits(stored, x, c):
+    """learn_one's dot product and update, in C, against the Python expressions they replace."""
+    from itertools import repeat
+    from operator import add, mul
+
+    def python_dot(v: dict) -> float:
+        return sum(map(mul, map(v.get, x, repeat(0.0)), x.values()))
+
+    try:
+        expected = python_dot(stored)
+    except OverflowError:
+        with pytest.raises(OverflowError):
+            weights.sparse_dot(stored, x)
+        return
+    result = weights.sparse_dot(stored, x)
+    assert type(result) is type(expected) and float(result).hex() == float(expected).hex()
+
+    v, python_v = dict(stored), dict(stored)
+    change = weights._axpy_sq_norm(v, x, c)
+    old = list(map(python_v.get, x, repeat(0.0)))
+    new = list(map(add, old, map(mul, repeat(c), x.values())))
+    python_v.update(zip(x, new))
+    python_change = sum(map(mul, new, new)) - sum(map(mul, old, old))
+    assert type(change) is type(python_change) and float(change).hex() == float(python_change).hex()
+    assert list(v) == list(python_v)
+    assert [value.hex() for value in v.values()] == [float(value).hex() for value in python_v.values()]
+
