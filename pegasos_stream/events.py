@@ -38,7 +38,7 @@ class RecordBatch:
         return len(self.values)
 
     def __getitem__(self, i: int) -> Record:
-        return Record(self.values[i], self._name(self.cursors[i]), self.cursors[i])
+        return Record(self.values[i], self.position(i), self.cursors[i])
 
     def position(self, i: int) -> str:
         """Where record ``i`` was read, for people (``Record.position``)."""

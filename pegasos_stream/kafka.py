@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, repeat
 from typing import NamedTuple
 
@@ -141,15 +141,13 @@ class KafkaSource(Source):
         (of ``BATCH_BYTES`` at most, beyond one poll's worth)."""
         if not self._fetched:
             self._poll(self._poll_ms)
-        with self._buffer_lock:
-            count = sum(len(entry.values) for entry in self._fetched)
-            size = sum(map(len, chain.from_iterable(entry.values for entry in self._fetched)))
-        while 0 < count < n and size < BATCH_BYTES:
-            fetched = self._poll(0)
-            if not fetched:
-                break
-            count += sum(len(entry.values) for entry in fetched)
-            size += sum(map(len, chain.from_iterable(entry.values for entry in fetched)))
+        count = self._fetched_count()
+        if 0 < count < n:  # drain what has arrived meanwhile, up to n records or BATCH_BYTES
+            with self._buffer_lock:
+                size = _bytes(self._fetched)
+            while count < n and size < BATCH_BYTES and (fetched := self._poll(0)):
+                count += sum(len(entry.values) for entry in fetched)
+                size += _bytes(fetched)
         values: list[bytes] = []
         cursors: list[tuple[str, int, int]] = []
         with self._buffer_lock:
@@ -172,7 +170,7 @@ class KafkaSource(Source):
             read, self._read = self._read, {}
             stale = {tp for tp, (generation, _) in read.items() if self._generations.get(tp, 0) != generation}
             if stale:
-                self._fetched = deque(entry for entry in self._fetched if entry.tp not in stale)
+                self._discard_fetched(stale)
         if stale:
             batch = self._drop(batch, stale)
         self._offsets.update((tp, end) for tp, (_, end) in read.items() if tp not in stale)
@@ -195,6 +193,15 @@ class KafkaSource(Source):
             if tp in assigned:
                 self._consumer.seek(tp, offset)
         return batch.keep(kept)
+
+    def _fetched_count(self) -> int:
+        """Records fetched and not read yet."""
+        with self._buffer_lock:
+            return sum(len(entry.values) for entry in self._fetched)
+
+    def _discard_fetched(self, partitions: set[TopicPartition]) -> None:
+        """Forget the fetched records of ``partitions`` (the caller holds the buffer lock)."""
+        self._fetched = deque(entry for entry in self._fetched if entry.tp not in partitions)
 
     def _poll(self, timeout_ms: int) -> list[_Fetched]:
         """Fetch the next messages, noting each partition's generation before the poll; what came."""
@@ -264,8 +271,7 @@ class KafkaSource(Source):
         assigned = self._consumer.assignment()
         if not assigned:
             return None
-        with self._buffer_lock:
-            total = sum(len(entry.values) for entry in self._fetched)
+        total = self._fetched_count()
         for tp in assigned:
             high = self._consumer.highwater(tp)
             if high is None:
@@ -335,7 +341,7 @@ class KafkaSource(Source):
         with self._buffer_lock:
             for tp in partitions:
                 self._generations[tp] = self._generations.get(tp, 0) + 1
-            self._fetched = deque(entry for entry in self._fetched if entry.tp not in partitions)
+            self._discard_fetched(partitions)
 
     def _async_committed(self, offsets: dict[TopicPartition, OffsetAndMetadata], result: object) -> None:
         if isinstance(result, Exception):
@@ -382,6 +388,11 @@ def _describe(error: BaseException | None) -> str:
         return "no answer in time"
     detail = str(error)
     return type(error).__name__ + (f": {detail}" if detail and detail != "None" else "")
+
+
+def _bytes(entries: Iterable[_Fetched]) -> int:
+    """The bytes of the values of ``entries``."""
+    return sum(map(len, chain.from_iterable(entry.values for entry in entries)))
 
 
 def _position(cursor: tuple[str, int, int]) -> str:

@@ -491,8 +491,8 @@ def _gather(weights: dict, keys: list) -> tuple[np.ndarray, np.ndarray]:
 def _scatter(weights: dict, keys: list, values: np.ndarray, stored: np.ndarray, new: np.ndarray) -> None:
     """Write back the values of the ``stored`` keys, then add the ``new`` ones in the order they were
     first written (the order ``learn_one`` inserts them in)."""
-    _fast.scatter(weights, keys, values, stored.astype(np.int64))
-    _fast.scatter(weights, keys, values, new.astype(np.int64))
+    for columns in (stored, new):
+        _fast.scatter(weights, keys, values, columns.astype(np.int64, copy=False))
 
 
 def _finite_matrix(X_nw) -> np.ndarray:
