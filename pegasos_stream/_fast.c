@@ -298,11 +298,13 @@ static PyObject *axpy_sq_norm(PyObject *self, PyObject *args) {
 
 /* -- weights in and out of the dicts ------------------------------------------------------------ */
 
-/* gather(weights, keys, values, present): values[i] = weights[keys[i]] (present[i] = 1), or 0.0 (present[i]
- * = 0) for a key the dict does not hold. */
+/* gather(weights, keys, values, present, hold) -> held: values[i] = weights[keys[i]] (present[i] = 1), or 0.0
+ * (present[i] = 0) for a key the dict does not hold. With ``hold`` true, ``held`` is a list of the value
+ * objects (None for an absent key), for scatter to write back into; else None. */
 static PyObject *gather(PyObject *self, PyObject *args) {
-    PyObject *weights, *keys, *o[2];
-    if (!PyArg_ParseTuple(args, "O!O!OO", &PyDict_Type, &weights, &PyList_Type, &keys, &o[0], &o[1])) return NULL;
+    PyObject *weights, *keys, *o[2], *held = NULL;
+    int hold;
+    if (!PyArg_ParseTuple(args, "O!O!OOp", &PyDict_Type, &weights, &PyList_Type, &keys, &o[0], &o[1], &hold)) return NULL;
     Buf b[2];
     memset(b, 0, sizeof b);
     if (get_buffer(o[0], &b[0], 1, 8, "values") < 0 || get_buffer(o[1], &b[1], 1, 1, "present") < 0) goto fail;
@@ -310,10 +312,16 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     char *present = b[1].view.buf;
     Py_ssize_t n = PyList_GET_SIZE(keys);
     if (b[0].view.len / 8 < n || b[1].view.len < n) { PyErr_SetString(PyExc_ValueError, "gather: short buffers"); goto fail; }
+    if (hold && !(held = PyList_New(n))) goto fail;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *value = PyDict_GetItemWithError(weights, PyList_GET_ITEM(keys, i));
+        if (!value && PyErr_Occurred()) goto fail;
+        if (held) {
+            PyObject *kept = value ? value : Py_None;
+            Py_INCREF(kept);
+            PyList_SET_ITEM(held, i, kept);
+        }
         if (!value) {
-            if (PyErr_Occurred()) goto fail;
             values[i] = 0.0;
             present[i] = 0;
             continue;
@@ -323,25 +331,50 @@ static PyObject *gather(PyObject *self, PyObject *args) {
         present[i] = 1;
     }
     release(b, 2);
+    if (held) return held;
     Py_RETURN_NONE;
 fail:
     release(b, 2);
+    Py_XDECREF(held);  /* its unset items are NULL, which list_dealloc skips */
     return NULL;
 }
 
-/* scatter(weights, keys, values, columns): weights[keys[c]] = values[c] for each c of ``columns``, in order. */
+/* Whether ``value``, held by gather, is a float only the weight dict and ``held`` refer to: then writing
+ * into it is the same as storing a new float under its key, without the allocation and the second lookup.
+ * Never in the free-threaded build, where a reference count does not tell that. */
+static inline int writable_float(PyObject *value) {
+#ifdef Py_GIL_DISABLED
+    (void)value;
+    return 0;
+#else
+    return PyFloat_CheckExact(value) && Py_REFCNT(value) == 2;
+#endif
+}
+
+/* scatter(weights, keys, values, columns, held): weights[keys[c]] = values[c] for each c of ``columns``, in
+ * order; ``held`` is gather's list of the value objects (or None), whose floats are written into where
+ * nothing else refers to them. */
 static PyObject *scatter(PyObject *self, PyObject *args) {
-    PyObject *weights, *keys, *o[2];
-    if (!PyArg_ParseTuple(args, "O!O!OO", &PyDict_Type, &weights, &PyList_Type, &keys, &o[0], &o[1])) return NULL;
+    PyObject *weights, *keys, *o[2], *held;
+    if (!PyArg_ParseTuple(args, "O!O!OOO", &PyDict_Type, &weights, &PyList_Type, &keys, &o[0], &o[1], &held)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (held != Py_None && !(PyList_Check(held) && PyList_GET_SIZE(held) == n)) {
+        PyErr_SetString(PyExc_TypeError, "scatter: held must be None or a list as long as keys");
+        return NULL;
+    }
     Buf b[2];
     memset(b, 0, sizeof b);
     if (get_buffer(o[0], &b[0], 0, 8, "values") < 0 || get_buffer(o[1], &b[1], 0, 8, "columns") < 0) goto fail;
     const double *values = b[0].view.buf;
     const int64_t *columns = b[1].view.buf;
-    Py_ssize_t n = PyList_GET_SIZE(keys);
     for (Py_ssize_t k = 0; k < b[1].view.len / 8; k++) {
         int64_t c = columns[k];
         if (c < 0 || c >= n || c >= b[0].view.len / 8) { PyErr_SetString(PyExc_IndexError, "scatter: column"); goto fail; }
+        PyObject *old = held == Py_None ? NULL : PyList_GET_ITEM(held, c);
+        if (old && writable_float(old)) {
+            ((PyFloatObject *)old)->ob_fval = values[c];
+            continue;
+        }
         PyObject *value = PyFloat_FromDouble(values[c]);
         if (!value || PyDict_SetItem(weights, PyList_GET_ITEM(keys, c), value) < 0) { Py_XDECREF(value); goto fail; }
         Py_DECREF(value);

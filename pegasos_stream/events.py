@@ -8,7 +8,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["BadRecord", "Event", "EventParser", "Record", "RecordBatch"]
+__all__ = ["BadRecord", "Cursors", "Event", "EventParser", "Record", "RecordBatch"]
 
 
 class Record(NamedTuple):
@@ -21,6 +21,25 @@ class Record(NamedTuple):
     value: bytes
     position: str
     cursor: object = None
+
+
+class Cursors(Sequence):
+    """The cursors of a batch's records, each made when asked for (``make(i)``): a batch of good
+    records needs none of them, so it costs no object per record."""
+
+    __slots__ = ("_length", "_make")
+
+    def __init__(self, length: int, make: Callable[[int], object]) -> None:
+        self._length = length
+        self._make = make
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, i: int) -> object:  # type: ignore[override]
+        if not 0 <= i < self._length:
+            raise IndexError(i)
+        return self._make(i)
 
 
 class RecordBatch:

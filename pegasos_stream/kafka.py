@@ -13,16 +13,17 @@ import math
 import sys
 import threading
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, repeat
+from itertools import accumulate, chain
 from typing import NamedTuple
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
-from .events import RecordBatch
+from .events import Cursors, RecordBatch
 from .sources import BATCH_BYTES, Source
 
 __all__ = ["CONSUMER_DEFAULTS", "KafkaSink", "KafkaSource"]
@@ -149,7 +150,7 @@ class KafkaSource(Source):
                 count += sum(len(entry.values) for entry in fetched)
                 size += _bytes(fetched)
         values: list[bytes] = []
-        cursors: list[tuple[str, int, int]] = []
+        parts: list[tuple[TopicPartition, list[int]]] = []  # the offsets read, partition by partition
         with self._buffer_lock:
             self._read = {}
             while self._fetched and len(values) < n:
@@ -162,8 +163,8 @@ class KafkaSource(Source):
                 offsets = entry.offsets[:taken]
                 self._read[entry.tp] = (entry.generation, offsets[-1] + 1)
                 values += entry.values[:taken]
-                cursors += zip(repeat(entry.tp.topic), repeat(entry.tp.partition), offsets)
-        return RecordBatch(values, cursors, _position)
+                parts.append((entry.tp, offsets))
+        return RecordBatch(values, _cursors(parts), _position)
 
     def claim(self, batch: RecordBatch) -> RecordBatch:
         with self._buffer_lock:
@@ -393,6 +394,18 @@ def _describe(error: BaseException | None) -> str:
 def _bytes(entries: Iterable[_Fetched]) -> int:
     """The bytes of the values of ``entries``."""
     return sum(map(len, chain.from_iterable(entry.values for entry in entries)))
+
+
+def _cursors(parts: list[tuple[TopicPartition, list[int]]]) -> Cursors:
+    """The cursors (topic, partition, offset) of records read from ``parts`` in turn."""
+    starts = list(accumulate((len(offsets) for _, offsets in parts), initial=0))
+
+    def cursor(i: int) -> tuple[str, int, int]:
+        part = bisect_right(starts, i) - 1
+        tp, offsets = parts[part]
+        return tp.topic, tp.partition, offsets[i - starts[part]]
+
+    return Cursors(starts[-1], cursor)
 
 
 def _position(cursor: tuple[str, int, int]) -> str:

@@ -417,10 +417,10 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
         """
         u, platt, keys = self._u, self._platt, rows.keys
         m = len(keys)
-        v, present_v = _gather(u.v, keys)
+        v, present_v, held_v = _gather(u.v, keys, hold=True)
         stored_v = np.flatnonzero(present_v)
         if u.average:
-            offset, present_offset = _gather(u.avg_offset, keys)
+            offset, present_offset, held_offset = _gather(u.avg_offset, keys, hold=True)
             stored_offset = np.flatnonzero(present_offset)
         else:
             offset, present_offset = np.zeros(m), np.ones(m, dtype=bool)
@@ -435,9 +435,9 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
             rows.indptr, rows.indices, rows.data, signs, weights, v, offset, prior, present_v, present_offset,
             new_v, new_offset, state, istate, self._compiled_params(), decisions, probas, start,
         )  # fmt: skip
-        _scatter(u.v, keys, v, stored_v, new_v[: istate[6]])
+        _scatter(u.v, keys, v, stored_v, new_v[: istate[6]], held_v)
         if u.average:
-            _scatter(u.avg_offset, keys, offset, stored_offset, new_offset[: istate[7]])
+            _scatter(u.avg_offset, keys, offset, stored_offset, new_offset[: istate[7]], held_offset)
         (u.scale, u.sq_norm, self._b, self._average_b, u.avg_scale,
          platt.log_slope, platt.slope, platt.offset, platt._sq_grad_slope, platt._sq_grad_offset) = state.tolist()  # fmt: skip
         self._t, u.n_averaged, self._n_pos, self._n_neg, platt.n_pos, platt.n_neg = istate[:6].tolist()
@@ -481,18 +481,22 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
         return utils.dataframe.to_native_frame({False: 1.0 - p, True: p}, like=X_nw)
 
 
-def _gather(weights: dict, keys: list) -> tuple[np.ndarray, np.ndarray]:
-    """(the values of ``keys``, 0.0 where absent; whether each is present)."""
+def _gather(weights: dict, keys: list, hold: bool = False) -> tuple[np.ndarray, np.ndarray, list | None]:
+    """(the values of ``keys``, 0.0 where absent; whether each is present; with ``hold``, the value
+    objects, for ``_scatter``)."""
     values, present = np.empty(len(keys)), np.empty(len(keys), dtype=bool)
-    _fast.gather(weights, keys, values, present)
-    return values, present
+    held = _fast.gather(weights, keys, values, present, hold)
+    return values, present, held
 
 
-def _scatter(weights: dict, keys: list, values: np.ndarray, stored: np.ndarray, new: np.ndarray) -> None:
-    """Write back the values of the ``stored`` keys, then add the ``new`` ones in the order they were
-    first written (the order ``learn_one`` inserts them in)."""
+def _scatter(
+    weights: dict, keys: list, values: np.ndarray, stored: np.ndarray, new: np.ndarray, held: list | None
+) -> None:
+    """Write back the values of the ``stored`` keys (into the floats ``_gather`` ``held`` where only the
+    dict refers to them: nothing may touch ``weights`` in between), then add the ``new`` ones in the order
+    they were first written (the order ``learn_one`` inserts them in)."""
     for columns in (stored, new):
-        _fast.scatter(weights, keys, values, columns.astype(np.int64, copy=False))
+        _fast.scatter(weights, keys, values, columns.astype(np.int64, copy=False), held)
 
 
 def _finite_matrix(X_nw) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import signal
 import sys
@@ -166,15 +167,13 @@ class Runner:
         others (text, unlabelled, label-only or bad records) is learned by the compiled loop."""
         self.stats.events += len(records)
         batch = self._rows(records)
-        learned = row = 0
-        for index in range(len(records)):
-            if index in batch.others:
-                self._learn_rows(batch, learned, row)
-                learned = row
-                self._handle(records[index], batch.others[index])
-            else:
-                row += 1
-        self._learn_rows(batch, learned, row)
+        learned = 0
+        for before, index in enumerate(sorted(batch.others)):
+            row = index - before  # the rows of the records before this one
+            self._learn_rows(batch, learned, row)
+            learned = row
+            self._handle(records[index], batch.others[index])
+        self._learn_rows(batch, learned, len(batch.indices))
 
     def _rows(self, records: RecordBatch) -> _ParsedBatch:
         if self.parser.format == "svmlight" and not self.parser.labels:
@@ -363,6 +362,9 @@ class Runner:
             checkpoints.mark(self.stats.events)
             if hasattr(source, "on_revoke"):
                 source.on_revoke = lambda partitions: self._checkpoint(checkpoints, source)
+        # What exists now (modules, the model, the source's client) outlives the run: set aside from
+        # garbage collection, it is not traversed again by every full collection the stream triggers.
+        gc.freeze()
         try:
             while (records := source.read(self._read_size(max_events, checkpoints))) is not None:
                 now = time.monotonic()
@@ -394,6 +396,7 @@ class Runner:
                     print(f"no event for {stop_when_idle:g} s: stopping", file=self.log or sys.stderr)
                     break
         finally:
+            gc.unfreeze()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             if checkpoints is not None:

@@ -22,7 +22,7 @@ from itertools import accumulate, islice
 from pathlib import Path
 from typing import BinaryIO
 
-from .events import Record, RecordBatch
+from .events import Cursors, Record, RecordBatch
 
 __all__ = ["FileSource", "Source", "StdinSource"]
 
@@ -102,8 +102,7 @@ class FileSource(Source):
             self.line += len(raws)
             self.offset = ends[-1]
             values = [raw.rstrip(b"\r\n") for raw in raws]
-            cursors = list(zip(ends[1:], range(first, self.line + 1)))
-            batch = RecordBatch(values, cursors, self._position)
+            batch = RecordBatch(values, _line_cursors(ends, first), self._position)
             if all(map(bytes.strip, values)):
                 return batch
             kept = [i for i, value in enumerate(values) if value.strip()]
@@ -162,15 +161,15 @@ class StdinSource(Source):
         while True:
             if not self._lines and not self._fill():
                 return None if self._ended else RecordBatch([], [], self._position)
-            values, cursors = [], []
+            values, lines = [], []
             while self._lines and len(values) < n:
                 value = self._lines.popleft().rstrip(b"\r")
                 self.line += 1
                 if value.strip() and self.line > self._skip:
                     values.append(value)
-                    cursors.append((None, self.line))
+                    lines.append(self.line)
             if values:
-                return RecordBatch(values, cursors, self._position)
+                return RecordBatch(values, _numbered_cursors(lines), self._position)
 
     def _fill(self) -> bool:
         """Wait up to ``poll_seconds`` for data; whether complete lines came."""
@@ -196,3 +195,14 @@ class StdinSource(Source):
 
     def position(self) -> dict:
         return {"line": self.line}
+
+
+def _line_cursors(ends: list[int], first: int) -> Cursors:
+    """The cursors of lines ``first``, ``first + 1``, ...: (the offset after the line, its number),
+    with ``ends`` the offsets before the first line and after each."""
+    return Cursors(len(ends) - 1, lambda i: (ends[i + 1], first + i))
+
+
+def _numbered_cursors(lines: list[int]) -> Cursors:
+    """The cursors (None, line number) of lines read from standard input."""
+    return Cursors(len(lines), lambda i: (None, lines[i]))

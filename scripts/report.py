@@ -65,6 +65,7 @@ BENCHMARKS = {
             "--sklearn-stream-lines": ["2000"],
             "--kafka-events": ["5000"],
             "--repeat": ["1"],
+            "--kafka-repeat": ["1"],
             "--peer-repeat": ["1"],
         },
     ),

@@ -122,6 +122,22 @@ def test_learn_rows_stops_at_a_refused_row_and_resumes_after_it():
     assert pickle.dumps(model) == pickle.dumps(reference)
 
 
+def test_learn_csr_never_changes_a_weight_float_held_elsewhere():
+    """The compiled loop writes a learned weight into its float in place only when the weight dict alone
+    refers to it: a float taken from the dict keeps its value."""
+    xs, ys, _ = _stream(5, 60, 4)
+    model, reference = PegasosClassifier(), PegasosClassifier()
+    model.learn_csr(*_csr(xs[:30]), ys[:30])
+    taken = dict(model._u.v)  # a second reference to every weight's float
+    before = {key: value.hex() for key, value in taken.items()}  # new str objects: the bits of each
+    model.learn_csr(*_csr(xs[30:]), ys[30:])
+    assert {key: value.hex() for key, value in taken.items()} == before
+    assert any(model._u.v[key].hex() != bits for key, bits in before.items())
+    for x, y in zip(xs, ys):
+        reference.learn_one(x, y)
+    assert pickle.dumps(model) == pickle.dumps(reference)
+
+
 # -- the svmlight parser ---------------------------------------------------------------------
 
 TOKENS = st.sampled_from(

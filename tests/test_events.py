@@ -9,7 +9,7 @@ import json
 import pytest
 from river import stream
 
-from pegasos_stream.events import BadRecord, Event, EventParser, Record
+from pegasos_stream.events import BadRecord, Cursors, Event, EventParser, Record
 from pegasos_stream.sources import FileSource
 
 
@@ -246,3 +246,23 @@ def test_file_source_positions_and_resume(tmp_path, suffix):
     resumed.close()
     assert [r.position for r in again] == [f"{path}:3", f"{path}:5"]
     assert [r.value for r in again] == [r.value for r in records[1:]]
+
+
+def test_a_file_batch_names_each_record_as_one_at_a_time_does(tmp_path):
+    lines = [b'{"id": 1}', b"", b'{"id": 2}', b'{"id": 3}']
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    one_at_a_time = list(FileSource(path))
+    batch = FileSource(path).read(10)
+    assert [batch[i] for i in range(len(batch))] == one_at_a_time
+    assert list(batch.cursors) == [(10, 1), (21, 3), (31, 4)]
+
+
+def test_cursors_are_made_on_demand_within_their_length():
+    made = []
+    cursors = Cursors(3, lambda i: made.append(i) or ("c", i))
+    assert made == [] and len(cursors) == 3
+    assert list(cursors) == [("c", 0), ("c", 1), ("c", 2)] and made == [0, 1, 2]
+    for outside in (-1, 3):
+        with pytest.raises(IndexError):
+            cursors[outside]

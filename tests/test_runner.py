@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import gc
 import gzip
 import io
 import json
@@ -298,6 +299,7 @@ def test_on_error_stop_learns_nothing_from_the_bad_record(tmp_path):
     runner.log = io.StringIO()
     with pytest.raises(StopRun, match=rf"^{path}:15: "):
         runner.run(FileSource(path))
+    assert gc.get_freeze_count() == 0  # the heap set aside during the run is given back, even on a stop
     before = PegasosClassifier(lambda_=0.01, fit_intercept=True)
     for event in good[:14]:
         before.learn_one(event["x"], event["label"])
