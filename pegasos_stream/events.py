@@ -8,6 +8,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .inputs import SIGNS
+
 __all__ = ["BadRecord", "Cursors", "Event", "EventParser", "Record", "RecordBatch"]
 
 
@@ -133,6 +135,13 @@ class EventParser:
         if self.format == "svmlight":
             return self._svmlight(text, record.position)
         return self._json(text, record.position)
+
+    def label_signs(self) -> dict:
+        """The class sign of each label value of a binary stream, as this parser and then a binary learner
+        take it ({value: 1.0 or -1.0}; dict equality, as theirs: True == 1, False == 0)."""
+        if self.labels:
+            return {self.labels.get("positive"): 1.0, self.labels.get("negative"): -1.0}
+        return dict(SIGNS)
 
     def _label(self, value: object, position: str) -> object:
         if not self.labels:

@@ -19,7 +19,7 @@ from river import base
 from .evaluation import BinaryReport, MulticlassReport
 from .events import BadRecord, Event, EventParser, Record, RecordBatch
 from .features import EmailFeatures
-from .inputs import SIGNS, binary_sign
+from .inputs import binary_sign
 from .pending import PendingLabels
 from .rows import Rows, name_table, parse_json_events, parse_svmlight
 from .sinks import NullSink, Sink, dead_letter
@@ -127,9 +127,7 @@ class Runner:
         self._emits = not isinstance(sink, NullSink)
         self._svmlight_names: list = []  # the str of each numbered svmlight name, made once per run
         self._json_names = name_table()  # the JSON feature names, likewise
-        # A JSON label's sign, as parser then learner take it (dict equality: True == 1, False == 0).
-        labels = parser.labels
-        self._label_signs = {labels.get("positive"): 1.0, labels.get("negative"): -1.0} if labels else SIGNS
+        self._label_signs = parser.label_signs()
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
 

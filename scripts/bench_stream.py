@@ -58,7 +58,7 @@ bare learning (their passes alternate, so that a slow spell of the machine hits 
 Results go to ``--out`` (default ``reports/stream.json``), the common format of ``_report``: a section
 per part, headline rows, and the raw rows of each part.
 
-Usage: ``python scripts/bench_stream.py [--data PATH] [--svmlight-lines 200000] [--kafka-events 50000]
+Usage: ``python scripts/bench_stream.py [--data PATH] [--svmlight-lines 200000]
 [--kafka-events 200000] [--repeat 3] [--kafka-repeat 5] [--peer-repeat 1] [--parts spam svmlight kafka] [--profile]
 [--out reports/stream.json]``
 """

@@ -10,6 +10,7 @@ import pytest
 from river import stream
 
 from pegasos_stream.events import BadRecord, Cursors, Event, EventParser, Record
+from pegasos_stream.inputs import binary_sign
 from pegasos_stream.sources import FileSource
 
 
@@ -252,8 +253,11 @@ def test_a_file_batch_names_each_record_as_one_at_a_time_does(tmp_path):
     lines = [b'{"id": 1}', b"", b'{"id": 2}', b'{"id": 3}']
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
-    one_at_a_time = list(FileSource(path))
-    batch = FileSource(path).read(10)
+    first, second = FileSource(path), FileSource(path)
+    one_at_a_time = list(first)
+    batch = second.read(10)
+    first.close()
+    second.close()
     assert [batch[i] for i in range(len(batch))] == one_at_a_time
     assert list(batch.cursors) == [(10, 1), (21, 3), (31, 4)]
 
@@ -266,3 +270,16 @@ def test_cursors_are_made_on_demand_within_their_length():
     for outside in (-1, 3):
         with pytest.raises(IndexError):
             cursors[outside]
+
+
+@pytest.mark.parametrize("labels", [None, {"positive": "spam", "negative": "ham"}, {"positive": 1, "negative": 2}])
+def test_label_signs_are_the_signs_parser_and_learner_give(labels):
+    parser = EventParser(labels=labels)
+    signs = parser.label_signs()
+    for value in [True, False, 1, 0, -1, 1.0, 0.0, -1.0, 2, 2.0, "spam", "ham", "1", "true", float("nan")]:
+        try:
+            expected = binary_sign(parser._label(value, "here"))
+        except ValueError:  # a BadRecord, or not a binary class
+            assert value not in signs, value
+        else:
+            assert signs[value] == expected, value
