@@ -89,10 +89,10 @@ class Runner:
     batch_size
         Read up to this many records at a time (as many as the source has at hand: a file's next
         lines, the complete lines waiting on standard input, the messages a Kafka consumer has
-        fetched) and learn each run of labelled
-        feature events in them with the learner's compiled loop (``learn_rows``), which gives the same
-        model, predictions and metrics as one record at a time. 0, a learner without ``learn_rows``
-        or ``on_error: stop`` (which must stop right after the bad record): one at a time.
+        fetched) and learn each run of labelled feature events in them with the learner's compiled
+        loop (``learn_rows``), which gives the same model, predictions and metrics as one record at a
+        time. 0, a learner without ``learn_rows`` or ``on_error: stop`` (which must stop right after
+        the bad record): one at a time.
 
     """
 
