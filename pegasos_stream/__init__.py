@@ -1,8 +1,38 @@
-"""Streaming online SVM (Pegasos) for river."""
+"""pegasos_stream: a streaming online SVM (Pegasos) for river.
 
-from .kernel_pegasos import KernelPegasosClassifier
-from .linear import PegasosClassifier
-from .multiclass import PegasosMulticlass
+The learners load on first use, so ``import pegasos_stream.stream`` or the command line pays only
+for what it needs.
+"""
 
-__all__ = ["KernelPegasosClassifier", "PegasosClassifier", "PegasosMulticlass"]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .learners import KernelPegasosClassifier, PegasosClassifier, PegasosMulticlass
+    from .persist import load, save
+
+__all__ = ["KernelPegasosClassifier", "PegasosClassifier", "PegasosMulticlass", "load", "save"]
+
 __version__ = "0.1.0"
+
+_WHERE = {
+    "KernelPegasosClassifier": ".learners",
+    "PegasosClassifier": ".learners",
+    "PegasosMulticlass": ".learners",
+    "load": ".persist",
+    "save": ".persist",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -23,14 +23,11 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
-import time  # noqa: E402
+import argparse
+import time
 
-import numpy as np  # noqa: E402
-from river import datasets  # noqa: E402
-from sklearn.svm import SVC  # noqa: E402
-
-from _report import (  # noqa: E402
+import numpy as np
+from _report import (
     add_out_argument,
     fmt,
     invocation,
@@ -39,7 +36,10 @@ from _report import (  # noqa: E402
     warn_if_busy,
     write_document,
 )
-from pegasos_stream import KernelPegasosClassifier  # noqa: E402
+from river import datasets
+from sklearn.svm import SVC
+
+from pegasos_stream import KernelPegasosClassifier
 
 N_TRAIN = 4000
 N_VALIDATION = 800

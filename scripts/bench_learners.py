@@ -48,13 +48,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from _data import Features, add_data_argument, load_messages, synthetic_rcv1_like, word_features
+from _report import add_out_argument, fmt, invocation, section, warn_if_busy, write_document
 from river import linear_model, optim
 from sklearn.feature_extraction import FeatureHasher
 from sklearn.linear_model import SGDClassifier
 from threadpoolctl import threadpool_limits
 
-from _data import Features, add_data_argument, load_messages, synthetic_rcv1_like, word_features
-from _report import add_out_argument, fmt, invocation, section, warn_if_busy, write_document
 from pegasos_stream import PegasosClassifier
 
 try:

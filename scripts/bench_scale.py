@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from _report import add_out_argument, fmt, invocation, section, warn_if_busy, write_document
+from _stream_data import rcv1_like_rows
 from matplotlib.figure import Figure
 from river import linear_model, optim
 from sklearn.exceptions import ConvergenceWarning
@@ -55,8 +57,6 @@ from sklearn.linear_model import SGDClassifier
 from sklearn.svm import LinearSVC
 from threadpoolctl import threadpool_limits
 
-from _report import add_out_argument, fmt, invocation, section, warn_if_busy, write_document
-from _stream_data import rcv1_like_rows
 from pegasos_stream import PegasosClassifier
 
 try:
@@ -145,8 +145,11 @@ def make_problem(n: int, n_test: int, seed: int) -> Problem:
         (np.concatenate(values), np.concatenate(columns).astype(np.int32), indptr.astype(np.int32)),
         shape=(n + n_test, N_FEATURES),
     )
-    print(f"data: {n:,} + {n_test:,} rows, {X.nnz / X.shape[0]:.1f} non-zeros per row, "
-          f"generated in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    print(
+        f"data: {n:,} + {n_test:,} rows, {X.nnz / X.shape[0]:.1f} non-zeros per row, "
+        f"generated in {time.perf_counter() - start:.1f} s",
+        file=sys.stderr,
+    )
     return Problem(X[:n], labels[:n], X[n:], labels[n:])
 
 
@@ -194,16 +197,26 @@ def replay(
 
 def progress(run: Run, problem: Problem, label: str = "stopped") -> None:
     last = run.points[-1]
-    print(f"  {run.learner}, {label}: {last.seconds:.1f} s, {last.examples:,} examples, "
-          f"f/f*-1 = {last.objective / problem.f_star - 1:.4f}, test error {last.test_error:.4f}", file=sys.stderr)
+    print(
+        f"  {run.learner}, {label}: {last.seconds:.1f} s, {last.examples:,} examples, "
+        f"f/f*-1 = {last.objective / problem.f_star - 1:.4f}, test error {last.test_error:.4f}",
+        file=sys.stderr,
+    )
 
 
 def optimum(problem: Problem) -> list[list[str]]:
     """Fit LinearSVC at tol 1e-2, 1e-6 (sets f*, e*) and 1e-8 (the check); one table row per fit."""
     rows, fits = [], {}
     for tol in (1e-2, 1e-6, 1e-8):
-        model = LinearSVC(C=1 / (LAMBDA * problem.n), loss="hinge", fit_intercept=False, dual=True,
-                          tol=tol, max_iter=100_000, random_state=0)
+        model = LinearSVC(
+            C=1 / (LAMBDA * problem.n),
+            loss="hinge",
+            fit_intercept=False,
+            dual=True,
+            tol=tol,
+            max_iter=100_000,
+            random_state=0,
+        )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ConvergenceWarning)
             start = time.perf_counter()
@@ -212,13 +225,23 @@ def optimum(problem: Problem) -> list[list[str]]:
         w = model.coef_.ravel()
         converged = not any(issubclass(warning.category, ConvergenceWarning) for warning in caught)
         fits[tol] = (seconds, int(model.n_iter_), problem.objective(w), problem.test_error(w), converged)
-        print(f"  LinearSVC tol={tol:g}: {seconds:.1f} s, {model.n_iter_} iterations, f = {fits[tol][2]:.8f}",
-              file=sys.stderr)
+        print(
+            f"  LinearSVC tol={tol:g}: {seconds:.1f} s, {model.n_iter_} iterations, f = {fits[tol][2]:.8f}",
+            file=sys.stderr,
+        )
     _, _, problem.f_star, problem.e_star, _ = fits[1e-6]
     for tol, (seconds, iterations, f, e, converged) in fits.items():
-        rows.append([f"LinearSVC tol={tol:g}" + (" (f*, e*)" if tol == 1e-6 else ""), fmt(seconds, ".2f"),
-                     str(iterations), "yes" if converged else "NO (max_iter)", fmt(f, ".8f"),
-                     fmt(f / problem.f_star - 1, ".1e"), fmt(e, ".2%")])
+        rows.append(
+            [
+                f"LinearSVC tol={tol:g}" + (" (f*, e*)" if tol == 1e-6 else ""),
+                fmt(seconds, ".2f"),
+                str(iterations),
+                "yes" if converged else "NO (max_iter)",
+                fmt(f, ".8f"),
+                fmt(f / problem.f_star - 1, ".1e"),
+                fmt(e, ".2%"),
+            ]
+        )
     return rows
 
 
@@ -232,22 +255,52 @@ def pegasos(problem: Problem, rows: list[tuple[dict, bool]], budget: Budget) -> 
         for x, y in chunk:
             learn_one(x, y)
 
-    runs = [replay(f"{PEGASOS} PegasosClassifier.learn_one", problem, budget, [rows[a:b] for a, b in bounds],
-                   learn_rows, lambda: (dense(model.weights), 0.0))]
+    runs = [
+        replay(
+            f"{PEGASOS} PegasosClassifier.learn_one",
+            problem,
+            budget,
+            [rows[a:b] for a, b in bounds],
+            learn_rows,
+            lambda: (dense(model.weights), 0.0),
+        )
+    ]
     if not hasattr(PegasosClassifier, "learn_csr"):
         return runs, ["PegasosClassifier.learn_csr: not run (this version of pegasos_stream has no learn_csr)."]
     csr_model = PegasosClassifier(lambda_=LAMBDA)
     X, positive = problem.X, problem.y > 0
-    chunks = [(X.indptr[a:b + 1] - X.indptr[a], X.indices[X.indptr[a]:X.indptr[b]],
-               X.data[X.indptr[a]:X.indptr[b]], positive[a:b]) for a, b in bounds]
-    runs.append(replay(f"{PEGASOS} PegasosClassifier.learn_csr", problem, budget, chunks,
-                       lambda chunk: csr_model.learn_csr(*chunk), lambda: (dense(csr_model.weights), 0.0)))
+    chunks = [
+        (
+            X.indptr[a : b + 1] - X.indptr[a],
+            X.indices[X.indptr[a] : X.indptr[b]],
+            X.data[X.indptr[a] : X.indptr[b]],
+            positive[a:b],
+        )
+        for a, b in bounds
+    ]
+    runs.append(
+        replay(
+            f"{PEGASOS} PegasosClassifier.learn_csr",
+            problem,
+            budget,
+            chunks,
+            lambda chunk: csr_model.learn_csr(*chunk),
+            lambda: (dense(csr_model.weights), 0.0),
+        )
+    )
     return runs, []
 
 
 def sgd_model(max_iter: int = 1) -> SGDClassifier:
-    return SGDClassifier(loss="hinge", alpha=LAMBDA, learning_rate="optimal", fit_intercept=False,
-                         shuffle=False, max_iter=max_iter, tol=None)
+    return SGDClassifier(
+        loss="hinge",
+        alpha=LAMBDA,
+        learning_rate="optimal",
+        fit_intercept=False,
+        shuffle=False,
+        max_iter=max_iter,
+        tol=None,
+    )
 
 
 def sklearn_sgd(problem: Problem, budget: Budget) -> tuple[list[Run], list[list[str]]]:
@@ -255,9 +308,14 @@ def sklearn_sgd(problem: Problem, budget: Budget) -> tuple[list[Run], list[list[
     model = sgd_model()
     classes = np.array([-1.0, 1.0])
     chunks = [(problem.X[a:b], problem.y[a:b]) for a, b in chunk_bounds(problem.n)]
-    streaming = replay("scikit-learn SGDClassifier.partial_fit", problem, budget, chunks,
-                       lambda chunk: model.partial_fit(*chunk, classes=classes),
-                       lambda: (model.coef_.ravel(), 0.0))
+    streaming = replay(
+        "scikit-learn SGDClassifier.partial_fit",
+        problem,
+        budget,
+        chunks,
+        lambda chunk: model.partial_fit(*chunk, classes=classes),
+        lambda: (model.coef_.ravel(), 0.0),
+    )
     del chunks
 
     def fit(passes: int) -> tuple[np.ndarray, float]:
@@ -281,8 +339,16 @@ def batch_runs(
         seconds = time.perf_counter() - start
         point = Point(seconds, passes * problem.n, problem.objective(w, b), problem.test_error(w, b))
         run.points.append(point)
-        rows.append([learner, str(passes), fmt(seconds, ".2f"), fmt(point.objective, ".6f"),
-                     fmt(point.objective / problem.f_star - 1, ".2%"), fmt(point.test_error, ".2%")])
+        rows.append(
+            [
+                learner,
+                str(passes),
+                fmt(seconds, ".2f"),
+                fmt(point.objective, ".6f"),
+                fmt(point.objective / problem.f_star - 1, ".2%"),
+                fmt(point.test_error, ".2%"),
+            ]
+        )
         progress(run, problem, f"k={passes}")
         if seconds >= budget.seconds:
             run.stopped = f"a {passes}-pass run of {seconds:.1f} s"
@@ -307,8 +373,11 @@ def river_models(problem: Problem, rows: list[tuple[dict, bool]], budget: Budget
             for x, y in chunk:
                 learn_one(x, y)
 
-        runs.append(replay(name, problem, budget, chunks, learn_rows,
-                           lambda model=model: (dense(model.weights), model.intercept)))
+        runs.append(
+            replay(
+                name, problem, budget, chunks, learn_rows, lambda model=model: (dense(model.weights), model.intercept)
+            )
+        )
     return runs
 
 
@@ -361,8 +430,20 @@ def vowpal_wabbit(problem: Problem, budget: Budget) -> tuple[list[Run], list[lis
         }.items():
 
             def fit(passes: int, options: list[str] = options) -> tuple[np.ndarray, float]:
-                run_vw(["--cache_file", str(cache), "--passes", str(passes), "--holdout_off",
-                        "--loss_function", "hinge", *options, "-f", str(model)])
+                run_vw(
+                    [
+                        "--cache_file",
+                        str(cache),
+                        "--passes",
+                        str(passes),
+                        "--holdout_off",
+                        "--loss_function",
+                        "hinge",
+                        *options,
+                        "-f",
+                        str(model),
+                    ]
+                )
                 return vw_weights(model)
 
             run, batch_rows = batch_runs(name, problem, budget, fit)
@@ -377,7 +458,7 @@ def dict_rows(problem: Problem) -> list[tuple[dict, bool]]:
     indices, values, bounds = problem.X.indices.tolist(), problem.X.data.tolist(), problem.X.indptr.tolist()
     labels = (problem.y > 0).tolist()
     return [
-        (dict(zip(indices[bounds[i]:bounds[i + 1]], values[bounds[i]:bounds[i + 1]])), labels[i])
+        (dict(zip(indices[bounds[i] : bounds[i + 1]], values[bounds[i] : bounds[i + 1]])), labels[i])
         for i in range(problem.n)
     ]
 
@@ -520,15 +601,21 @@ def main() -> None:
         "from a cache built untimed. VW's --l2 is not this objective's λ/2·‖w‖²: VW 9 (gd.cc, compute_update) "
         "shrinks the whole weight vector by (1 − λ·η̄) only on examples with a positive loss, η̄ being that "
         "example's effective step from its adaptive, normalised, importance-invariant update (learning rate 0.5, "
-        "decayed between passes); examples beyond the margin never shrink w. Feature j is the VW name \"j\" in "
+        'decayed between passes); examples beyond the margin never shrink w. Feature j is the VW name "j" in '
         "namespace f (VW hashes integer names to distinct 18-bit indices here), values written with 7 significant "
         "digits; the weights are read back from the saved model (pyvw get_weight) and evaluated like the others. "
-"The timed run includes VW's start-up, reading the cache and saving the model."
+        "The timed run includes VW's start-up, reading the cache and saving the model."
     )
     main_section = section(
         f"Time to within 1% of the optimum (RCV1-like, {problem.n:,} × {N_FEATURES:,}, λ = {LAMBDA_TEXT})",
-        ["learner", ">learning seconds to criterion", ">examples seen", ">objective reached", ">test error",
-         ">examples/s"],
+        [
+            "learner",
+            ">learning seconds to criterion",
+            ">examples seen",
+            ">objective reached",
+            ">test error",
+            ">examples/s",
+        ],
         [main_row(run, problem) for run in runs],
         [criterion, *near_misses(runs, problem), timed, learners, *notes],
         [figure.name],

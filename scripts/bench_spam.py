@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _data import add_data_argument, load_messages
+from _report import REPO, fmt, section, warn_if_busy, write_document
 from matplotlib.figure import Figure
 from river import feature_extraction, linear_model, naive_bayes, utils
 from sklearn.feature_extraction.text import HashingVectorizer
@@ -33,11 +35,9 @@ from sklearn.linear_model import SGDClassifier
 from sklearn.metrics import roc_auc_score, roc_curve
 from threadpoolctl import threadpool_limits
 
-from _data import add_data_argument, load_messages
-from _report import REPO, fmt, section, warn_if_busy, write_document
 from pegasos_stream import PegasosClassifier
-from pegasos_stream.assemble import build_features, build_model
-from pegasos_stream.config import load_config
+from pegasos_stream.cli.assemble import build_features, build_model
+from pegasos_stream.cli.config import load_config
 from pegasos_stream.features import EmailFeatures
 
 try:

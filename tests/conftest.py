@@ -57,9 +57,19 @@ class TansuBroker:
         url = f"tcp://{self.address}"
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    self.binary,
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         deadline = time.monotonic() + timeout
         while not self._answers():
@@ -105,8 +115,7 @@ def _produce(address: str, topic: str, values: Sequence[bytes | None], partition
     producer = KafkaProducer(bootstrap_servers=address, max_block_ms=10_000)
     try:
         futures = [
-            producer.send(topic, value, key=b"gone" if value is None else None, partition=partition)
-            for value in values
+            producer.send(topic, value, key=b"gone" if value is None else None, partition=partition) for value in values
         ]
         producer.flush(timeout=10)
         for future in futures:

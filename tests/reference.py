@@ -76,14 +76,23 @@ class _Dense:
 class DenseReference(_Dense):
     """Binary Pegasos, straight from the formulas (see the module docstring)."""
 
-    def __init__(self, vocab, lambda_=1e-4, fit_intercept=False, projection=False, average=False,
-                 class_weight=None, prior=None, horizon=None):
+    def __init__(
+        self,
+        vocab,
+        lambda_=1e-4,
+        fit_intercept=False,
+        projection=False,
+        average=False,
+        class_weight=None,
+        prior=None,
+        horizon=None,
+    ):
         super().__init__(vocab, lambda_, horizon)
         self.fit_intercept = fit_intercept
         self.projection = projection
         self.average = average
         self.class_weight = class_weight
-        self.w_r = self.vec(prior or {})       # fixed prior vector
+        self.w_r = self.vec(prior or {})  # fixed prior vector
         self.u = np.zeros(len(self.vocab))
         self.b = 0.0
         self.u_sum = np.zeros(len(self.vocab))  # sum of the iterates u_k..u_t
@@ -137,7 +146,7 @@ class DenseReference(_Dense):
     # -- learning --------------------------------------------------------------------
     def _step(self, xs, signs, costs):
         """One Pegasos step on k examples (k = 1 for learn_one)."""
-        margins = [s * self.raw(x) for x, s in zip(xs, signs)]   # pre-step weights
+        margins = [s * self.raw(x) for x, s in zip(xs, signs)]  # pre-step weights
         te, eta = self._tick()
         self.u = (1.0 - 1.0 / te) * self.u
         k = len(xs)
@@ -217,7 +226,7 @@ class DenseMulticlassReference(_Dense):
                 self.b[r] -= eta * w
         if self.projection:
             radius = 1.0 / np.sqrt(self.lambda_)
-            norm = np.linalg.norm(self.W)   # Frobenius norm over all classes
+            norm = np.linalg.norm(self.W)  # Frobenius norm over all classes
             if norm > radius:
                 self.W = (radius / norm) * self.W
         return margin

@@ -38,9 +38,11 @@ import numpy as np
 import pytest
 import yaml
 
-from pegasos_stream import KernelPegasosClassifier, PegasosClassifier, PegasosMulticlass, cli
-from pegasos_stream import checkpoint as ck
-from pegasos_stream.checkpoint import (
+from pegasos_stream import KernelPegasosClassifier, PegasosClassifier, PegasosMulticlass, cli, load, save
+from pegasos_stream.cli.config import config_hash, load_config
+from pegasos_stream.learners.svstore import DENSE_MAX_COLUMNS
+from pegasos_stream.persist import checkpoint as ck
+from pegasos_stream.persist.checkpoint import (
     FORMAT_VERSION,
     MAGIC,
     CheckpointError,
@@ -53,9 +55,7 @@ from pegasos_stream.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from pegasos_stream.config import config_hash, load_config
-from pegasos_stream.state import StateError
-from pegasos_stream.svstore import DENSE_MAX_COLUMNS
+from pegasos_stream.persist.codec import StateError
 
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
 HEADER = len(MAGIC) + 32
@@ -118,7 +118,12 @@ LINEAR_PARAMS = {
 KERNEL_PARAMS = {
     "rbf merge": {"kernel": "rbf", "gamma": 0.3, "lambda_": 1e-2, "budget": 15, "maintenance": "merge"},
     "poly remove": {
-        "kernel": "poly", "degree": 2, "coef0": 1.0, "lambda_": 1e-2, "budget": 15, "maintenance": "remove",
+        "kernel": "poly",
+        "degree": 2,
+        "coef0": 1.0,
+        "lambda_": 1e-2,
+        "budget": 15,
+        "maintenance": "remove",
     },
     "linear project": {"kernel": "linear", "lambda_": 1e-2, "budget": 15, "maintenance": "project"},
     "rbf no budget": {"kernel": "rbf", "gamma": 0.3, "lambda_": 1e-2, "budget": None},
@@ -129,6 +134,7 @@ def _learners():
     """(id, factory, stream of 400 pairs) for every learner configuration under test."""
     cases = []
     for name, params in LINEAR_PARAMS.items():
+
         def make(params=params):
             if params.get("prior") == "model":
                 return PegasosClassifier(lambda_=1e-3, prior=_prior_model())
@@ -136,15 +142,24 @@ def _learners():
 
         cases.append(pytest.param(make, "binary", None, id=f"linear {name}"))
     cases.append(pytest.param(PegasosMulticlass, "multiclass", None, id="multiclass defaults"))
-    cases.append(pytest.param(
-        lambda: PegasosMulticlass(lambda_=1e-2, fit_intercept=True, projection=True, horizon=50),
-        "multiclass", None, id="multiclass intercept+projection+horizon",
-    ))
+    cases.append(
+        pytest.param(
+            lambda: PegasosMulticlass(lambda_=1e-2, fit_intercept=True, projection=True, horizon=50),
+            "multiclass",
+            None,
+            id="multiclass intercept+projection+horizon",
+        )
+    )
     for name, params in KERNEL_PARAMS.items():
         for layout in ("dense", "sparse"):
-            cases.append(pytest.param(
-                lambda params=params: KernelPegasosClassifier(**params), "binary", layout, id=f"kernel {name} {layout}",
-            ))
+            cases.append(
+                pytest.param(
+                    lambda params=params: KernelPegasosClassifier(**params),
+                    "binary",
+                    layout,
+                    id=f"kernel {name} {layout}",
+                )
+            )
     return cases
 
 
@@ -179,10 +194,10 @@ def test_save_load_round_trip_then_learning_stays_bit_identical(tmp_path, make, 
         if model.budget is not None:
             assert model.n_support == model.budget  # maintenance has run
     path = tmp_path / "model.pgs"
-    model.save(path)
+    save(model, path)
     assert sorted(os.listdir(tmp_path)) == ["model.pgs"]  # no temporary file left behind
 
-    loaded = type(model).load(path)
+    loaded = load(path, type(model))
     assert type(loaded) is type(model)
     assert model_digest(loaded) == model_digest(model)
     assert loaded.t == model.t
@@ -196,8 +211,8 @@ def test_save_load_round_trip_then_learning_stays_bit_identical(tmp_path, make, 
     assert loaded.t == model.t == len(stream)
     assert model_digest(loaded) == model_digest(model)
     # ...and a second round trip of the continued model is still exact.
-    loaded.save(path)
-    assert model_digest(type(model).load(path)) == model_digest(model)
+    save(loaded, path)
+    assert model_digest(load(path, type(model))) == model_digest(model)
 
 
 def test_digest_tells_models_apart():
@@ -214,9 +229,9 @@ def test_digest_tells_models_apart():
 
 
 def test_load_refuses_another_learner_class(tmp_path):
-    PegasosMulticlass().save(tmp_path / "m.pgs")
+    save(PegasosMulticlass(), tmp_path / "m.pgs")
     with pytest.raises(CheckpointError, match=r"m\.pgs: holds a PegasosMulticlass, not a PegasosClassifier"):
-        PegasosClassifier.load(tmp_path / "m.pgs")
+        load(tmp_path / "m.pgs", PegasosClassifier)
 
 
 def _typed(value):
@@ -228,8 +243,21 @@ def _typed(value):
 
 #: Feature keys of every type river uses, with look-alikes side by side ("1" / 1, 2.5 / "2.5").
 MIXED_KEYS = [
-    "1", 1, 2.5, "2.5", False, None, -7, 2**70, "",
-    ("a", 1), ("a", "1"), (("n", None), 2.0, True), (), ((),), ("deep", (1, ("x", None, 0.5))),
+    "1",
+    1,
+    2.5,
+    "2.5",
+    False,
+    None,
+    -7,
+    2**70,
+    "",
+    ("a", 1),
+    ("a", "1"),
+    (("n", None), 2.0, True),
+    (),
+    ((),),
+    ("deep", (1, ("x", None, 0.5))),
 ]
 
 
@@ -237,11 +265,17 @@ def _mixed_x(rng: random.Random, k: int = 5) -> dict:
     return {key: rng.gauss(0, 1) for key in rng.sample(MIXED_KEYS, k)}
 
 
-@pytest.mark.parametrize("make", [
-    pytest.param(lambda: PegasosClassifier(lambda_=1e-2, average=3, prior={"1": 0.5, 1: -0.5, ("t", None): 0.1}),
-                 id="linear"),
-    pytest.param(lambda: KernelPegasosClassifier(gamma=0.2, lambda_=1e-2, budget=8, maintenance="merge"), id="kernel"),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(
+            lambda: PegasosClassifier(lambda_=1e-2, average=3, prior={"1": 0.5, 1: -0.5, ("t", None): 0.1}), id="linear"
+        ),
+        pytest.param(
+            lambda: KernelPegasosClassifier(gamma=0.2, lambda_=1e-2, budget=8, maintenance="merge"), id="kernel"
+        ),
+    ],
+)
 def test_feature_keys_of_every_type_round_trip_exactly(tmp_path, make):
     rng = random.Random(3)
     model = make()
@@ -249,8 +283,8 @@ def test_feature_keys_of_every_type_round_trip_exactly(tmp_path, make):
     for i in range(120):
         x = {**_mixed_x(rng), **{f"p{j}": rng.gauss(0, 1) for j in rng.sample(range(40), 3)}}
         model.learn_one(x, rng.random() < 0.5)
-    model.save(tmp_path / "m.pgs")
-    loaded = type(model).load(tmp_path / "m.pgs")
+    save(model, tmp_path / "m.pgs")
+    loaded = load(tmp_path / "m.pgs", type(model))
     if isinstance(model, PegasosClassifier):
         maps = [(model._u.v, loaded._u.v), (model._u.avg_offset, loaded._u.avg_offset), (model._prior, loaded._prior)]
         assert len(model._u.v) >= 32  # the array encoding of a dict of floats is exercised too
@@ -272,8 +306,8 @@ def test_multiclass_labels_of_every_type_round_trip_exactly(tmp_path):
     model = PegasosMulticlass(lambda_=1e-2, fit_intercept=True)
     for _ in range(150):
         model.learn_one(_mixed_x(rng), rng.choice(labels))
-    model.save(tmp_path / "m.pgs")
-    loaded = PegasosMulticlass.load(tmp_path / "m.pgs")
+    save(model, tmp_path / "m.pgs")
+    loaded = load(tmp_path / "m.pgs", PegasosMulticlass)
     assert [_typed(c) for c in loaded.classes] == [_typed(c) for c in model.classes]
     assert sorted(map(repr, model.classes)) == sorted(map(repr, labels))
     for label in model.classes:
@@ -295,7 +329,9 @@ def test_runner_state_with_mixed_ids_round_trips(tmp_path):
     assert manifest["source"] == {"offset": 5} and manifest["version"] == FORMAT_VERSION
     restored = state["runner"]
     assert [_typed(p[0]) for p in restored["pending"]] == [
-        ("str", "1"), ("int", 1), ("tuple", (("str", "k"), ("NoneType", None))),
+        ("str", "1"),
+        ("int", 1),
+        ("tuple", (("str", "k"), ("NoneType", None))),
     ]
     assert restored == runner_state
     assert [_typed(v) for v in restored["pending"][0][1].values()] == [("int", 1), ("float", 2.5)]
@@ -306,13 +342,13 @@ def test_saving_an_object_outside_the_whitelist_is_refused_and_writes_nothing(tm
     model = PegasosClassifier()
     model._platt = object()  # not a saveable class
     with pytest.raises(StateError, match="an object of type object cannot be saved"):
-        model.save(tmp_path / "m.pgs")
+        save(model, tmp_path / "m.pgs")
 
     class Sub(PegasosClassifier):  # a subclass is not the whitelisted class either
         pass
 
     with pytest.raises(StateError, match="type Sub cannot be saved"):
-        Sub().save(tmp_path / "m.pgs")
+        save(Sub(), tmp_path / "m.pgs")
     assert os.listdir(tmp_path) == []
 
 
@@ -337,7 +373,7 @@ def _saved_model(tmp_path: Path) -> Path:
     model = PegasosClassifier(lambda_=1e-2, average=True)
     for x, y in _binary_stream(60, seed=2, vocabulary=50):
         model.learn_one(x, y)
-    model.save(tmp_path / "good.pgs")
+    save(model, tmp_path / "good.pgs")
     return tmp_path / "good.pgs"
 
 
@@ -349,15 +385,18 @@ def _rename_objects(tree, old: str, new: str):
     return tree
 
 
-@pytest.mark.parametrize(("old", "new"), [
-    ("PegasosClassifier", "os.system"),
-    ("PegasosClassifier", "Popen"),
-    ("PegasosClassifier", "subprocess.Popen"),
-    ("PegasosClassifier", "BinaryReport"),  # a class of the package, but not a saveable one
-    ("PegasosClassifier", "__builtins__"),
-    ("OnlinePlatt", "system"),  # nested inside the learner
-    ("WeightVector", "eval"),
-])
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("PegasosClassifier", "os.system"),
+        ("PegasosClassifier", "Popen"),
+        ("PegasosClassifier", "subprocess.Popen"),
+        ("PegasosClassifier", "BinaryReport"),  # a class of the package, but not a saveable one
+        ("PegasosClassifier", "__builtins__"),
+        ("OnlinePlatt", "system"),  # nested inside the learner
+        ("WeightVector", "eval"),
+    ],
+)
 def test_manifest_naming_a_class_outside_the_whitelist_is_refused(tmp_path, old, new):
     manifest, arrays = _unpack(_saved_model(tmp_path))
     assert f'"object": "{old}"' in json.dumps(manifest)
@@ -367,7 +406,7 @@ def test_manifest_naming_a_class_outside_the_whitelist_is_refused(tmp_path, old,
     assert str(evil) in str(refused.value)
     assert f"an object of type {new!r} cannot be loaded" in str(refused.value)
     with pytest.raises(CheckpointError):
-        PegasosClassifier.load(evil)
+        load(evil, PegasosClassifier)
 
 
 class _CreatesAFile:
@@ -400,7 +439,7 @@ def test_an_object_array_in_the_archive_is_refused_without_unpickling(tmp_path):
     # Under another name too: every array of the archive is read, not only those the state uses.
     evil2 = _repack(tmp_path / "evil2.pgs", manifest, {**arrays, "extra": armed})
     with pytest.raises(CheckpointError, match="allow_pickle=False"):
-        PegasosClassifier.load(evil2)
+        load(evil2, PegasosClassifier)
     assert not marker.exists()
 
 
@@ -453,7 +492,7 @@ def test_a_flipped_byte_anywhere_is_refused_with_the_reason(tmp_path, good_check
         path.write_bytes(bytes(damaged))
         _refused(path, reason)
         with pytest.raises(CheckpointError, match=reason.split(" (")[0]):
-            PegasosClassifier.load(path)
+            load(path, PegasosClassifier)
 
 
 def test_truncations_and_empty_and_garbage_files_are_refused(tmp_path, good_checkpoint):
@@ -633,10 +672,12 @@ def _tiny_run(tmp_path: Path, model: dict, n: int = 120) -> tuple[Path, dict]:
     """A real `run` (in process) over n events with checkpoints; returns (checkpoint dir, config)."""
     events = tmp_path / "events.jsonl"
     rng = random.Random(1)
-    events.write_text("".join(
-        json.dumps({"id": i, "x": {"a": rng.gauss(0, 1), "b": rng.gauss(0, 1)}, "label": rng.random() < 0.5}) + "\n"
-        for i in range(n)
-    ))
+    events.write_text(
+        "".join(
+            json.dumps({"id": i, "x": {"a": rng.gauss(0, 1), "b": rng.gauss(0, 1)}, "label": rng.random() < 0.5}) + "\n"
+            for i in range(n)
+        )
+    )
     config = {
         "model": model,
         "features": {"type": "dict"},
@@ -689,11 +730,17 @@ def test_inspect_counts_support_vectors_of_a_kernel_model(tmp_path, capsys):
     assert summary["support_vectors"] == 7 and "weights" not in summary
     # A model saved by model.save has no run around it: those fields are null.
     model = read_checkpoint(checkpoints(directory)[0])[0]["model"]
-    model.save(tmp_path / "m.pgs")
+    save(model, tmp_path / "m.pgs")
     assert describe(tmp_path / "m.pgs") == {
-        "path": str(tmp_path / "m.pgs"), "format_version": 1, "config_sha256": None,
-        "learner": "KernelPegasosClassifier", "t": 120, "support_vectors": 7, "events": None,
-        "source": None, "model_sha256": model_digest(model),
+        "path": str(tmp_path / "m.pgs"),
+        "format_version": 1,
+        "config_sha256": None,
+        "learner": "KernelPegasosClassifier",
+        "t": 120,
+        "support_vectors": 7,
+        "events": None,
+        "source": None,
+        "model_sha256": model_digest(model),
     }
 
 

@@ -20,10 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pegasos_stream import PegasosClassifier, cli
-from pegasos_stream.checkpoint import checkpoints, model_digest, read_checkpoint
-from pegasos_stream.events import BadRecord, EventParser, Record
-from pegasos_stream import weights
-from pegasos_stream.rows import Rows, name_table, parse_json_events, parse_svmlight
+from pegasos_stream.learners import weights
+from pegasos_stream.learners.rows import Rows
+from pegasos_stream.persist.checkpoint import checkpoints, model_digest, read_checkpoint
+from pegasos_stream.stream.fastparse import name_table, parse_json_events, parse_svmlight
+from pegasos_stream.stream.parsing import BadRecord, EventParser
+from pegasos_stream.stream.records import Record
 
 PARAMS = st.fixed_dictionaries(
     {},
@@ -202,9 +204,7 @@ ODD_VALUES = st.sampled_from(
 PLAIN_LABELS = st.sampled_from(
     ["true", "false", "1", "0", "-1", '"spam"', '"ham"', "1.0", "-0", "-0.0", "2.5e0", "-123456789012345678"]
 )
-ODD_LABELS = st.sampled_from(
-    ["null", "NaN", "1e999", "[1]", "{}", '"sp\\u0061m"', '"é"', "1234567890123456789", "tru"]
-)
+ODD_LABELS = st.sampled_from(["null", "NaN", "1e999", "[1]", "{}", '"sp\\u0061m"', '"é"', "1234567890123456789", "tru"])
 PLAIN_IDS = st.one_of(
     st.none(),
     st.text(st.characters(min_codepoint=32, max_codepoint=126, blacklist_characters='"\\'), max_size=6).map(json.dumps),
@@ -391,7 +391,7 @@ def test_the_c_json_parser_on_edge_cases():
 def test_many_names_grow_the_c_name_table():
     names = [f"n{i}" for i in range(3000)] + [f"a_long_feature_name_{i}" for i in range(3000)]
     lines = [json.dumps({"x": {n: i for i, n in enumerate(names[s::7])}, "label": True}).encode() for s in range(7)]
-    lines += [json.dumps({"x": {n: 1.5 for n in names[::-3]}, "label": False}).encode()]
+    lines += [json.dumps({"x": dict.fromkeys(names[::-3], 1.5), "label": False}).encode()]
     status, rows, _, _ = parse_json_events(lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 10**6)
     assert status.tolist() == [0] * 8 and sorted(rows.keys) == sorted(names)
     assert [list(rows.row(i).items()) for i in range(8)] == [
@@ -511,4 +511,3 @@ def test_one_example_passes_in_c_give_the_python_expressions_bits(stored, x, c):
     assert type(change) is type(python_change) and float(change).hex() == float(python_change).hex()
     assert list(v) == list(python_v)
     assert [value.hex() for value in v.values()] == [float(value).hex() for value in python_v.values()]
-

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pegasos_stream import cli
-from pegasos_stream.config import (
+from pegasos_stream.cli.config import (
     ConfigError,
     apply_override,
     config_hash,
@@ -44,7 +44,17 @@ def test_configs_are_shipped():
 def test_shipped_config_loads_and_validates(path):
     config = load_config(path)
     # every section of the schema is present after the defaults are merged in
-    assert set(config) == {"model", "features", "source", "output", "evaluation", "errors", "delayed_labels", "run", "checkpoint"}
+    assert set(config) == {
+        "model",
+        "features",
+        "source",
+        "output",
+        "evaluation",
+        "errors",
+        "delayed_labels",
+        "run",
+        "checkpoint",
+    }
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     # what the file says is what was loaded (paths aside, which become absolute)
     assert config["model"]["kind"] == raw["model"]["kind"]
@@ -60,7 +70,11 @@ def test_spam_config_points_at_the_bundled_sample():
     assert Path(config["source"]["path"]).is_absolute()
     assert config["source"]["labels"] == {"positive": "spam", "negative": "ham"}
     assert config["features"] == {
-        "type": "email", "char_ngram": 4, "max_chars": 3000, "binary": True, "normalize": True,
+        "type": "email",
+        "char_ngram": 4,
+        "max_chars": 3000,
+        "binary": True,
+        "normalize": True,
     }
 
 
@@ -194,13 +208,17 @@ def test_required_keys_satisfied(tmp_path):
     config = load_config(
         None,
         [
-            "source.type=kafka", "source.topics=[mail]", "output.type=kafka", "output.topic=out",
+            "source.type=kafka",
+            "source.topics=[mail]",
+            "output.type=kafka",
+            "output.topic=out",
             "source.labels={positive: spam, negative: ham}",
         ],
     )
     assert config["source"]["topics"] == ["mail"] and config["output"]["topic"] == "out"
     assert load_config(None, ["source.labels.positive=1", "source.labels.negative=0"])["source"]["labels"] == {
-        "positive": 1, "negative": 0,
+        "positive": 1,
+        "negative": 0,
     }
 
 
@@ -215,7 +233,8 @@ def test_parse_override_reads_yaml_values():
     assert parse_override("run.max_events=10") == (["run", "max_events"], 10)
     assert parse_override("features.binary=false") == (["features", "binary"], False)
     assert parse_override("source.labels={positive: spam, negative: ham}") == (
-        ["source", "labels"], {"positive": "spam", "negative": "ham"},
+        ["source", "labels"],
+        {"positive": "spam", "negative": "ham"},
     )
     assert parse_override("output.path=a=b.jsonl") == (["output", "path"], "a=b.jsonl")  # first '=' splits
     assert parse_override("run.max_events=") == (["run", "max_events"], None)
@@ -339,7 +358,7 @@ def test_config_hash_is_stable():
 
 def test_config_hash_is_stable_across_processes():
     code = (
-        "from pegasos_stream.config import load_config, config_hash;"
+        "from pegasos_stream.cli.config import load_config, config_hash;"
         f"print(config_hash(load_config({str(ROOT / 'configs' / 'kafka.yaml')!r})))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "987"}

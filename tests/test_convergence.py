@@ -128,9 +128,7 @@ def binary_optimum(phishing):
     n = len(y)
     lam = BIN_LAMBDA
     C = 1.0 / (lam * n)
-    svc = LinearSVC(
-        loss="hinge", fit_intercept=False, C=C, dual=True, tol=1e-8, max_iter=1_000_000
-    ).fit(X, y)
+    svc = LinearSVC(loss="hinge", fit_intercept=False, C=C, dual=True, tol=1e-8, max_iter=1_000_000).fit(X, y)
     f_svc = binary_objective(svc.coef_.ravel(), X, y, lam)
 
     Z = X * y[:, None]
@@ -168,9 +166,7 @@ def test_binary_objective_within_1pct_of_optimum(phishing, binary_optimum, proje
     names, X, dicts, labels, y = phishing
     f_star, lower = binary_optimum
     n = len(y)
-    model = PegasosClassifier(
-        lambda_=BIN_LAMBDA, fit_intercept=False, projection=projection, average=True
-    )
+    model = PegasosClassifier(lambda_=BIN_LAMBDA, fit_intercept=False, projection=projection, average=True)
     rng = np.random.default_rng(SHUFFLE_SEED)
     per_epoch = []
     for _ in range(BIN_EPOCHS):
@@ -191,9 +187,7 @@ def test_binary_objective_within_1pct_of_optimum(phishing, binary_optimum, proje
 
     # the decision function uses the average (average=True) and the weights exposed
     for i in range(0, n, 97):
-        assert math.isclose(
-            model.decision_function_one(dicts[i]), float(X[i] @ w_avg), rel_tol=1e-9, abs_tol=1e-9
-        )
+        assert math.isclose(model.decision_function_one(dicts[i]), float(X[i] @ w_avg), rel_tol=1e-9, abs_tol=1e-9)
 
     # the certified lower bound really is a lower bound for Pegasos's points too
     assert f_cur >= lower * (1 - 1e-12)
@@ -232,9 +226,7 @@ def test_binary_plain_equals_current_iterate_of_averaged(phishing):
     np.testing.assert_array_equal(w_plain, w_avg_cur)
     # plain decision uses the current iterate
     for i in range(0, n, 97):
-        assert math.isclose(
-            plain.decision_function_one(dicts[i]), float(X[i] @ w_plain), rel_tol=1e-9, abs_tol=1e-9
-        )
+        assert math.isclose(plain.decision_function_one(dicts[i]), float(X[i] @ w_plain), rel_tol=1e-9, abs_tol=1e-9)
 
 
 # --------------------------------------------------------------------------- multiclass

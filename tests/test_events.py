@@ -9,9 +9,10 @@ import json
 import pytest
 from river import stream
 
-from pegasos_stream.events import BadRecord, Cursors, Event, EventParser, Record
-from pegasos_stream.inputs import binary_sign
-from pegasos_stream.sources import FileSource
+from pegasos_stream.learners.validation import binary_sign
+from pegasos_stream.stream.parsing import BadRecord, Event, EventParser
+from pegasos_stream.stream.records import Cursors, Record
+from pegasos_stream.stream.sources import FileSource
 
 
 def _parse(value: bytes | str, position: str = "mail.jsonl:3", **parser_args) -> Event:

@@ -82,7 +82,13 @@ def test_keys_are_the_character_ngrams_of_the_first_max_chars():
 def test_words_option():
     features = EmailFeatures(char_ngram=0, words=True, normalize=False)
     assert features.transform_one("Subject: Cheap pills\n\nBuy cheap pills now, 100% GUARANTEED") == {
-        "w:subject": 1, "w:cheap": 1, "w:pills": 1, "w:buy": 1, "w:now": 1, "w:100": 1, "w:guaranteed": 1,
+        "w:subject": 1,
+        "w:cheap": 1,
+        "w:pills": 1,
+        "w:buy": 1,
+        "w:now": 1,
+        "w:100": 1,
+        "w:guaranteed": 1,
     }
     both = EmailFeatures(char_ngram=3, words=True).transform_one(TEXTS[0])
     assert any(k.startswith("w:") for k in both) and any(k.startswith("c:") for k in both)
@@ -128,8 +134,11 @@ def test_hashing_is_stable_across_processes():
 def test_sample_messages_are_parsed():
     """The sample's messages start with an mbox envelope line ("From sender date"); they must still
     be parsed (selected headers and decoded body), not taken as raw text with every Received line."""
-    unparsed = [m["id"] for m in MESSAGES if re.search(r"^Received: ", message_text(m["text"]), re.M)
-                or message_text(m["text"]).startswith("From ")]
+    unparsed = [
+        m["id"]
+        for m in MESSAGES
+        if re.search(r"^Received: ", message_text(m["text"]), re.M) or message_text(m["text"]).startswith("From ")
+    ]
     assert unparsed == [], f"{len(unparsed)} of {len(MESSAGES)} sample messages are not parsed, e.g. {unparsed[:3]}"
 
 
@@ -175,7 +184,7 @@ def test_base64_body_is_decoded():
     body = "Offre spéciale : gagnez un million d'euros aujourd'hui !"
     raw = (
         "Subject: offre\n"
-        "Content-Type: text/plain; charset=\"iso-8859-1\"\n"
+        'Content-Type: text/plain; charset="iso-8859-1"\n'
         "Content-Transfer-Encoding: base64\n"
         "\n" + base64.encodebytes(body.encode("iso-8859-1")).decode("ascii")
     )
@@ -190,7 +199,7 @@ def test_html_is_reduced_to_its_text():
         "Content-Type: text/html; charset=us-ascii\n"
         "\n"
         "<html><head><style>p {color: red}</style></head><body>\n"
-        "<p>Buy <b>cheap</b> &amp; <a href=\"http://spam.example\">save</a>&nbsp;now</p></body></html>\n"
+        '<p>Buy <b>cheap</b> &amp; <a href="http://spam.example">save</a>&nbsp;now</p></body></html>\n'
     )
     text = message_text(raw)
     assert "Buy cheap & save" in text and "now" in text
@@ -216,14 +225,12 @@ def test_multipart_alternative_with_attachment():
         "--INNER\n"
         "Content-Type: text/html; charset=utf-8\n"
         "Content-Transfer-Encoding: base64\n"
-        "\n" + base64.encodebytes("<p>HTML <i>naïve</i> text</p>".encode()).decode("ascii") +
-        "--INNER--\n"
+        "\n" + base64.encodebytes("<p>HTML <i>naïve</i> text</p>".encode()).decode("ascii") + "--INNER--\n"
         "--OUTER\n"
         "Content-Type: image/png\n"
         "Content-Transfer-Encoding: base64\n"
         'Content-Disposition: attachment; filename="x.png"\n'
-        "\n" + png +
-        "--OUTER--\n"
+        "\n" + png + "--OUTER--\n"
     )
     text = message_text(raw)
     assert "Plain naïve text" in text
@@ -304,8 +311,10 @@ def test_arbitrary_bytes_never_raise(data):
 @FUZZ
 @given(
     headers=st.lists(
-        st.tuples(st.sampled_from(["Subject", "From", "Content-Type", "Content-Transfer-Encoding", "MIME-Version",
-                                   "X-Junk"]), st.text(max_size=80)),
+        st.tuples(
+            st.sampled_from(["Subject", "From", "Content-Type", "Content-Transfer-Encoding", "MIME-Version", "X-Junk"]),
+            st.text(max_size=80),
+        ),
         max_size=6,
     ),
     body=st.text(max_size=500),
@@ -316,8 +325,27 @@ def test_arbitrary_headers_never_raise(headers, body):
     _check_features(VARIANTS[0].transform_one(raw), VARIANTS[0])
 
 
-CHARSETS = ["x-unknown", "utf-7", "utf-16", "utf-32", "idna", "zlib_codec", "base64", "rot13", "hex", "punycode",
-            "uu_codec", "mbcs", "", '"', "utf-8'en'", "iso-2022-jp", "cp1252", "a" * 300, "\x00"]
+CHARSETS = [
+    "x-unknown",
+    "utf-7",
+    "utf-16",
+    "utf-32",
+    "idna",
+    "zlib_codec",
+    "base64",
+    "rot13",
+    "hex",
+    "punycode",
+    "uu_codec",
+    "mbcs",
+    "",
+    '"',
+    "utf-8'en'",
+    "iso-2022-jp",
+    "cp1252",
+    "a" * 300,
+    "\x00",
+]
 _BOUNDARY = re.compile(r'boundary="?([^";\s]+)"?', re.I)
 
 
@@ -325,8 +353,9 @@ def _corrupt(text: str, draw) -> str:
     """One of: byte flips, truncation, bad charset names, broken MIME boundaries, mixed."""
     kind = draw(st.sampled_from(["flip", "truncate", "charset", "boundary", "encoding", "all"]))
     if kind in ("charset", "all"):
-        text = re.sub(r"charset=\"?[^\";\s]*\"?", lambda _: "charset=" + draw(st.sampled_from(CHARSETS)), text,
-                      flags=re.I)
+        text = re.sub(
+            r"charset=\"?[^\";\s]*\"?", lambda _: "charset=" + draw(st.sampled_from(CHARSETS)), text, flags=re.I
+        )
     if kind in ("boundary", "all"):
         match = _BOUNDARY.search(text)
         if match:
@@ -341,9 +370,12 @@ def _corrupt(text: str, draw) -> str:
             else:
                 text = text.replace(match.group(0), 'boundary=""', 1)
     if kind in ("encoding", "all"):
-        text = re.sub(r"(Content-Transfer-Encoding:\s*)\S+",
-                      lambda m: m.group(1) + draw(st.sampled_from(["base64", "quoted-printable", "x-uuencode",
-                                                                   "8bit", "bogus"])), text, flags=re.I)
+        text = re.sub(
+            r"(Content-Transfer-Encoding:\s*)\S+",
+            lambda m: m.group(1) + draw(st.sampled_from(["base64", "quoted-printable", "x-uuencode", "8bit", "bogus"])),
+            text,
+            flags=re.I,
+        )
     data = bytearray(text.encode("utf-8", "surrogateescape"))
     if kind in ("flip", "all") and data:
         for _ in range(draw(st.integers(1, 50))):

@@ -11,12 +11,12 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from conftest import GROUP_SETTINGS
 from kafka import KafkaConsumer, TopicPartition
 
-from pegasos_stream.events import BadRecord, EventParser, Record
-from pegasos_stream.kafka import KafkaSink, KafkaSource
-from conftest import GROUP_SETTINGS
-
+from pegasos_stream.stream.kafka import KafkaSink, KafkaSource
+from pegasos_stream.stream.parsing import BadRecord, EventParser
+from pegasos_stream.stream.records import Record
 
 
 def _source(address: str, topic: str, group: str | None = None) -> KafkaSource:

@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import yaml
+from conftest import kafka_source_config
 from kafka import KafkaConsumer, TopicPartition
 
 from pegasos_stream import cli
-from conftest import kafka_source_config
-
 
 
 def _config(tmp_path: Path, broker: str, topic: str, group: str) -> Path:
@@ -26,9 +25,7 @@ def _config(tmp_path: Path, broker: str, topic: str, group: str) -> Path:
 
 
 def _events(ids: range) -> list[bytes]:
-    return [
-        json.dumps({"id": i, "x": {"a": (i % 7) - 3.0, "b": 1.0}, "label": i % 7 > 3}).encode() for i in ids
-    ]
+    return [json.dumps({"id": i, "x": {"a": (i % 7) - 3.0, "b": 1.0}, "label": i % 7 > 3}).encode() for i in ids]
 
 
 def _predicted_ids(path: Path) -> list[int]:

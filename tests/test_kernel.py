@@ -52,7 +52,7 @@ from hypothesis import strategies as st
 from river import checks
 
 from pegasos_stream import KernelPegasosClassifier, PegasosClassifier
-from pegasos_stream.svstore import DENSE_MAX_COLUMNS
+from pegasos_stream.learners.svstore import DENSE_MAX_COLUMNS
 
 try:  # tests/ as a package
     from .kernel_reference import KernelPegasosReference, kernel_function, y_sign
@@ -128,9 +128,7 @@ DENSE_VALUES = st.one_of(
 )
 DENSE_X = st.dictionaries(st.sampled_from(DENSE_KEYS), DENSE_VALUES, max_size=4)  # {} included
 SHARED_KEYS = [f"s{i}" for i in range(15)] + list(range(15)) + [("s", i) for i in range(15)]
-SPARSE_SHARED = st.dictionaries(
-    st.sampled_from(SHARED_KEYS), st.floats(-1.0, 1.0, allow_nan=False), max_size=3
-)
+SPARSE_SHARED = st.dictionaries(st.sampled_from(SHARED_KEYS), st.floats(-1.0, 1.0, allow_nan=False), max_size=3)
 POSITIVE = [True, 1, 1.0, np.True_]
 NEGATIVE = [False, 0, -1, 0.0, -1.0, np.False_]
 # 1/λ is not a small integer, so that margins rarely land exactly on 1.
@@ -407,7 +405,7 @@ def check_step_structure(maintenance, budget, pre, post, x, y, w):
         else:
             assert post[-1][1] == label and len(post) == len(kept)
             partners = [i for i, sv in enumerate(kept) if sv[1] == label]
-            assert any(post[:-1] == kept[:i] + kept[i + 1:] for i in partners), "m and one partner go"
+            assert any(post[:-1] == kept[:i] + kept[i + 1 :] for i in partners), "m and one partner go"
     return True
 
 
@@ -514,8 +512,12 @@ def direct_degradation(params, a_m, x_m, a_n, x_n, a_z, z) -> float:
     """||a_m φ(x_m) + a_n φ(x_n) − a_z φ(z)||², the square expanded with K."""
     K = lambda u, v: K_dict(params, u, v)  # noqa: E731
     return (
-        a_m * a_m * K(x_m, x_m) + a_n * a_n * K(x_n, x_n) + a_z * a_z * K(z, z)
-        + 2 * a_m * a_n * K(x_m, x_n) - 2 * a_m * a_z * K(x_m, z) - 2 * a_n * a_z * K(x_n, z)
+        a_m * a_m * K(x_m, x_m)
+        + a_n * a_n * K(x_n, x_n)
+        + a_z * a_z * K(z, z)
+        + 2 * a_m * a_n * K(x_m, x_n)
+        - 2 * a_m * a_z * K(x_m, z)
+        - 2 * a_n * a_z * K(x_n, z)
     )
 
 
@@ -622,9 +624,7 @@ def test_merge_without_same_label_partner_removes():
     removing = KernelPegasosClassifier(lambda_=100.0, budget=2, maintenance="remove", **MERGE_PARAMS)
     for x, label, w in store + [new]:
         removing.learn_one(x, label, w=w)
-    assert merged.support_vectors == removing.support_vectors == [
-        ({"a": 0.0}, True, 3.0), ({"a": 1.0}, True, 2.0)
-    ]
+    assert merged.support_vectors == removing.support_vectors == [({"a": 0.0}, True, 3.0), ({"a": 1.0}, True, 2.0)]
 
 
 @pytest.mark.parametrize("kernel", ["linear", "poly"])
@@ -660,8 +660,9 @@ def rkhs_sq_distance(params, f, g) -> float:
     return sum(a * b * K_dict(params, x, z) for x, a in terms for z, b in terms)
 
 
-PROBES = [{"a": 0.3 * i - 1.0, "b": 0.7 - 0.2 * i, "c": 0.1 * (i % 3), "x": 0.5 - 0.1 * i, "y": 0.2 * i}
-          for i in range(12)]
+PROBES = [
+    {"a": 0.3 * i - 1.0, "b": 0.7 - 0.2 * i, "c": 0.1 * (i % 3), "x": 0.5 - 0.1 * i, "y": 0.2 * i} for i in range(12)
+]
 
 # The spec solves K_rest δ = K(rest, x_p) α_p by "least squares / tiny ridge". "Tiny" is taken as a
 # ridge r <= 1e-6 · mean(diag K_rest): the test identifies the r the package used (0 for plain least
@@ -801,8 +802,13 @@ def test_check_estimator(params):
 
 
 def trained_models():
-    stream = [({"a": 0.5, "b": -1.0}, True), ({"a": -0.3, 7: 1.0}, False), ({"b": 0.2}, True),
-              ({"a": 0.1, ("t", 2): 0.4}, False), ({"a": 0.5, "b": -1.0}, True)]
+    stream = [
+        ({"a": 0.5, "b": -1.0}, True),
+        ({"a": -0.3, 7: 1.0}, False),
+        ({"b": 0.2}, True),
+        ({"a": 0.1, ("t", 2): 0.4}, False),
+        ({"a": 0.5, "b": -1.0}, True),
+    ]
     out = [KernelPegasosClassifier(budget=None)]  # untrained, t = 0
     for params in [
         {"budget": None, "kernel": "linear", "maintenance": "remove"},

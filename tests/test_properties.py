@@ -138,11 +138,7 @@ def _learned_model(
     return model, rng
 
 
-GRID = sorted(
-    [0.0]
-    + [float(v) for v in np.logspace(-3, 6, 46)]
-    + [-float(v) for v in np.logspace(-3, 6, 46)]
-)
+GRID = sorted([0.0] + [float(v) for v in np.logspace(-3, 6, 46)] + [-float(v) for v in np.logspace(-3, 6, 46)])
 
 
 @pytest.mark.parametrize("case", ["learned", "learned_with_intercept", "untrained_with_prior"])
@@ -168,8 +164,7 @@ def test_proba_strictly_increasing_on_fixed_grid(case):
         di, dj = decisions[i], decisions[j]
         if dj - di > 1e-6 * max(1.0, abs(di), abs(dj)):
             assert probas[i][True] < probas[j][True], (
-                f"decision {di!r} -> p={probas[i][True]!r} "
-                f"but decision {dj!r} -> p={probas[j][True]!r}"
+                f"decision {di!r} -> p={probas[i][True]!r} but decision {dj!r} -> p={probas[j][True]!r}"
             )
     for d, proba in zip(decisions, probas):
         assert set(proba) == {False, True}
@@ -255,9 +250,7 @@ def test_roc_auc_from_proba_equals_roc_auc_from_decision(seed, log_scale, averag
     horizon=st.sampled_from([None, 2, 10]),
     batch=st.sampled_from([1, 3]),
 )
-def test_projection_keeps_iterate_in_ball_around_prior(
-    lam, stream, prior, fit_intercept, average, horizon, batch
-):
+def test_projection_keeps_iterate_in_ball_around_prior(lam, stream, prior, fit_intercept, average, horizon, batch):
     model = PegasosClassifier(
         lambda_=lam,
         projection=True,
@@ -364,9 +357,7 @@ def test_binary_learn_many_determinism_and_pickle(params, stream, data):
     assert binary_state(a) == binary_state(c)
 
 
-mc_streams = st.lists(
-    st.tuples(xs, st.sampled_from(["red", "green", "blue", 7])), min_size=1, max_size=30
-)
+mc_streams = st.lists(st.tuples(xs, st.sampled_from(["red", "green", "blue", 7])), min_size=1, max_size=30)
 
 
 @FAST
@@ -393,14 +384,10 @@ def test_multiclass_determinism_and_pickle(lam, fit_intercept, projection, horiz
 
 # --------------------------------------------------------------------------- bad input
 
-BAD_VALUES = [
-    float("nan"), float("inf"), float("-inf"), np.nan, np.float64("-inf"), "abc", "1.0", "", None
-]
+BAD_VALUES = [float("nan"), float("inf"), float("-inf"), np.nan, np.float64("-inf"), "abc", "1.0", "", None]
 BAD_LABELS = ["spam", 2, 0.5, None, -2, 1.5, float("nan"), "1", "True", np.int64(2)]
 BAD_WEIGHTS = [-1.0, -1e-300, -3, float("nan"), float("inf"), float("-inf")]
-feature_names = st.one_of(
-    st.sampled_from(FEATURES), st.from_regex(r"[a-z][a-z0-9_]{2,10}", fullmatch=True)
-)
+feature_names = st.one_of(st.sampled_from(FEATURES), st.from_regex(r"[a-z][a-z0-9_]{2,10}", fullmatch=True))
 
 
 # numpy scalars warn when NaN/inf meets arithmetic, just before the learner raises its ValueError.
@@ -467,7 +454,7 @@ def test_bad_sample_weight_rejected_and_model_unchanged(params, prefix, x, y, we
     params=binary_params,
     prefix=st.lists(st.tuples(xs, st.booleans()), max_size=10),
     rows=st.lists(
-        st.tuples(st.fixed_dictionaries({f: finite for f in FEATURES}), st.booleans()),
+        st.tuples(st.fixed_dictionaries(dict.fromkeys(FEATURES, finite)), st.booleans()),
         min_size=1,
         max_size=6,
     ),
@@ -597,8 +584,7 @@ def test_learn_many_label_representations_are_equivalent(pos, neg):
 def test_class_weight_dict_keys_in_any_form():
     stream = [({"a": 1.0, "b": -0.5}, True), ({"a": -0.3, "b": 2.0}, False), ({"a": 0.2}, True)]
     models = [
-        PegasosClassifier(lambda_=0.5, class_weight={kt: 3.0, kf: 0.25})
-        for kt, kf in zip(CW_TRUE_KEYS, CW_FALSE_KEYS)
+        PegasosClassifier(lambda_=0.5, class_weight={kt: 3.0, kf: 0.25}) for kt, kf in zip(CW_TRUE_KEYS, CW_FALSE_KEYS)
     ]
     states = {repr(binary_state(learn_stream(m, stream))) for m in models}
     assert len(states) == 1

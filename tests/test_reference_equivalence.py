@@ -220,12 +220,22 @@ BINARY_VARIANTS = {
     "average_horizon_projection": {"average": True, "horizon": True, "projection": True},
     "average_fit_intercept_balanced": {"average": True, "fit_intercept": True, "class_weight": "balanced"},
     "learn_many_all": {
-        "batches": True, "average": True, "horizon": True, "projection": True,
-        "prior": True, "fit_intercept": True, "class_weight": "any",
+        "batches": True,
+        "average": True,
+        "horizon": True,
+        "projection": True,
+        "prior": True,
+        "fit_intercept": True,
+        "class_weight": "any",
     },
     "everything": {
-        "average": True, "horizon": True, "projection": True, "prior": True,
-        "fit_intercept": True, "class_weight": "any", "sample_weight": True,
+        "average": True,
+        "horizon": True,
+        "projection": True,
+        "prior": True,
+        "fit_intercept": True,
+        "class_weight": "any",
+        "sample_weight": True,
     },
     "random": "random",
 }
@@ -236,8 +246,7 @@ def draw_binary_case(data, variant):
     if variant == "random":
         variant = {
             name: data.draw(st.booleans(), label=name)
-            for name in ("average", "horizon", "projection", "prior", "fit_intercept", "sample_weight",
-                         "batches")
+            for name in ("average", "horizon", "projection", "prior", "fit_intercept", "sample_weight", "batches")
         }
         variant["class_weight"] = "any"
     params = {}
@@ -319,7 +328,7 @@ def test_binary_prior_model_matches_reference(data):
 def test_prior_model_covers_w_only():
     """A fitted prior hands over its weights; the intercept starts at 0 (the prior regularises w)."""
     prior = PegasosClassifier(lambda_=0.5, fit_intercept=True)
-    prior.learn_one({"a": 1.0}, True)       # eta = 2: w = {"a": 2}, b = 2
+    prior.learn_one({"a": 1.0}, True)  # eta = 2: w = {"a": 2}, b = 2
     assert prior.weights == {"a": 2.0} and prior.intercept == 2.0
     model = PegasosClassifier(lambda_=0.5, prior=prior)
     assert model.intercept == 0.0
@@ -330,8 +339,8 @@ def test_prior_model_covers_w_only():
 def test_prior_model_uses_its_predicting_weights():
     """An averaging prior model hands over its averaged weights, the ones it predicts with."""
     prior = PegasosClassifier(lambda_=0.5, average=True)
-    prior.learn_one({"a": 1.0}, True)        # u_1 = {"a": 2}
-    prior.learn_one({"b": 1.0}, False)       # u_2 = {"a": 1, "b": -1}; average {"a": 1.5, "b": -0.5}
+    prior.learn_one({"a": 1.0}, True)  # u_1 = {"a": 2}
+    prior.learn_one({"b": 1.0}, False)  # u_2 = {"a": 1, "b": -1}; average {"a": 1.5, "b": -0.5}
     assert prior.average_weights == pytest.approx({"a": 1.5, "b": -0.5}, abs=1e-15)
     model = PegasosClassifier(lambda_=0.5, prior=prior)
     assert model.weights == pytest.approx({"a": 1.5, "b": -0.5}, abs=1e-15)
@@ -354,15 +363,14 @@ def test_learn_many_batch_of_zero_rows_still_moves_the_intercept():
 def test_first_steps_by_hand():
     """lambda = 0.5: step 1 has te = 1, eta = 2, u is reset to 0; step 2 has eta = 1, u halves."""
     x1, x2 = {"a": 2.0, 3: -1.0}, {"a": 1.0}
-    for make in (lambda **kw: PegasosClassifier(**kw),
-                 lambda **kw: DenseReference({"a": 0, 3: 1}, **kw)):
+    for make in (lambda **kw: PegasosClassifier(**kw), lambda **kw: DenseReference({"a": 0, 3: 1}, **kw)):
         model = make(lambda_=0.5, fit_intercept=True, average=True)
-        model.learn_one(x1, True)            # margin 0 < 1: u = 2 * x1 = (4, -2), b = 2
+        model.learn_one(x1, True)  # margin 0 < 1: u = 2 * x1 = (4, -2), b = 2
         assert model.t == 1
         assert model.weights == pytest.approx({"a": 4.0, 3: -2.0}, abs=0)
         assert model.intercept == 2.0
         assert model.average_weights == pytest.approx({"a": 4.0, 3: -2.0}, abs=0)
-        model.learn_one(x2, -1)              # margin -(4 + 2) < 1: u = (2, -1) - (1, 0), b = 2 - 1
+        model.learn_one(x2, -1)  # margin -(4 + 2) < 1: u = (2, -1) - (1, 0), b = 2 - 1
         assert model.t == 2
         assert model.weights == pytest.approx({"a": 1.0, 3: -1.0}, abs=1e-15)
         assert model.intercept == pytest.approx(1.0, abs=1e-15)
@@ -406,10 +414,7 @@ def model_scores(model, x) -> dict:
     if hasattr(model, "scores_one"):
         return model.scores_one(x)
     weights, intercepts = model.weights, model.intercepts
-    return {
-        c: sum(weights[c].get(k, 0.0) * float(v) for k, v in x.items()) + intercepts[c]
-        for c in model.classes
-    }
+    return {c: sum(weights[c].get(k, 0.0) * float(v) for k, v in x.items()) + intercepts[c] for c in model.classes}
 
 
 class Shadow:
@@ -546,8 +551,9 @@ MULTICLASS_VARIANTS = {
 def test_multiclass_matches_reference(variant, data):
     variant = MULTICLASS_VARIANTS[variant]
     if variant == "random":
-        variant = {n: data.draw(st.booleans(), label=n)
-                   for n in ("fit_intercept", "projection", "horizon", "sample_weight")}
+        variant = {
+            n: data.draw(st.booleans(), label=n) for n in ("fit_intercept", "projection", "horizon", "sample_weight")
+        }
     params = {"lambda_": data.draw(st.sampled_from([1e-4] + LAMBDAS), label="lambda_")}
     for flag in ("fit_intercept", "projection"):
         if variant.get(flag):
@@ -605,8 +611,11 @@ LONG_VARIANTS = [
     pytest.param({"horizon": 50}, True, id="horizon"),
     pytest.param({"average": True, "horizon": 50}, True, id="average-horizon"),
     pytest.param({"average": 5_000, "horizon": 50}, True, id="late-average-horizon"),
-    pytest.param({"average": True, "projection": True, "horizon": 200, "fit_intercept": True}, True,
-                 id="average-projection-horizon-intercept"),
+    pytest.param(
+        {"average": True, "projection": True, "horizon": 200, "fit_intercept": True},
+        True,
+        id="average-projection-horizon-intercept",
+    ),
 ]
 
 
@@ -617,7 +626,7 @@ def test_long_run_matches_reference(options, folds, monkeypatch):
     probes_X, probes, _ = long_stream(20, seed=7)
 
     # Count the folds of the lazy scale, when the package exposes its weight vector class.
-    from pegasos_stream import weights as weights_module
+    from pegasos_stream.learners import weights as weights_module
 
     fold_count = [0]
     vector_class = getattr(weights_module, "WeightVector", None)

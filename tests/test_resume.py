@@ -39,10 +39,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import kafka_source_config
 from kafka import KafkaConsumer, TopicPartition
 
-from pegasos_stream.checkpoint import checkpoints, latest_valid, read_checkpoint
-from conftest import kafka_source_config
+from pegasos_stream.persist.checkpoint import checkpoints, latest_valid, read_checkpoint
 
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
 EVERY = 50  # events between checkpoints
@@ -193,8 +193,9 @@ def _reference(job: Path, *args: str, timeout: float = 120) -> Reference:
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     directory = job.parent / "ck"
     final = checkpoints(directory)[0]
-    return Reference(final, _inspect(directory), _runner_state(final), _outputs(job.parent / "out.jsonl"),
-                     _metrics(done.stderr))
+    return Reference(
+        final, _inspect(directory), _runner_state(final), _outputs(job.parent / "out.jsonl"), _metrics(done.stderr)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -213,9 +214,7 @@ def reference(stream, tmp_path_factory) -> Reference:
     return ref
 
 
-def _assert_same_job_result(
-    directory: Path, reference: Reference, stderr: bytes | str, stdin: bool = False
-) -> None:
+def _assert_same_job_result(directory: Path, reference: Reference, stderr: bytes | str, stdin: bool = False) -> None:
     """The job's final checkpoint and the last run's summary are those of the reference."""
     assert _metrics(stderr) == reference.metrics  # accuracy, F1, ROC AUC, counts, pending, t
     final = checkpoints(directory)[0]
@@ -227,11 +226,17 @@ def _assert_same_job_result(
     else:  # the end of the file (offset and line), or of the topic
         assert summary["source"] == reference.summary["source"]
     assert (summary["t"], summary["weights"], summary["events"]) == (
-        reference.summary["t"], reference.summary["weights"], reference.summary["events"])
+        reference.summary["t"],
+        reference.summary["weights"],
+        reference.summary["events"],
+    )
     runner = _runner_state(final)
     events, _predicted, learned, rejected = runner["counts"]
-    assert (events, learned, rejected) == (reference.runner["counts"][0], reference.runner["counts"][2],
-                                           reference.runner["counts"][3])
+    assert (events, learned, rejected) == (
+        reference.runner["counts"][0],
+        reference.runner["counts"][2],
+        reference.runner["counts"][3],
+    )
     assert runner == reference.runner  # counts, pending examples, their counters, the metrics
 
 
@@ -264,14 +269,20 @@ def _assert_every_checkpoint_loads(directory: Path) -> dict | None:
     if found is None:
         return None
     path, state, manifest = found
-    return {"path": path, "t": state["model"].t, "events": manifest["events"], "source": manifest["source"],
-            "pending": len(state["runner"]["pending"])}
+    return {
+        "path": path,
+        "t": state["model"].t,
+        "events": manifest["events"],
+        "source": manifest["source"],
+        "pending": len(state["runner"]["pending"]),
+    }
 
 
 def _spawn(job: Path, log: Path, *args: str, stdin=subprocess.DEVNULL) -> subprocess.Popen:
     with open(log, "wb") as err:
-        return subprocess.Popen([BIN, "run", "--config", str(job), "--resume", *args],
-                                stdin=stdin, stdout=subprocess.DEVNULL, stderr=err)
+        return subprocess.Popen(
+            [BIN, "run", "--config", str(job), "--resume", *args], stdin=stdin, stdout=subprocess.DEVNULL, stderr=err
+        )
 
 
 def _reap(proc: subprocess.Popen) -> None:
@@ -549,8 +560,9 @@ def test_sigkill_kafka_source_resumes_exactly_and_commits_only_checkpointed_offs
     topic = kafka_topic(1)  # one partition: a fixed order of records, so a fixed model
     messages = stream.lines[:1500]  # a blank line is an empty message here, a rejected record
     produce(kafka_broker, topic, messages)
-    reference = _reference(_kafka_job(tmp_path / "reference", kafka_broker, topic, f"{topic}-ref", len(messages)),
-                           timeout=120)
+    reference = _reference(
+        _kafka_job(tmp_path / "reference", kafka_broker, topic, f"{topic}-ref", len(messages)), timeout=120
+    )
     assert reference.summary["source"] == {"offsets": [[topic, 0, len(messages)]]}
     assert reference.summary["events"] == len(messages)
 

@@ -22,13 +22,13 @@ import pytest
 import yaml
 
 from pegasos_stream import PegasosClassifier, PegasosMulticlass, cli
-from pegasos_stream.assemble import build_runner, build_source
-from pegasos_stream.config import load_config
-from pegasos_stream.events import Record
+from pegasos_stream.cli.assemble import build_runner, build_source
+from pegasos_stream.cli.config import load_config
 from pegasos_stream.features import EmailFeatures
-from pegasos_stream.pending import PendingLabels
-from pegasos_stream.runner import StopRun
-from pegasos_stream.sources import FileSource
+from pegasos_stream.stream.pending import PendingLabels
+from pegasos_stream.stream.records import Record
+from pegasos_stream.stream.runner import StopRun
+from pegasos_stream.stream.sources import FileSource
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
@@ -239,16 +239,27 @@ def test_bad_records_are_skipped_reported_and_dead_lettered(tmp_path):
         assert base64.b64decode(entry["value_b64"]) == bad_at[line_no]
         assert entry["error"].startswith(f"{full}:{line_no}: ")
     reasons = [entry["error"] for entry in dead]
-    for fragment in ("malformed JSON", "invalid UTF-8", "expected a JSON object", "must be an object",
-                     "finite number", "expected a number", "nothing to predict", "unknown label 'maybe'",
-                     "needs features.type: email", "exceeds 300"):
+    for fragment in (
+        "malformed JSON",
+        "invalid UTF-8",
+        "expected a JSON object",
+        "must be an object",
+        "finite number",
+        "expected a number",
+        "nothing to predict",
+        "unknown label 'maybe'",
+        "needs features.type: email",
+        "exceeds 300",
+    ):
         assert any(fragment in reason for reason in reasons), fragment
 
     # the run went on: every good event predicted, with the scores of a run over the clean stream
     predictions = _read_jsonl(tmp_path / "predictions.jsonl")
     assert [p["id"] for p in predictions] == [json.loads(line)["id"] for line in good]
-    clean_config = load_config(job, [f"source.path={clean}", f"output.path={tmp_path / 'clean-predictions.jsonl'}",
-                                     "errors.dead_letter.type=none"])
+    clean_config = load_config(
+        job,
+        [f"source.path={clean}", f"output.path={tmp_path / 'clean-predictions.jsonl'}", "errors.dead_letter.type=none"],
+    )
     _in_process(clean_config)
     assert predictions == _read_jsonl(tmp_path / "clean-predictions.jsonl")
 
@@ -278,8 +289,9 @@ def test_bad_records_leave_the_model_identical_to_the_clean_stream(tmp_path):
 def test_on_error_stop_exits_1_naming_the_position(tmp_path):
     full, clean, bad_at, good = _interleaved(tmp_path)
     job = _job(tmp_path, full)
-    done = subprocess.run([BIN, "run", "--config", str(job), "--set", "errors.on_error=stop"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [BIN, "run", "--config", str(job), "--set", "errors.on_error=stop"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 1, done.stderr
     first_bad = min(bad_at)
     assert f"stopped: {full}:{first_bad}: malformed JSON" in done.stderr
@@ -315,8 +327,9 @@ def test_out_of_range_integer_is_rejected_and_the_run_goes_on(tmp_path):
     good = _jsonl(_binary_events(3, seed=3))
     huge = b'{"id": "huge-int", "x": {"f1": 1' + b"0" * 400 + b'}, "label": true}'
     path = _write_lines(tmp_path / "events.jsonl", [good[0], huge, good[1], good[2]])
-    config = load_config(_job(tmp_path, path), ["output.type=none", "errors.dead_letter.type=none",
-                                                 "source.max_bytes=100000"])
+    config = load_config(
+        _job(tmp_path, path), ["output.type=none", "errors.dead_letter.type=none", "source.max_bytes=100000"]
+    )
     runner = _in_process(config)
     assert runner.stats.rejected == 1
     assert runner.stats.learned == 3
@@ -352,9 +365,16 @@ def test_delayed_labels_learn_from_the_stored_features(tmp_path):
     stream, never = _delayed_stream()
     path = _write_lines(tmp_path / "events.jsonl", _jsonl(stream))
     out = tmp_path / "predictions.jsonl"
-    config = load_config(None, [
-        "model.lambda_=0.01", "source.type=file", f"source.path={path}", "output.type=file", f"output.path={out}",
-    ])
+    config = load_config(
+        None,
+        [
+            "model.lambda_=0.01",
+            "source.type=file",
+            f"source.path={path}",
+            "output.type=file",
+            f"output.path={out}",
+        ],
+    )
     runner = _in_process(config)
 
     # the same learner, learning each pair when its label arrives, from the features it was predicted on
@@ -399,8 +419,13 @@ def test_max_pending_drops_the_oldest(tmp_path, capsys):
     events = _binary_events(5, seed=5, prefix="u")
     stream = [{"id": e["id"], "x": e["x"]} for e in events] + [{"id": e["id"], "label": e["label"]} for e in events]
     path = _write_lines(tmp_path / "events.jsonl", _jsonl(stream))
-    overrides = ["model.lambda_=0.01", "source.type=file", f"source.path={path}", "output.type=none",
-                 "delayed_labels.max_pending=3"]
+    overrides = [
+        "model.lambda_=0.01",
+        "source.type=file",
+        f"source.path={path}",
+        "output.type=none",
+        "delayed_labels.max_pending=3",
+    ]
     runner = _in_process(load_config(None, overrides))
     assert runner.pending.dropped == 2  # u0 and u1 made room for u3 and u4
     assert runner.pending.unmatched == 2  # so their labels found nothing
@@ -411,8 +436,18 @@ def test_max_pending_drops_the_oldest(tmp_path, capsys):
     assert runner.model.t == 3 and runner.model.weights == model.weights
 
     # the command line reports the same counts
-    assert cli.main(["eval", "--json", "--config", str(_write_config(tmp_path / "job.yaml", {})),
-                     *sum((["--set", o] for o in overrides), [])]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "--json",
+                "--config",
+                str(_write_config(tmp_path / "job.yaml", {})),
+                *sum((["--set", o] for o in overrides), []),
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert (summary["expired"], summary["unmatched_labels"], summary["learned"], summary["pending"]) == (2, 2, 3, 0)
 
@@ -479,8 +514,9 @@ def _read_lines(proc: subprocess.Popen, count: int, timeout: float) -> list[byte
 
 def _spawn(*args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([BIN, *args], cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [BIN, *args], cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def _reap(proc: subprocess.Popen) -> None:
@@ -574,8 +610,14 @@ def test_svmlight_replay_matches_learning_the_pairs(tmp_path, monkeypatch, capsy
         handle.write("\n".join(lines) + "\n")
     monkeypatch.chdir(tmp_path)  # --input is relative to the working directory
     dead = tmp_path / "rejected.jsonl"
-    args = ["--config", str(ROOT / "configs" / "replay-svmlight.yaml"), "--input", "train.svm.gz",
-            "--set", f"errors.dead_letter.path={dead}"]
+    args = [
+        "--config",
+        str(ROOT / "configs" / "replay-svmlight.yaml"),
+        "--input",
+        "train.svm.gz",
+        "--set",
+        f"errors.dead_letter.path={dead}",
+    ]
     assert cli.main(["eval", "--json", *args]) == 0
     report = json.loads(capsys.readouterr().out)
 
@@ -595,8 +637,10 @@ def test_svmlight_replay_matches_learning_the_pairs(tmp_path, monkeypatch, capsy
     assert report["roc_auc"] == _pairwise_auc(scores, positives)
     assert not dead.exists() or dead.read_text() == ""
 
-    config = load_config(ROOT / "configs" / "replay-svmlight.yaml",
-                         ["source.type=file", "source.path=train.svm.gz", "errors.dead_letter.type=none"])
+    config = load_config(
+        ROOT / "configs" / "replay-svmlight.yaml",
+        ["source.type=file", "source.path=train.svm.gz", "errors.dead_letter.type=none"],
+    )
     runner = _in_process(config)
     assert runner.model.weights == model.weights and runner.model.t == model.t
 
@@ -640,14 +684,18 @@ def test_multiclass_config_runs_and_reports_accuracy(tmp_path, capsys):
     for i in range(300):
         label = rng.choice(sorted(centres))
         cx, cy = centres[label]
-        events.append({"id": i, "x": {"a": cx + rng.gauss(0, 0.5), "b": cy + rng.gauss(0, 0.5), "bias": 1.0},
-                       "label": label})
+        events.append(
+            {"id": i, "x": {"a": cx + rng.gauss(0, 0.5), "b": cy + rng.gauss(0, 0.5), "bias": 1.0}, "label": label}
+        )
     _write_lines(tmp_path / "colours.jsonl", _jsonl(events))
-    job = _write_config(tmp_path / "multiclass.yaml", {
-        "model": {"kind": "multiclass", "lambda_": 0.01},
-        "features": {"type": "dict"},
-        "source": {"type": "file", "path": "colours.jsonl"},
-    })
+    job = _write_config(
+        tmp_path / "multiclass.yaml",
+        {
+            "model": {"kind": "multiclass", "lambda_": 0.01},
+            "features": {"type": "dict"},
+            "source": {"type": "file", "path": "colours.jsonl"},
+        },
+    )
     assert cli.main(["eval", "--json", "--config", str(job)]) == 0
     report = json.loads(capsys.readouterr().out)
 
@@ -681,8 +729,20 @@ def test_rejections_go_to_the_current_stderr(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        assert cli.main(["run", "--config", str(_write_config(tmp_path / "job.yaml", {})), "--input", path.name,
-                         "--output", str(tmp_path / "out.jsonl")]) == 0
+        assert (
+            cli.main(
+                [
+                    "run",
+                    "--config",
+                    str(_write_config(tmp_path / "job.yaml", {})),
+                    "--input",
+                    path.name,
+                    "--output",
+                    str(tmp_path / "out.jsonl"),
+                ]
+            )
+            == 0
+        )
     assert _summary(err.getvalue())["rejected"] == 1  # the summary follows sys.stderr ...
     assert "rejected events.jsonl:2: malformed JSON" in err.getvalue()  # ... and so must the rejections
 

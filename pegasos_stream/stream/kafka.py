@@ -23,7 +23,7 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, Topic
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
-from .events import Cursors, RecordBatch
+from .records import Cursors, RecordBatch
 from .sources import BATCH_BYTES, Source
 
 __all__ = ["CONSUMER_DEFAULTS", "KafkaSink", "KafkaSource"]

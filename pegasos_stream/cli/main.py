@@ -9,14 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+from ..persist.checkpoint import CheckpointError, describe, latest_valid
+from ..stream.runner import StopRun
+from ..stream.sources import Source
 from .assemble import build_checkpoints, build_runner, build_source
-from .checkpoint import CheckpointError, describe, latest_valid
 from .config import ConfigError, config_hash, load_config
-from .runner import StopRun
-from .sources import Source
 
 #: The default job: the spam filter on the sample stream shipped in the repository.
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "spam.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "spam.yaml"
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -103,7 +103,9 @@ def _resume(config: dict) -> tuple[dict, dict] | None:
     if manifest.get("config_sha256") != config_hash(config):
         print(f"warning: {path} was written with another configuration", file=sys.stderr)
     if config["source"]["type"] == "stdin":
-        print(f"standard input cannot be re-read: skipping its first {manifest['source']['line']} lines", file=sys.stderr)
+        print(
+            f"standard input cannot be re-read: skipping its first {manifest['source']['line']} lines", file=sys.stderr
+        )
     print(f"resuming from {path} (t={state['model'].t}, {manifest['events']} events)", file=sys.stderr)
     return state, manifest
 
@@ -141,9 +143,7 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     source = build_source(config, position)
     progress = ProgressBar() if evaluate else None
     try:
-        stats = runner.run(
-            source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress, checkpoints
-        )
+        stats = runner.run(source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress, checkpoints)
     except StopRun as error:
         print(f"stopped: {error}", file=sys.stderr)
         return 1

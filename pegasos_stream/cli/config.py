@@ -19,12 +19,12 @@ from typing import Any
 
 import yaml
 
-from .features import EmailFeatures
-from .kernel_pegasos import KernelPegasosClassifier
-from .linear import PegasosClassifier
-from .multiclass import PegasosMulticlass
+from ..features import EmailFeatures
+from ..learners.kernel import KernelPegasosClassifier
+from ..learners.linear import PegasosClassifier
+from ..learners.multiclass import PegasosMulticlass
 
-__all__ = ["ConfigError", "LEARNERS", "config_hash", "load_config", "parse_override"]
+__all__ = ["LEARNERS", "ConfigError", "config_hash", "load_config", "parse_override"]
 
 LEARNERS = {"linear": PegasosClassifier, "multiclass": PegasosMulticlass, "kernel": KernelPegasosClassifier}
 
@@ -45,7 +45,7 @@ _Loader.add_implicit_resolver(
 
 
 def _yaml(text) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_Loader)
 
 
 @dataclass(frozen=True)
@@ -145,8 +145,7 @@ _OPEN_SECTIONS = {"model", "features"}
 
 def _defaults(schema: dict) -> dict:
     return {
-        key: _defaults(spec) if isinstance(spec, dict) else copy.deepcopy(spec.default)
-        for key, spec in schema.items()
+        key: _defaults(spec) if isinstance(spec, dict) else copy.deepcopy(spec.default) for key, spec in schema.items()
     }
 
 

@@ -1,6 +1,6 @@
 """Learner state as JSON plus numeric arrays: a safe, exact replacement for pickle.
 
-``encode(obj)`` turns a learner (or any object built from the classes in ``SAVEABLE``, plain
+``encode(obj)`` turns a learner (or any object built from the classes in ``REGISTRY``, plain
 containers, numbers, strings and numpy arrays) into a JSON-ready tree and a dict of float arrays;
 ``decode`` rebuilds it. Nothing but the listed classes can be created, and no code is run: the
 classes are rebuilt from their attributes. Floats survive bit for bit (JSON keeps ``repr``, arrays
@@ -15,31 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from .calibration import OnlinePlatt
-from .kernel_pegasos import KernelPegasosClassifier
-from .kernels import RBF, Linear, Polynomial
-from .linear import PegasosClassifier
-from .multiclass import PegasosMulticlass
-from .svstore import SupportVectorStore
-from .weights import SharedScaleWeights, WeightVector
+__all__ = ["REGISTRY", "StateError", "decode", "encode", "register"]
 
-__all__ = ["SAVEABLE", "StateError", "decode", "encode"]
+#: The classes ``decode`` may rebuild, by name: nothing else is ever created from a state.
+REGISTRY: dict[str, type] = {}
 
-SAVEABLE = {
-    cls.__name__: cls
-    for cls in (
-        PegasosClassifier,
-        PegasosMulticlass,
-        KernelPegasosClassifier,
-        WeightVector,
-        SharedScaleWeights,
-        OnlinePlatt,
-        SupportVectorStore,
-        Linear,
-        Polynomial,
-        RBF,
-    )
-}
+
+def register(*classes: type) -> None:
+    """Let ``encode``/``decode`` save and rebuild objects of ``classes`` (from their attributes, or
+    ``__getstate__``/``__setstate__``); a name already taken by another class is refused."""
+    for cls in classes:
+        taken = REGISTRY.setdefault(cls.__name__, cls)
+        if taken is not cls:
+            raise ValueError(f"{cls.__qualname__}: the name {cls.__name__!r} is registered to {taken.__qualname__}")
+
 
 #: Dicts of at least this many float values go to an array rather than into the JSON.
 _ARRAY_MIN = 32
@@ -114,7 +103,7 @@ class _Encoder:
                 return {"keys": keys, "floats": self._array(np.array(values, dtype=np.float64))}
             return {"keys": keys, "values": [self(value) for value in values]}
         name = type(obj).__name__
-        if SAVEABLE.get(name) is not type(obj):
+        if REGISTRY.get(name) is not type(obj):
             raise StateError(f"an object of type {name} cannot be saved")
         getstate = getattr(obj, "__getstate__", None)
         state = (getstate() if getstate is not None else obj.__dict__) or {}
@@ -155,7 +144,7 @@ def decode(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
             raise StateError("a dict's keys and values differ in number")
         return dict(zip(keys, values))
     if "object" in tree:
-        cls = SAVEABLE.get(tree["object"])
+        cls = REGISTRY.get(tree["object"])
         if cls is None:
             raise StateError(f"an object of type {tree['object']!r} cannot be loaded")
         obj = cls.__new__(cls)

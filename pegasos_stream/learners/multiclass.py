@@ -8,15 +8,14 @@ from operator import mul
 
 from river import base
 
-from .inputs import check_horizon, check_lambda, check_sample_weight, reject_features
-from .linear import effective_step, refuse_overflow
-from .saving import Saveable
+from .schedule import effective_step, refuse_overflow
+from .validation import check_horizon, check_lambda, check_sample_weight, reject_features
 from .weights import SharedScaleWeights
 
 __all__ = ["PegasosMulticlass"]
 
 
-class PegasosMulticlass(Saveable, base.Classifier):
+class PegasosMulticlass(base.Classifier):
     """Multiclass linear SVM (Crammer & Singer) trained by Pegasos.
 
     Each class k has weights w_k and the score s_k(x) = ⟨w_k, x⟩ + b_k. At step t, with

@@ -10,9 +10,11 @@ from operator import mul
 import numpy as np
 from river import base, utils
 
-from . import _fast
+from .. import _fast
 from .calibration import MAX_LOG_SLOPE, MIN_TAIL, TAIL_MASS, TAIL_START, OnlinePlatt, PlattScaledMargin
-from .inputs import (
+from .rows import Rows
+from .schedule import MAX_NORM, effective_step, refuse_overflow
+from .validation import (
     binary_sign,
     check_features,
     check_horizon,
@@ -20,28 +22,12 @@ from .inputs import (
     check_sample_weight,
     reject_features,
 )
-from .rows import Rows
-from .saving import Saveable
 from .weights import COMPENSATED_SUM, MAX_AVERAGE_CANCELLATION, MIN_SCALE, WeightVector, sparse_dot
 
 __all__ = ["PegasosClassifier"]
 
-#: An update that would take ‖w‖ past this is refused: the lazily scaled values stay far from overflow.
-MAX_NORM = 1e140
 
-
-def effective_step(t: int, horizon: int | None) -> int:
-    """The step counter η = 1/(λ·t) uses: t, saturated at ``horizon`` when one is set."""
-    return t if horizon is None else min(t, horizon)
-
-
-def refuse_overflow(bound: float) -> None:
-    """Refuse an update whose weights' norm could reach ``bound`` >= MAX_NORM (before any change)."""
-    if not bound < MAX_NORM:
-        raise ValueError(f"the update would take the norm of the weights to {bound:.3g}: values too large")
-
-
-class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
+class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     """Binary linear SVM trained by Pegasos, with lazily scaled sparse weights.
 
     At global step t (counting from 1), with η = 1/(λ·t), the example (x, y), y ∈ {-1, +1}, moves the
@@ -151,9 +137,7 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
         if class_weight is None or class_weight == "balanced":
             return None
         if not isinstance(class_weight, Mapping):
-            raise ValueError(
-                f"class_weight={class_weight!r}: expected None, 'balanced' or a dict label -> cost"
-            )
+            raise ValueError(f"class_weight={class_weight!r}: expected None, 'balanced' or a dict label -> cost")
         costs = {1.0: 1.0, -1.0: 1.0}
         for label, cost in class_weight.items():
             costs[binary_sign(label)] = check_sample_weight(cost)
@@ -384,7 +368,13 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
         return decisions
 
     def learn_rows(
-        self, rows: Rows, signs: np.ndarray, weights: np.ndarray, decisions: np.ndarray, probas: np.ndarray, start: int = 0
+        self,
+        rows: Rows,
+        signs: np.ndarray,
+        weights: np.ndarray,
+        decisions: np.ndarray,
+        probas: np.ndarray,
+        start: int = 0,
     ) -> tuple[int, ValueError | None]:
         """``learn_one`` over rows ``start:`` (finite values, signs ±1.0, checked weights), compiled.
 
@@ -427,8 +417,18 @@ class PegasosClassifier(PlattScaledMargin, Saveable, base.MiniBatchClassifier):
         prior = _gather(self._prior, keys)[0] if self._prior else np.zeros(m)
         new_v, new_offset = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
         state = np.array(
-            [u.scale, u.sq_norm, self._b, self._average_b, u.avg_scale,
-             platt.log_slope, platt.slope, platt.offset, platt._sq_grad_slope, platt._sq_grad_offset]
+            [
+                u.scale,
+                u.sq_norm,
+                self._b,
+                self._average_b,
+                u.avg_scale,
+                platt.log_slope,
+                platt.slope,
+                platt.offset,
+                platt._sq_grad_slope,
+                platt._sq_grad_offset,
+            ]
         )
         istate = np.array([self._t, u.n_averaged, self._n_pos, self._n_neg, platt.n_pos, platt.n_neg, 0, 0])
         stop = _fast.learn_rows(
@@ -506,10 +506,7 @@ def _finite_matrix(X_nw) -> np.ndarray:
     column (strings, objects) is checked value by value first, so that "1.0" is refused as in
     ``learn_one`` rather than parsed.
     """
-    direct = all(
-        dtype.is_numeric() or dtype.is_boolean() or str(dtype) == "Unknown"
-        for dtype in X_nw.schema.values()
-    )
+    direct = all(dtype.is_numeric() or dtype.is_boolean() or str(dtype) == "Unknown" for dtype in X_nw.schema.values())
     if direct:
         values = utils.dataframe.to_numpy(X_nw)
         if np.isfinite(values).all():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from itertools import islice
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 

@@ -11,15 +11,14 @@ from river import base
 
 from .budget import check_maintenance, maintain
 from .calibration import OnlinePlatt, PlattScaledMargin
-from .inputs import binary_sign, check_lambda, check_sample_weight, reject_features
 from .kernels import make_kernel
-from .saving import Saveable
 from .svstore import SupportVectorStore
+from .validation import binary_sign, check_lambda, check_sample_weight, reject_features
 
 __all__ = ["KernelPegasosClassifier"]
 
 
-class KernelPegasosClassifier(PlattScaledMargin, Saveable, base.Classifier):
+class KernelPegasosClassifier(PlattScaledMargin, base.Classifier):
     """Binary kernel SVM trained by kernelized Pegasos, within a budget of support vectors.
 
     Each support vector j keeps a count β_j of the margin violations it caused, and
@@ -77,9 +76,7 @@ class KernelPegasosClassifier(PlattScaledMargin, Saveable, base.Classifier):
         seed: int | None = None,
     ):
         check_lambda(lambda_)
-        if budget is not None and (
-            isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1
-        ):
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1):
             raise ValueError(f"budget={budget!r}: expected None or an integer >= 1")
         self.kernel = kernel
         self.gamma = gamma
@@ -118,10 +115,7 @@ class KernelPegasosClassifier(PlattScaledMargin, Saveable, base.Classifier):
     def support_vectors(self) -> list[tuple[dict, bool, float]]:
         """(features, label, β) of every support vector, oldest first; copies."""
         store = self._store
-        return [
-            (dict(x), bool(y > 0), float(beta))
-            for x, y, beta in zip(store.features, store.labels, store.betas)
-        ]
+        return [(dict(x), bool(y > 0), float(beta)) for x, y, beta in zip(store.features, store.labels, store.betas)]
 
     def decision_function_one(self, x: Mapping) -> float:
         """f(x) = 1/(λ·t) · Σ β_j·y_j·K(x_j, x)."""
@@ -159,4 +153,3 @@ class KernelPegasosClassifier(PlattScaledMargin, Saveable, base.Classifier):
             else:
                 store.betas[position] += weight
         self._platt.update(f, sign > 0)
-

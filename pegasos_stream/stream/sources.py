@@ -22,7 +22,7 @@ from itertools import accumulate, islice
 from pathlib import Path
 from typing import BinaryIO
 
-from .events import Cursors, Record, RecordBatch
+from .records import Cursors, Record, RecordBatch
 
 __all__ = ["FileSource", "Source", "StdinSource"]
 

@@ -32,9 +32,7 @@ def binary_sign(y: object) -> float:
     except TypeError:  # unhashable
         sign = None
     if sign is None:
-        raise ValueError(
-            f"unknown label {y!r}: a binary label is True/False, 1/0 or 1/-1"
-        )
+        raise ValueError(f"unknown label {y!r}: a binary label is True/False, 1/0 or 1/-1")
     return sign
 
 
@@ -74,7 +72,5 @@ def check_lambda(lambda_: float) -> None:
 
 def check_horizon(horizon: int | None) -> None:
     """Refuse a horizon that is neither None nor an integer >= 1."""
-    if horizon is not None and (
-        isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1
-    ):
+    if horizon is not None and (isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1):
         raise ValueError(f"horizon={horizon!r}: expected None or an integer >= 1")

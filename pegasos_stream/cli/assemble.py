@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from .checkpoint import Checkpoints
+from ..features import EmailFeatures
+from ..persist.checkpoint import Checkpoints
+from ..stream.evaluation import BinaryReport, MulticlassReport
+from ..stream.parsing import EventParser
+from ..stream.pending import PendingLabels
+from ..stream.runner import Runner
+from ..stream.sinks import JsonLinesSink, NullSink, Sink
+from ..stream.sources import FileSource, Source, StdinSource
 from .config import LEARNERS, config_hash
-from .evaluation import BinaryReport, MulticlassReport
-from .events import EventParser
-from .features import EmailFeatures
-from .pending import PendingLabels
-from .runner import Runner
-from .sinks import JsonLinesSink, NullSink, Sink
-from .sources import FileSource, Source, StdinSource
 
 __all__ = ["build_checkpoints", "build_model", "build_runner", "build_source"]
 
@@ -37,7 +37,7 @@ def build_source(config: dict, position: dict | None = None) -> Source:
         return FileSource(source["path"], position.get("offset", 0), position.get("line", 0))
     if source["type"] == "stdin":
         return StdinSource(poll_seconds=source["poll_seconds"], skip=position.get("line", 0))
-    from .kafka import KafkaSource
+    from ..stream.kafka import KafkaSource
 
     kafka = KafkaSource(
         bootstrap_servers=source["bootstrap_servers"],
@@ -69,7 +69,7 @@ def _sink(kind: str, section: dict) -> Sink:
     if kind == "file":
         return JsonLinesSink(section["path"])
     if kind == "kafka":
-        from .kafka import KafkaSink
+        from ..stream.kafka import KafkaSink
 
         return KafkaSink(section["bootstrap_servers"], section["topic"], section.get("producer"))
     return NullSink()

@@ -22,12 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from .kernel_pegasos import KernelPegasosClassifier
-from .linear import PegasosClassifier
-from .multiclass import PegasosMulticlass
-from .state import StateError, decode, encode
+from ..learners import LEARNERS, STATE_CLASSES
+from .codec import StateError, decode, encode, register
 
-LEARNERS = (PegasosClassifier, PegasosMulticlass, KernelPegasosClassifier)
+register(*STATE_CLASSES)
 
 __all__ = [
     "FORMAT_VERSION",

@@ -17,7 +17,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from itertools import repeat
 from operator import add, mul
 
-from . import _fast
+from .. import _fast
 
 __all__ = ["COMPENSATED_SUM", "MIN_SCALE", "SharedScaleWeights", "WeightVector", "sparse_dot"]
 

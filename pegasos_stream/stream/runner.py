@@ -16,19 +16,21 @@ from typing import TYPE_CHECKING, TextIO
 import numpy as np
 from river import base
 
+from ..features import EmailFeatures
+from ..learners.rows import Rows
+from ..learners.validation import binary_sign
 from .evaluation import BinaryReport, MulticlassReport
-from .events import BadRecord, Event, EventParser, Record, RecordBatch
-from .features import EmailFeatures
-from .inputs import binary_sign
+from .fastparse import name_table, parse_json_events, parse_svmlight
+from .parsing import BadRecord, Event, EventParser
 from .pending import PendingLabels
-from .rows import Rows, name_table, parse_json_events, parse_svmlight
+from .records import Record, RecordBatch
 from .sinks import NullSink, Sink, dead_letter
 from .sources import Source
 
 if TYPE_CHECKING:
-    from .checkpoint import Checkpoints
+    from ..persist.checkpoint import Checkpoints
 
-__all__ = ["Runner", "RunStats", "StopRun"]
+__all__ = ["RunStats", "Runner", "StopRun"]
 
 
 class StopRun(RuntimeError):

@@ -1,0 +1,5 @@
+"""The ``pegasos-stream`` command line."""
+
+from .main import main
+
+__all__ = ["main"]

@@ -1,0 +1,29 @@
+"""The learners: linear, multiclass and kernel Pegasos, and the parts they are made of.
+
+Nothing here knows about files, streams or the command line.
+"""
+
+from .calibration import OnlinePlatt
+from .kernel import KernelPegasosClassifier
+from .kernels import RBF, Linear, Polynomial
+from .linear import PegasosClassifier
+from .multiclass import PegasosMulticlass
+from .svstore import SupportVectorStore
+from .weights import SharedScaleWeights, WeightVector
+
+__all__ = ["LEARNERS", "STATE_CLASSES", "KernelPegasosClassifier", "PegasosClassifier", "PegasosMulticlass"]
+
+#: The learners of this package.
+LEARNERS = (PegasosClassifier, PegasosMulticlass, KernelPegasosClassifier)
+
+#: Every class a learner's state is made of (its attributes are plain data or objects of these).
+STATE_CLASSES = (
+    *LEARNERS,
+    WeightVector,
+    SharedScaleWeights,
+    OnlinePlatt,
+    SupportVectorStore,
+    Linear,
+    Polynomial,
+    RBF,
+)

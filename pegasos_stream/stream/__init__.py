@@ -1,0 +1,1 @@
+"""Streams: records from sources, events from records, the prequential runner, sinks, Kafka."""

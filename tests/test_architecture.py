@@ -1,0 +1,135 @@
+"""The dependency rule of ARCHITECTURE.md: subpackages by role, imports one way, no circle.
+
+learners and features import nothing else of the package; persist imports learners; stream imports
+learners, features and persist; nothing imports cli. Checked twice: by importing each subpackage
+alone in a fresh interpreter (what it really loads), and by reading every module's import
+statements (what it could load, lazy imports included).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pegasos_stream"
+
+#: Each subpackage and the subpackages it may import (besides itself and the compiled module).
+ALLOWED = {
+    "learners": set(),
+    "features": set(),
+    "testing": set(),
+    "persist": {"learners"},
+    "stream": {"learners", "features", "persist"},
+    "cli": {"learners", "features", "persist", "stream"},
+}
+
+LOADED = """
+import importlib, json, pkgutil, sys
+package = importlib.import_module("pegasos_stream.{name}")
+for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+    importlib.import_module(module.name)
+print(json.dumps(sorted({{m.split(".")[1] for m in sys.modules if m.startswith("pegasos_stream.")}})))
+"""
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """The package modules ``path`` imports, at any depth of its code (lazy imports included)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                target = f"{base}.{node.module}" if node.module else base
+            else:
+                target = node.module or ""
+            modules = [target] + [f"{target}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        else:
+            continue
+        found.update(m for m in modules if m.startswith("pegasos_stream"))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """Each module and the package modules it imports; the top-level package is left out (every
+    submodule import passes through it, and it loads nothing until asked: the last test)."""
+    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {
+        name: {m for m in _imports(path) if m in modules and m not in (name, "pegasos_stream")}
+        for name, path in modules.items()
+    }
+
+
+def _role(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else None
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWED))
+def test_a_subpackage_imported_alone_loads_only_what_the_rule_allows(name):
+    if not (PACKAGE / name).is_dir():
+        pytest.skip(f"no {name} subpackage")
+    out = subprocess.run(
+        [sys.executable, "-c", LOADED.format(name=name)], capture_output=True, text=True, check=True
+    ).stdout
+    loaded = set(json.loads(out)) - {name, "_fast"}
+    assert loaded <= ALLOWED[name], f"{name} loads {sorted(loaded - ALLOWED[name])}"
+
+
+def test_every_import_statement_follows_the_dependency_rule():
+    broken = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        for target in targets
+        if (role := _role(module)) is not None
+        and (other := _role(target)) not in (None, role)
+        and other not in ALLOWED[role]
+    ]
+    assert broken == []
+
+
+def test_nothing_outside_the_command_line_imports_it():
+    graph = _graph()
+    importers = sorted(
+        m for m, targets in graph.items() if _role(m) != "cli" and any(_role(t) == "cli" for t in targets)
+    )
+    assert importers == []
+
+
+def test_the_modules_import_each_other_without_a_circle():
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    circles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                circles.append(" -> ".join(path[path.index(target) :] + [target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert circles == []
+
+
+def test_the_top_level_package_loads_no_subpackage_until_asked():
+    code = "import json, sys, pegasos_stream; print(json.dumps(sorted(m for m in sys.modules if m.startswith('pegasos_stream.'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
