@@ -4,7 +4,11 @@
  *     floating-point operations in the same order (sums as Python's built-in sum computes them), so the
  *     model comes out bit-identical. A row that needs a rare branch (folding the scale, clearing the
  *     weights, a refused update, a non-finite margin) is not touched: the loop stops before it and the
- *     caller takes that row through learn_one.
+ *     caller takes that row through learn_one. Every array is checked (format, shape, lengths, the CSR
+ *     structure) before anything is learned, and the loop runs without the GIL.
+ * PARAMS, STATE, ISTATE: the names of the entries of learn_rows' parameter, state and integer state arrays,
+ *     in their order (the Python side builds and reads the arrays by these names).
+ * check_rows: the CSR checks of learn_rows, naming the repeated column by its key.
  * sparse_dot, axpy_sq_norm: learn_one's passes over one example, as its Python expressions compute them.
  * gather, scatter: the weights a batch touches, out of the learner's dicts and back.
  * rows_from_dicts: feature dicts to CSR columns, naming columns through a dict key -> column.
@@ -13,6 +17,13 @@
  * parse_json_events: labelled JSON feature events ({id, x, label} in the plain grammar: ASCII, no escapes,
  *     distinct names, numbers as json gives them) to CSR rows, ids and labels; any other value is
  *     marked for the Python parser.
+ *
+ * The one-example passes and rows_from_dicts only take dicts whose keys are exact str or int and whose
+ * values are exact float, exact int or bool: hashing, comparing and converting those runs no Python code.
+ * For anything else they return None and the caller's Python expression gives the result. Wherever Python
+ * code may still run (a key of the weight dict with its own __eq__, a finalizer), the objects in use are
+ * held by strong references and a dict being iterated that changes size raises the RuntimeError Python's
+ * own iteration raises.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,13 +31,28 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Indices into the state, integer state and parameter arrays (mirrored in linear.py). */
-enum { S_SCALE, S_SQ_NORM, S_B, S_AVERAGE_B, S_AVERAGE_SCALE,
-       S_LOG_SLOPE, S_SLOPE, S_OFFSET, S_SQ_GRAD_SLOPE, S_SQ_GRAD_OFFSET, N_STATE };
-enum { I_T, I_N_AVERAGED, I_N_POS, I_N_NEG, I_PLATT_POS, I_PLATT_NEG, I_NEW_V, I_NEW_OFFSET, N_ISTATE };
-enum { P_LAMBDA, P_HORIZON, P_AVERAGE_FROM, P_INTERCEPT, P_PROJECTION, P_RADIUS, P_COST_POS, P_COST_NEG,
-       P_BALANCED, P_HAS_PRIOR, P_COMPENSATED, P_PLATT_RATE, P_TAIL_START, P_TAIL_MASS, P_MIN_TAIL,
-       P_MAX_LOG_SLOPE, P_MIN_SCALE, P_MAX_CANCELLATION, P_MAX_NORM, N_PARAMS };
+/* The entries of the state, integer state and parameter arrays of learn_rows: an enum of their indices and
+ * a tuple of their names (the module's STATE, ISTATE and PARAMS), from one list each. */
+#define STATE_FIELDS(X) X(S_SCALE, "scale") X(S_SQ_NORM, "sq_norm") X(S_B, "intercept") \
+    X(S_AVERAGE_B, "average_intercept") X(S_AVERAGE_SCALE, "average_scale") X(S_LOG_SLOPE, "platt_log_slope") \
+    X(S_SLOPE, "platt_slope") X(S_OFFSET, "platt_offset") X(S_SQ_GRAD_SLOPE, "platt_sq_grad_slope") \
+    X(S_SQ_GRAD_OFFSET, "platt_sq_grad_offset")
+#define ISTATE_FIELDS(X) X(I_T, "t") X(I_N_AVERAGED, "n_averaged") X(I_N_POS, "n_pos") X(I_N_NEG, "n_neg") \
+    X(I_PLATT_POS, "platt_n_pos") X(I_PLATT_NEG, "platt_n_neg") X(I_NEW_V, "n_new_v") X(I_NEW_OFFSET, "n_new_offset")
+#define PARAMS_FIELDS(X) X(P_LAMBDA, "lambda") X(P_HORIZON, "horizon") X(P_AVERAGE_FROM, "average_from") \
+    X(P_INTERCEPT, "fit_intercept") X(P_PROJECTION, "projection") X(P_RADIUS, "radius") X(P_COST_POS, "cost_pos") \
+    X(P_COST_NEG, "cost_neg") X(P_BALANCED, "balanced") X(P_HAS_PRIOR, "has_prior") \
+    X(P_COMPENSATED, "compensated_sum") X(P_PLATT_RATE, "platt_rate") X(P_TAIL_START, "tail_start") \
+    X(P_TAIL_MASS, "tail_mass") X(P_MIN_TAIL, "min_tail") X(P_MAX_LOG_SLOPE, "max_log_slope") \
+    X(P_MIN_SCALE, "min_scale") X(P_MAX_CANCELLATION, "max_average_cancellation") X(P_MAX_NORM, "max_norm")
+#define FIELD_INDEX(index, name) index,
+#define FIELD_NAME(index, name) name,
+enum { STATE_FIELDS(FIELD_INDEX) N_STATE };
+enum { ISTATE_FIELDS(FIELD_INDEX) N_ISTATE };
+enum { PARAMS_FIELDS(FIELD_INDEX) N_PARAMS };
+static const char *const STATE_NAMES[N_STATE] = {STATE_FIELDS(FIELD_NAME)};
+static const char *const ISTATE_NAMES[N_ISTATE] = {ISTATE_FIELDS(FIELD_NAME)};
+static const char *const PARAMS_NAMES[N_PARAMS] = {PARAMS_FIELDS(FIELD_NAME)};
 
 /* Python's sum() of floats: plain left-to-right before 3.12, Neumaier-compensated since. */
 typedef struct { double f, c; int compensated; } Sum;
@@ -79,216 +105,443 @@ static void platt_update(double margin, int positive, double *s, int64_t *is, co
     if (s[S_SQ_GRAD_OFFSET] > 0.0) s[S_OFFSET] -= p[P_PLATT_RATE] * residual / sqrt(s[S_SQ_GRAD_OFFSET]);
 }
 
+/* The item types of the arrays: numpy's float64, int64 and bool, by buffer format character(s) and size. */
+typedef enum { F64, I64, BOOL } Kind;
+static const struct { const char *name, *formats; Py_ssize_t itemsize; } KINDS[] = {
+    {"float64", "d", 8},
+    {"int64", sizeof(long) == 8 ? "ql" : "q", 8},
+    {"bool", "?", 1},
+};
+
+/* Whether a buffer format (NULL stands for "B") is one item of this kind, in native byte order. */
+static int format_is(const char *format, Kind kind) {
+    if (!format) format = "B";
+    if (*format == '@' || *format == '=' || *format == (PY_LITTLE_ENDIAN ? '<' : '>')) format++;
+    return format[0] && !format[1] && strchr(KINDS[kind].formats, format[0]);
+}
+
 typedef struct { Py_buffer view; int held; } Buf;
 
-static int get_buffer(PyObject *obj, Buf *b, int writable, Py_ssize_t itemsize, const char *name) {
-    if (PyObject_GetBuffer(obj, &b->view, PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) return -1;
+/* The buffer of ``obj``, a 1-d C-contiguous array of this kind (writable if asked); a ValueError naming the
+ * argument otherwise. */
+static int get_buffer(PyObject *obj, Buf *b, int writable, Kind kind, const char *function, const char *name) {
+    const char *expected = KINDS[kind].name, *access = writable ? "writable " : "";
+    if (PyObject_GetBuffer(obj, &b->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_TypeError)
+            && !PyErr_ExceptionMatches(PyExc_ValueError))  /* numpy's refusals are ValueErrors */
+            return -1;
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        PyErr_NormalizeException(&type, &value, &traceback);
+        PyErr_Format(PyExc_ValueError, "%s: %s: expected a %s1-d C-contiguous %s array (%S)", function, name, access,
+                     expected, value ? value : Py_None);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        return -1;
+    }
     b->held = 1;
-    if (b->view.itemsize != itemsize) {
-        PyErr_Format(PyExc_TypeError, "%s: expected items of %zd bytes", name, itemsize);
+    if (b->view.ndim != 1 || b->view.itemsize != KINDS[kind].itemsize || !format_is(b->view.format, kind)) {
+        PyErr_Format(PyExc_ValueError, "%s: %s: expected a %s1-d C-contiguous %s array, got %d-d items of format '%s'",
+                     function, name, access, expected, b->view.ndim, b->view.format ? b->view.format : "B");
         return -1;
     }
     return 0;
 }
 
+static inline Py_ssize_t length(const Buf *b) { return b->view.shape[0]; }
+
 static void release(Buf *bufs, int n) {
     for (int i = 0; i < n; i++) if (bufs[i].held) PyBuffer_Release(&bufs[i].view);
+}
+
+/* Check CSR rows start..n (``indptr`` holds n + 1 entries, ``indices`` nnz; ``prefix`` starts each message): indptr[start:] non-decreasing
+ * within 0..nnz, every column within 0..n_columns - 1 and none repeated within a row (found with a stamp per
+ * column: the last row it appeared in). A ValueError naming the row otherwise; the repeated column is named
+ * by its key when ``keys`` (a list of n_columns keys) is given. Runs no Python code unless it fails. */
+static int check_csr(const char *prefix, const int64_t *indptr, Py_ssize_t n, const int64_t *indices,
+                     Py_ssize_t nnz, Py_ssize_t n_columns, Py_ssize_t start, PyObject *keys) {
+    if (start < 0 || start > n) {
+        PyErr_Format(PyExc_ValueError, "%sstart = %zd is outside 0..%zd (the number of rows)", prefix, start, n);
+        return -1;
+    }
+    if (indptr[start] < 0 || indptr[start] > nnz) {
+        PyErr_Format(PyExc_ValueError, "%sindptr[%zd] = %lld is outside 0..%zd (the length of indices)", prefix,
+                     start, (long long)indptr[start], nnz);
+        return -1;
+    }
+    Py_ssize_t *stamps = PyMem_Calloc(n_columns ? n_columns : 1, sizeof(Py_ssize_t));
+    if (!stamps) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = start; i < n; i++) {
+        int64_t a = indptr[i], e = indptr[i + 1];
+        if (e < a || e > nnz) {
+            PyErr_Format(PyExc_ValueError, "%srow %zd: indptr[%zd] = %lld %s indptr[%zd] = %lld", prefix, i, i + 1,
+                         (long long)e, e < a ? "decreases from" : "is past the end of indices, after",
+                         i, (long long)a);
+            goto fail;
+        }
+        for (int64_t k = a; k < e; k++) {
+            int64_t column = indices[k];
+            if (column < 0 || column >= n_columns) {
+                PyErr_Format(PyExc_ValueError, "%srow %zd: column %lld is out of range: expected 0 <= column < %zd",
+                             prefix, i, (long long)column, n_columns);
+                goto fail;
+            }
+            if (stamps[column] == i + 1) {
+                if (keys) {
+                    PyObject *key = PyList_GET_ITEM(keys, column);
+                    Py_INCREF(key);
+                    PyErr_Format(PyExc_ValueError, "%srow %zd: column %R appears more than once (a feature dict holds "
+                                 "one value per key; scipy's sum_duplicates() adds them up)", prefix, i, key);
+                    Py_DECREF(key);
+                } else
+                    PyErr_Format(PyExc_ValueError, "%srow %zd: column %lld appears more than once", prefix, i,
+                                 (long long)column);
+                goto fail;
+            }
+            stamps[column] = i + 1;
+        }
+    }
+    PyMem_Free(stamps);
+    return 0;
+fail:
+    PyMem_Free(stamps);
+    return -1;
+}
+
+/* check_rows(indptr, indices, keys): check_csr over every row, the columns named by the list ``keys``. */
+static PyObject *check_rows(PyObject *self, PyObject *args) {
+    PyObject *o[2], *keys;
+    if (!PyArg_ParseTuple(args, "OOO!", &o[0], &o[1], &PyList_Type, &keys)) return NULL;
+    Buf b[2];
+    memset(b, 0, sizeof b);
+    int failed = get_buffer(o[0], &b[0], 0, I64, "check_rows", "indptr") < 0
+        || get_buffer(o[1], &b[1], 0, I64, "check_rows", "indices") < 0;
+    if (!failed && length(&b[0]) < 1) {
+        PyErr_SetString(PyExc_ValueError, "check_rows: indptr: expected the n + 1 bounds of n rows, got none");
+        failed = 1;
+    }
+    failed = failed || check_csr("", b[0].view.buf, length(&b[0]) - 1, b[1].view.buf, length(&b[1]),
+                                 PyList_GET_SIZE(keys), 0, keys) < 0;
+    release(b, 2);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
+enum { A_INDPTR, A_INDICES, A_DATA, A_SIGNS, A_WEIGHTS, A_V, A_OFFSET, A_PRIOR, A_PRESENT_V, A_PRESENT_OFFSET,
+       A_NEW_V, A_NEW_OFFSET, A_STATE, A_ISTATE, A_PARAMS, A_DECISIONS, A_PROBAS, N_ARRAYS };
+static const struct { const char *name; Kind kind; int writable; } ARRAYS[N_ARRAYS] = {
+    {"indptr", I64, 0}, {"indices", I64, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
+    {"v", F64, 1}, {"offset", F64, 1}, {"prior", F64, 0}, {"present_v", BOOL, 1}, {"present_offset", BOOL, 1},
+    {"new_v", I64, 1}, {"new_offset", I64, 1}, {"state", F64, 1}, {"istate", I64, 1}, {"params", F64, 0},
+    {"decisions", F64, 1}, {"probas", F64, 1},
+};
+
+/* Whether array ``a`` holds ``expected`` items; a ValueError naming it and ``what`` should count them if not. */
+static int check_length(const Buf *b, int a, Py_ssize_t expected, const char *what) {
+    if (length(&b[a]) == expected) return 0;
+    PyErr_Format(PyExc_ValueError, "learn_rows: %s: %zd items, expected %zd (%s)", ARRAYS[a].name, length(&b[a]),
+                 expected, what);
+    return -1;
+}
+
+/* Whether an integer setting is a whole number of at most 2^53 (it is converted to int64). */
+static inline int whole(double x) { return x >= 0.0 && x <= 9007199254740992.0 && x == floor(x); }
+
+/* Everything learn_rows reads and writes checked: formats, lengths, the CSR rows from ``start``, the integer
+ * settings and counters, and room for the columns first written (one per absent column at most). */
+static int check_learn_rows(const Buf *b, Py_ssize_t start) {
+    Py_ssize_t n = length(&b[A_SIGNS]), nnz = length(&b[A_INDICES]), m = length(&b[A_V]);
+    static const int per_row[] = {A_WEIGHTS, A_DECISIONS, A_PROBAS};
+    static const int per_column[] = {A_OFFSET, A_PRIOR, A_PRESENT_V, A_PRESENT_OFFSET, A_NEW_V, A_NEW_OFFSET};
+    if (check_length(b, A_INDPTR, n + 1, "one more than the rows of signs")
+        || check_length(b, A_DATA, nnz, "as many as indices")
+        || check_length(b, A_STATE, N_STATE, "the names of STATE")
+        || check_length(b, A_ISTATE, N_ISTATE, "the names of ISTATE")
+        || check_length(b, A_PARAMS, N_PARAMS, "the names of PARAMS"))
+        return -1;
+    for (size_t k = 0; k < sizeof per_row / sizeof *per_row; k++)
+        if (check_length(b, per_row[k], n, "one per row of signs")) return -1;
+    for (size_t k = 0; k < sizeof per_column / sizeof *per_column; k++)
+        if (check_length(b, per_column[k], m, "one per column, as v")) return -1;
+    const double *p = b[A_PARAMS].view.buf;
+    if (!whole(p[P_HORIZON]) || !whole(p[P_AVERAGE_FROM])) {
+        PyErr_SetString(PyExc_ValueError, "learn_rows: params: horizon and average_from must be whole numbers >= 0");
+        return -1;
+    }
+    const int64_t *is = b[A_ISTATE].view.buf;
+    for (int k = 0; k < N_ISTATE; k++)
+        if (is[k] < 0 || is[k] > ((int64_t)1 << 62)) {
+            PyErr_Format(PyExc_ValueError, "learn_rows: istate: %s = %lld is outside 0..2**62", ISTATE_NAMES[k],
+                         (long long)is[k]);
+            return -1;
+        }
+    static const int presence[2][2] = {{A_PRESENT_V, I_NEW_V}, {A_PRESENT_OFFSET, I_NEW_OFFSET}};
+    for (int k = 0; k < 2; k++) {
+        const char *present = b[presence[k][0]].view.buf;
+        Py_ssize_t absent = 0;
+        for (Py_ssize_t j = 0; j < m; j++) absent += !present[j];
+        if (is[presence[k][1]] > m - absent) {
+            PyErr_Format(PyExc_ValueError, "learn_rows: istate: %s = %lld leaves no room for the %zd absent columns",
+                         ISTATE_NAMES[presence[k][1]], (long long)is[presence[k][1]], absent);
+            return -1;
+        }
+    }
+    return check_csr("learn_rows: ", b[A_INDPTR].view.buf, n, b[A_INDICES].view.buf, nnz, m, start, NULL);
 }
 
 /* learn_rows(indptr, indices, data, signs, weights, v, offset, prior, present_v, present_offset,
  *            new_v, new_offset, state, istate, params, decisions, probas, start) -> stop row */
 static PyObject *learn_rows(PyObject *self, PyObject *args) {
-    PyObject *o[17];
+    PyObject *o[N_ARRAYS];
     Py_ssize_t start;
     if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
                           &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &start))
         return NULL;
-    static const char *names[17] = {"indptr", "indices", "data", "signs", "weights", "v", "offset", "prior",
-                                    "present_v", "present_offset", "new_v", "new_offset", "state", "istate",
-                                    "params", "decisions", "probas"};
-    static const Py_ssize_t sizes[17] = {8, 8, 8, 8, 8, 8, 8, 8, 1, 1, 8, 8, 8, 8, 8, 8, 8};
-    static const int writable[17] = {0, 0, 0, 0, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 0, 1, 1};
-    Buf b[17];
+    Buf b[N_ARRAYS];
     memset(b, 0, sizeof b);
-    for (int i = 0; i < 17; i++)
-        if (get_buffer(o[i], &b[i], writable[i], sizes[i], names[i]) < 0) { release(b, 17); return NULL; }
+    for (int a = 0; a < N_ARRAYS; a++)
+        if (get_buffer(o[a], &b[a], ARRAYS[a].writable, ARRAYS[a].kind, "learn_rows", ARRAYS[a].name) < 0) {
+            release(b, N_ARRAYS);
+            return NULL;
+        }
+    if (check_learn_rows(b, start) < 0) {
+        release(b, N_ARRAYS);
+        return NULL;
+    }
 
-    const int64_t *indptr = b[0].view.buf, *idx = b[1].view.buf;
-    const double *x = b[2].view.buf, *signs = b[3].view.buf, *weights = b[4].view.buf, *prior = b[7].view.buf;
-    double *v = b[5].view.buf, *offset = b[6].view.buf;
-    char *present_v = b[8].view.buf, *present_offset = b[9].view.buf;
-    int64_t *new_v = b[10].view.buf, *new_offset = b[11].view.buf;
-    double *s = b[12].view.buf;
-    int64_t *is = b[13].view.buf;
-    const double *p = b[14].view.buf;
-    double *decisions = b[15].view.buf, *probas = b[16].view.buf;
-    Py_ssize_t n = b[3].view.len / 8;
+    const int64_t *indptr = b[A_INDPTR].view.buf, *idx = b[A_INDICES].view.buf;
+    const double *x = b[A_DATA].view.buf, *signs = b[A_SIGNS].view.buf, *weights = b[A_WEIGHTS].view.buf;
+    const double *prior = b[A_PRIOR].view.buf, *p = b[A_PARAMS].view.buf;
+    double *v = b[A_V].view.buf, *offset = b[A_OFFSET].view.buf, *s = b[A_STATE].view.buf;
+    char *present_v = b[A_PRESENT_V].view.buf, *present_offset = b[A_PRESENT_OFFSET].view.buf;
+    int64_t *new_v = b[A_NEW_V].view.buf, *new_offset = b[A_NEW_OFFSET].view.buf, *is = b[A_ISTATE].view.buf;
+    double *decisions = b[A_DECISIONS].view.buf, *probas = b[A_PROBAS].view.buf;
+    Py_ssize_t n = length(&b[A_SIGNS]);
     int comp = p[P_COMPENSATED] != 0.0, has_prior = p[P_HAS_PRIOR] != 0.0, averaged = p[P_AVERAGE_FROM] != 0.0;
     int64_t horizon = (int64_t)p[P_HORIZON], average_from = (int64_t)p[P_AVERAGE_FROM];
     double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
     Py_ssize_t i;
 
-    for (i = start; i < n; i++) {
-        Py_ssize_t a = indptr[i], e = indptr[i + 1];
-        double sign = signs[i], weight = weights[i];
-        int64_t t = is[I_T] + 1;
-        int64_t t_eff = (horizon > 0 && t > horizon) ? horizon : t;
-        if (t_eff == 1) break;  /* the shrink clears the weights: learn_one's business */
+    /* Only the checked buffers from here on: the arrays must not change under the loop (another thread
+     * writing into them while it runs is a race the caller must not start). */
+    Py_BEGIN_ALLOW_THREADS
+        for (i = start; i < n; i++) {
+            Py_ssize_t a = indptr[i], e = indptr[i + 1];
+            double sign = signs[i], weight = weights[i];
+            int64_t t = is[I_T] + 1;
+            int64_t t_eff = (horizon > 0 && t > horizon) ? horizon : t;
+            if (t_eff == 1) break;  /* the shrink clears the weights: learn_one's business */
 
-        /* margins, as _margins computes them */
-        int averaging = is[I_N_AVERAGED] > 0;
-        double vx = dot(v, idx, x, a, e, comp), current, predicting;
-        if (averaging) {
-            current = vx * s[S_SCALE];
-            predicting = (s[S_AVERAGE_SCALE] * vx + dot(offset, idx, x, a, e, comp)) / (double)is[I_N_AVERAGED];
-        } else {
-            current = predicting = vx * s[S_SCALE];
-        }
-        if (has_prior) {
-            double pr = dot(prior, idx, x, a, e, comp);
-            current += pr;
-            predicting += pr;
-        }
-        if (!isfinite(current) || !isfinite(predicting)) break;
-        double margin = current + s[S_B];
-        double decision = predicting + (averaging ? s[S_AVERAGE_B] : s[S_B]);
-
-        /* the step, checked before anything changes */
-        int64_t n_pos = is[I_N_POS] + (sign > 0), n_neg = is[I_N_NEG] + (sign < 0);
-        double coef = 0.0;
-        if (sign * margin < 1.0) {
-            double cost = p[P_BALANCED] != 0.0
-                ? (double)(n_pos + n_neg) / (2.0 * (double)(sign > 0 ? n_pos : n_neg))
-                : (sign > 0 ? p[P_COST_POS] : p[P_COST_NEG]);
-            coef = weight * cost * sign;
-        }
-        double rate = 1.0 / (lambda * (double)t_eff);
-        double shrink = 1.0 - 1.0 / (double)t_eff;
-        double scale = s[S_SCALE] * shrink;
-        if (scale < min_scale) break;
-        double sq_norm = s[S_SQ_NORM], d = 0.0;
-        if (coef != 0.0) {
-            Sum xx = {0.0, 0.0, comp};
-            for (Py_ssize_t k = a; k < e; k++) sum_add(&xx, x[k] * x[k]);
-            double bound = shrink * (s[S_SCALE] * sqrt(py_max(sq_norm, 0.0)));
-            bound += rate * fabs(coef) * sqrt(sum_result(&xx));
-            if (!(bound < p[P_MAX_NORM])) break;
-            d = rate * coef / scale;
-            Sum fresh = {0.0, 0.0, comp}, old = {0.0, 0.0, comp};
-            for (Py_ssize_t k = a; k < e; k++) {
-                double before = v[idx[k]], after = before + d * x[k];
-                sum_add(&fresh, after * after);
-                sum_add(&old, before * before);
+            /* margins, as _margins computes them */
+            int averaging = is[I_N_AVERAGED] > 0;
+            double vx = dot(v, idx, x, a, e, comp), current, predicting;
+            if (averaging) {
+                current = vx * s[S_SCALE];
+                predicting = (s[S_AVERAGE_SCALE] * vx + dot(offset, idx, x, a, e, comp)) / (double)is[I_N_AVERAGED];
+            } else {
+                current = predicting = vx * s[S_SCALE];
             }
-            sq_norm += sum_result(&fresh) - sum_result(&old);
-            if (p[P_PROJECTION] != 0.0) {
-                double norm = scale * sqrt(py_max(sq_norm, 0.0));
-                if (norm > p[P_RADIUS]) {
-                    scale *= p[P_RADIUS] / norm;
-                    if (scale < min_scale) break;
+            if (has_prior) {
+                double pr = dot(prior, idx, x, a, e, comp);
+                current += pr;
+                predicting += pr;
+            }
+            if (!isfinite(current) || !isfinite(predicting)) break;
+            double margin = current + s[S_B];
+            double decision = predicting + (averaging ? s[S_AVERAGE_B] : s[S_B]);
+
+            /* the step, checked before anything changes */
+            int64_t n_pos = is[I_N_POS] + (sign > 0), n_neg = is[I_N_NEG] + (sign < 0);
+            double coef = 0.0;
+            if (sign * margin < 1.0) {
+                double cost = p[P_BALANCED] != 0.0
+                    ? (double)(n_pos + n_neg) / (2.0 * (double)(sign > 0 ? n_pos : n_neg))
+                    : (sign > 0 ? p[P_COST_POS] : p[P_COST_NEG]);
+                coef = weight * cost * sign;
+            }
+            double rate = 1.0 / (lambda * (double)t_eff);
+            double shrink = 1.0 - 1.0 / (double)t_eff;
+            double scale = s[S_SCALE] * shrink;
+            if (scale < min_scale) break;
+            double sq_norm = s[S_SQ_NORM], d = 0.0;
+            if (coef != 0.0) {
+                Sum xx = {0.0, 0.0, comp};
+                for (Py_ssize_t k = a; k < e; k++) sum_add(&xx, x[k] * x[k]);
+                double bound = shrink * (s[S_SCALE] * sqrt(py_max(sq_norm, 0.0)));
+                bound += rate * fabs(coef) * sqrt(sum_result(&xx));
+                if (!(bound < p[P_MAX_NORM])) break;
+                d = rate * coef / scale;
+                Sum fresh = {0.0, 0.0, comp}, old = {0.0, 0.0, comp};
+                for (Py_ssize_t k = a; k < e; k++) {
+                    double before = v[idx[k]], after = before + d * x[k];
+                    sum_add(&fresh, after * after);
+                    sum_add(&old, before * before);
+                }
+                sq_norm += sum_result(&fresh) - sum_result(&old);
+                if (p[P_PROJECTION] != 0.0) {
+                    double norm = scale * sqrt(py_max(sq_norm, 0.0));
+                    if (norm > p[P_RADIUS]) {
+                        scale *= p[P_RADIUS] / norm;
+                        if (scale < min_scale) break;
+                    }
                 }
             }
-        }
-        int accumulate = averaged && t >= average_from;
-        if (accumulate && s[S_AVERAGE_SCALE] + scale > p[P_MAX_CANCELLATION] * (double)(is[I_N_AVERAGED] + 1) * scale)
-            break;
+            int accumulate = averaged && t >= average_from;
+            if (accumulate && s[S_AVERAGE_SCALE] + scale > p[P_MAX_CANCELLATION] * (double)(is[I_N_AVERAGED] + 1) * scale)
+                break;
 
-        /* commit */
-        decisions[i] = decision;
-        probas[i] = squash(s[S_SLOPE] * decision + s[S_OFFSET], p);
-        is[I_T] = t;
-        s[S_SCALE] = s[S_SCALE] * shrink;
-        if (p[P_INTERCEPT] != 0.0) s[S_B] += rate * coef;
-        if (coef != 0.0) {
-            double minus_a_d = -s[S_AVERAGE_SCALE] * d;
-            int shift_offset = averaged && s[S_AVERAGE_SCALE] != 0.0;
-            for (Py_ssize_t k = a; k < e; k++) {
-                int64_t j = idx[k];
-                v[j] = v[j] + d * x[k];
-                if (!present_v[j]) { present_v[j] = 1; new_v[is[I_NEW_V]++] = j; }
-                if (shift_offset) {
-                    offset[j] = offset[j] + minus_a_d * x[k];
-                    if (!present_offset[j]) { present_offset[j] = 1; new_offset[is[I_NEW_OFFSET]++] = j; }
+            /* commit */
+            decisions[i] = decision;
+            probas[i] = squash(s[S_SLOPE] * decision + s[S_OFFSET], p);
+            is[I_T] = t;
+            s[S_SCALE] = s[S_SCALE] * shrink;
+            if (p[P_INTERCEPT] != 0.0) s[S_B] += rate * coef;
+            if (coef != 0.0) {
+                double minus_a_d = -s[S_AVERAGE_SCALE] * d;
+                int shift_offset = averaged && s[S_AVERAGE_SCALE] != 0.0;
+                for (Py_ssize_t k = a; k < e; k++) {
+                    int64_t j = idx[k];
+                    v[j] = v[j] + d * x[k];
+                    if (!present_v[j]) { present_v[j] = 1; new_v[is[I_NEW_V]++] = j; }
+                    if (shift_offset) {
+                        offset[j] = offset[j] + minus_a_d * x[k];
+                        if (!present_offset[j]) { present_offset[j] = 1; new_offset[is[I_NEW_OFFSET]++] = j; }
+                    }
                 }
+                s[S_SQ_NORM] = sq_norm;
+                s[S_SCALE] = scale;
             }
-            s[S_SQ_NORM] = sq_norm;
-            s[S_SCALE] = scale;
+            if (accumulate) {
+                s[S_AVERAGE_SCALE] += s[S_SCALE];
+                is[I_N_AVERAGED]++;
+                s[S_AVERAGE_B] += (s[S_B] - s[S_AVERAGE_B]) / (double)is[I_N_AVERAGED];
+            }
+            is[I_N_POS] = n_pos;
+            is[I_N_NEG] = n_neg;
+            platt_update(decision, sign > 0, s, is, p);
         }
-        if (accumulate) {
-            s[S_AVERAGE_SCALE] += s[S_SCALE];
-            is[I_N_AVERAGED]++;
-            s[S_AVERAGE_B] += (s[S_B] - s[S_AVERAGE_B]) / (double)is[I_N_AVERAGED];
-        }
-        is[I_N_POS] = n_pos;
-        is[I_N_NEG] = n_neg;
-        platt_update(decision, sign > 0, s, is, p);
-    }
-    release(b, 17);
+    Py_END_ALLOW_THREADS
+    release(b, N_ARRAYS);
     return PyLong_FromSsize_t(i);
 }
 
 /* -- one example at a time ------------------------------------------------------------------------ */
 
-/* x's value as mul() takes it for a float product: an exact float, or an int converted as float * int
- * converts it. 0 when x holds anything else (the caller then computes in Python); -1 on error. */
+/* A key whose hash and comparisons run no Python code (a dict of such keys is looked up in C alone, as long
+ * as the dict holds no key with a Python __eq__ of the same hash). */
+static inline int plain_key(PyObject *key) { return PyUnicode_CheckExact(key) || PyLong_CheckExact(key); }
+
+/* A value whose conversion to float runs no Python code. */
+static inline int plain_value(PyObject *value) {
+    return PyFloat_CheckExact(value) || PyLong_CheckExact(value) || PyBool_Check(value);
+}
+
+/* A plain value as mul() takes it for a float product: an exact float, or an int converted as float * int
+ * converts it. 0 when it is not plain (the caller then computes in Python); -1 on error. */
 static inline int feature_value(PyObject *value, double *out) {
     if (PyFloat_CheckExact(value)) { *out = PyFloat_AS_DOUBLE(value); return 1; }
-    if (!PyLong_Check(value)) return 0;
+    if (!plain_value(value)) return 0;
     *out = PyLong_AsDouble(value);
     return (*out == -1.0 && PyErr_Occurred()) ? -1 : 1;
 }
 
-/* sparse_dot(v, x, compensated) -> sum(map(mul, map(v.get, x, repeat(0.0)), x.values())) for a non-empty
- * dict x of floats and ints and a dict v of floats, summed as sum() sums; None for any other x or v. */
-static PyObject *sparse_dot(PyObject *self, PyObject *args) {
-    PyObject *v, *x, *key, *value;
-    int compensated;
-    if (!PyArg_ParseTuple(args, "O!Op", &PyDict_Type, &v, &x, &compensated)) return NULL;
-    if (!PyDict_CheckExact(x) || !PyDict_GET_SIZE(x)) Py_RETURN_NONE;  /* sum() of nothing is the int 0 */
-    Sum sum = {0.0, 0.0, compensated};
+/* Whether every key of the dict ``x`` is plain and every value plain (no Python code runs to tell). */
+static int plain_features(PyObject *x) {
+    PyObject *key, *value;
     Py_ssize_t pos = 0;
-    while (PyDict_Next(x, &pos, &key, &value)) {
-        PyObject *weight = PyDict_GetItemWithError(v, key);
-        if (!weight && PyErr_Occurred()) return NULL;
-        if (weight && !PyFloat_CheckExact(weight)) Py_RETURN_NONE;
-        double number;
-        int kind = feature_value(value, &number);
-        if (kind <= 0) { if (kind < 0) return NULL; Py_RETURN_NONE; }
-        sum_add(&sum, (weight ? PyFloat_AS_DOUBLE(weight) : 0.0) * number);
+    while (PyDict_Next(x, &pos, &key, &value))
+        if (!plain_key(key) || !plain_value(value)) return 0;
+    return 1;
+}
+
+/* Iterating ``x`` went on while it changed size: the error Python's dict iteration raises. */
+static int changed_size(PyObject *x, Py_ssize_t size) {
+    if (PyDict_GET_SIZE(x) == size) return 0;
+    PyErr_SetString(PyExc_RuntimeError, "dictionary changed size during iteration");
+    return 1;
+}
+
+enum { NOT_HANDLED = 2 };
+
+/* The float of ``key`` in ``v`` into *weight (0.0 when absent), the key held while the lookup may run Python
+ * code (a key of v with its own __eq__, which may also change ``x``, of ``size`` items, being iterated):
+ * 1, NOT_HANDLED for a weight that is not an exact float, or -1 on error. */
+static inline int weight_of(PyObject *v, PyObject *key, PyObject *x, Py_ssize_t size, double *weight) {
+    Py_INCREF(key);
+    PyObject *found = PyDict_GetItemWithError(v, key);
+    Py_DECREF(key);
+    if (found && !PyFloat_CheckExact(found)) return NOT_HANDLED;
+    if (!found && PyErr_Occurred()) return -1;
+    *weight = found ? PyFloat_AS_DOUBLE(found) : 0.0;
+    return changed_size(x, size) ? -1 : 1;
+}
+
+/* The value at the next position of ``x`` (a position its own, as a values iterator keeps it) as a float into
+ * *number: 1; 0 at the end; NOT_HANDLED for a value that is not plain (left to Python), -1 on error. */
+static inline int next_number(PyObject *x, Py_ssize_t *pos, double *number) {
+    PyObject *value;
+    if (!PyDict_Next(x, pos, NULL, &value)) return 0;
+    int kind = feature_value(value, number);
+    return kind == 0 ? NOT_HANDLED : kind;
+}
+
+/* sparse_dot(v, x, compensated) -> sum(map(mul, map(v.get, x, repeat(0.0)), x.values())) for a non-empty
+ * exact dict x of plain keys and values and an exact dict v of floats, summed as sum() sums; None for any
+ * other x or v. The keys and the values of x are read in step, each value after its key's lookup. */
+static PyObject *sparse_dot(PyObject *self, PyObject *args) {
+    PyObject *v, *x, *key;
+    int compensated;
+    if (!PyArg_ParseTuple(args, "OOp", &v, &x, &compensated)) return NULL;
+    /* sum() of nothing is the int 0 */
+    if (!PyDict_CheckExact(v) || !PyDict_CheckExact(x) || !PyDict_GET_SIZE(x) || !plain_features(x)) Py_RETURN_NONE;
+    Sum sum = {0.0, 0.0, compensated};
+    Py_ssize_t key_pos = 0, value_pos = 0, size = PyDict_GET_SIZE(x);
+    while (PyDict_Next(x, &key_pos, &key, NULL)) {
+        double weight, number;
+        int kind = weight_of(v, key, x, size, &weight);
+        if (kind == 1) kind = next_number(x, &value_pos, &number);
+        if (kind != 1) {
+            if (kind < 0) return NULL;
+            Py_RETURN_NONE;  /* 0, no value left (x emptied and refilled by a lookup): Python's business too */
+        }
+        sum_add(&sum, weight * number);
     }
     return PyFloat_FromDouble(sum_result(&sum));
 }
 
 /* axpy_sq_norm(v, x, c, compensated) -> the change of sum(w*w), as _axpy_sq_norm: v[k] = v.get(k, 0.0) + c*x[k]
- * for each k of x in order (nothing changes unless every value converts); None for any other x or v. */
+ * for each k of x in order (nothing changes unless every value converts); None for any x or v sparse_dot
+ * does not take. As there, every lookup comes before the values are read, and those before v changes. */
 static PyObject *axpy_sq_norm(PyObject *self, PyObject *args) {
-    PyObject *v, *x, *key, *value;
+    PyObject *v, *x, *key;
     double c;
     int compensated;
-    if (!PyArg_ParseTuple(args, "O!Odp", &PyDict_Type, &v, &x, &c, &compensated)) return NULL;
-    if (!PyDict_CheckExact(x) || !PyDict_GET_SIZE(x)) Py_RETURN_NONE;  /* sum() of nothing is the int 0 */
+    if (!PyArg_ParseTuple(args, "OOdp", &v, &x, &c, &compensated)) return NULL;
+    if (!PyDict_CheckExact(v) || !PyDict_CheckExact(x) || !PyDict_GET_SIZE(x) || !plain_features(x)) Py_RETURN_NONE;
     Py_ssize_t n = PyDict_GET_SIZE(x), pos = 0, i = 0;
     double *olds = PyMem_Malloc(2 * n * sizeof(double)), *news = olds + n;
     if (!olds) return PyErr_NoMemory();
-    while (PyDict_Next(x, &pos, &key, &value)) {
-        PyObject *weight = PyDict_GetItemWithError(v, key);
+    int kind = 1;
+    for (; kind == 1 && PyDict_Next(x, &pos, &key, NULL); i++) kind = weight_of(v, key, x, n, &olds[i]);
+    for (pos = 0, i = 0; kind == 1 && i < n; i++) {
         double number;
-        int kind = (!weight && PyErr_Occurred()) ? -1 : (weight && !PyFloat_CheckExact(weight)) ? 0
-            : feature_value(value, &number);
-        if (kind <= 0) {
-            PyMem_Free(olds);
-            if (kind < 0) return NULL;
-            Py_RETURN_NONE;
-        }
-        olds[i] = weight ? PyFloat_AS_DOUBLE(weight) : 0.0;
-        news[i] = olds[i] + c * number;
-        i++;
+        kind = next_number(x, &pos, &number);
+        if (kind == 1) news[i] = olds[i] + c * number;
+    }
+    if (kind != 1) {  /* 0: fewer values than keys (x emptied and refilled by a lookup): Python's business */
+        PyMem_Free(olds);
+        if (kind < 0) return NULL;
+        Py_RETURN_NONE;
     }
     Sum new_sq = {0.0, 0.0, compensated}, old_sq = {0.0, 0.0, compensated};
-    for (pos = 0, i = 0; PyDict_Next(x, &pos, &key, &value); i++) {
+    for (pos = 0, i = 0; i < n && PyDict_Next(x, &pos, &key, NULL); i++) {
         PyObject *number = PyFloat_FromDouble(news[i]);
-        if (!number || PyDict_SetItem(v, key, number) < 0) { Py_XDECREF(number); PyMem_Free(olds); return NULL; }
-        Py_DECREF(number);
+        Py_INCREF(key);
+        int failed = !number || PyDict_SetItem(v, key, number) < 0;
+        Py_DECREF(key);
+        Py_XDECREF(number);
+        if (failed || changed_size(x, n)) { PyMem_Free(olds); return NULL; }
         sum_add(&new_sq, news[i] * news[i]);
         sum_add(&old_sq, olds[i] * olds[i]);
     }
@@ -298,86 +551,89 @@ static PyObject *axpy_sq_norm(PyObject *self, PyObject *args) {
 
 /* -- weights in and out of the dicts ------------------------------------------------------------ */
 
-/* gather(weights, keys, values, present, hold) -> held: values[i] = weights[keys[i]] (present[i] = 1), or 0.0
- * (present[i] = 0) for a key the dict does not hold. With ``hold`` true, ``held`` is a list of the value
- * objects (None for an absent key), for scatter to write back into; else None. */
+/* keys[i] with a reference of its own, or NULL with a RuntimeError once ``keys`` is no longer ``size`` long
+ * (Python code run by a lookup changed it). */
+static PyObject *held_key(PyObject *keys, Py_ssize_t i, Py_ssize_t size, const char *function) {
+    if (PyList_GET_SIZE(keys) != size) {
+        PyErr_Format(PyExc_RuntimeError, "%s: the list of keys changed size", function);
+        return NULL;
+    }
+    PyObject *key = PyList_GET_ITEM(keys, i);
+    Py_INCREF(key);
+    return key;
+}
+
+/* gather(weights, keys, values, present): values[i] = weights[keys[i]] (present[i] = 1), or 0.0 (present[i] = 0)
+ * for a key the dict does not hold. */
 static PyObject *gather(PyObject *self, PyObject *args) {
-    PyObject *weights, *keys, *o[2], *held = NULL;
-    int hold;
-    if (!PyArg_ParseTuple(args, "O!O!OOp", &PyDict_Type, &weights, &PyList_Type, &keys, &o[0], &o[1], &hold)) return NULL;
+    PyObject *weights, *keys, *o[2];
+    if (!PyArg_ParseTuple(args, "O!O!OO", &PyDict_Type, &weights, &PyList_Type, &keys, &o[0], &o[1])) return NULL;
     Buf b[2];
     memset(b, 0, sizeof b);
-    if (get_buffer(o[0], &b[0], 1, 8, "values") < 0 || get_buffer(o[1], &b[1], 1, 1, "present") < 0) goto fail;
+    if (get_buffer(o[0], &b[0], 1, F64, "gather", "values") < 0 || get_buffer(o[1], &b[1], 1, BOOL, "gather", "present") < 0)
+        goto fail;
     double *values = b[0].view.buf;
     char *present = b[1].view.buf;
     Py_ssize_t n = PyList_GET_SIZE(keys);
-    if (b[0].view.len / 8 < n || b[1].view.len < n) { PyErr_SetString(PyExc_ValueError, "gather: short buffers"); goto fail; }
-    if (hold && !(held = PyList_New(n))) goto fail;
+    if (length(&b[0]) != n || length(&b[1]) != n) {
+        PyErr_Format(PyExc_ValueError, "gather: values and present: %zd and %zd items, expected %zd (one per key)",
+                     length(&b[0]), length(&b[1]), n);
+        goto fail;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *value = PyDict_GetItemWithError(weights, PyList_GET_ITEM(keys, i));
-        if (!value && PyErr_Occurred()) goto fail;
-        if (held) {
-            PyObject *kept = value ? value : Py_None;
-            Py_INCREF(kept);
-            PyList_SET_ITEM(held, i, kept);
-        }
+        PyObject *key = held_key(keys, i, n, "gather");
+        if (!key) goto fail;
+        PyObject *value = PyDict_GetItemWithError(weights, key);
+        Py_DECREF(key);
         if (!value) {
+            if (PyErr_Occurred()) goto fail;
             values[i] = 0.0;
             present[i] = 0;
             continue;
         }
-        values[i] = PyFloat_CheckExact(value) ? PyFloat_AS_DOUBLE(value) : PyFloat_AsDouble(value);
+        Py_INCREF(value);  /* its __float__ may drop it from the dict */
+        values[i] = PyFloat_AsDouble(value);
+        Py_DECREF(value);
         if (values[i] == -1.0 && PyErr_Occurred()) goto fail;
         present[i] = 1;
     }
     release(b, 2);
-    if (held) return held;
     Py_RETURN_NONE;
 fail:
     release(b, 2);
-    Py_XDECREF(held);  /* its unset items are NULL, which list_dealloc skips */
     return NULL;
 }
 
-/* Whether ``value``, held by gather, is a float only the weight dict and ``held`` refer to: then writing
- * into it is the same as storing a new float under its key, without the allocation and the second lookup.
- * Never in the free-threaded build, where a reference count does not tell that. */
-static inline int writable_float(PyObject *value) {
-#ifdef Py_GIL_DISABLED
-    (void)value;
-    return 0;
-#else
-    return PyFloat_CheckExact(value) && Py_REFCNT(value) == 2;
-#endif
-}
-
-/* scatter(weights, keys, values, columns, held): weights[keys[c]] = values[c] for each c of ``columns``, in
- * order; ``held`` is gather's list of the value objects (or None), whose floats are written into where
- * nothing else refers to them. */
+/* scatter(weights, keys, values, columns): weights[keys[c]] = values[c] (a new float) for each c of
+ * ``columns``, in order. */
 static PyObject *scatter(PyObject *self, PyObject *args) {
-    PyObject *weights, *keys, *o[2], *held;
-    if (!PyArg_ParseTuple(args, "O!O!OOO", &PyDict_Type, &weights, &PyList_Type, &keys, &o[0], &o[1], &held)) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(keys);
-    if (held != Py_None && !(PyList_Check(held) && PyList_GET_SIZE(held) == n)) {
-        PyErr_SetString(PyExc_TypeError, "scatter: held must be None or a list as long as keys");
-        return NULL;
-    }
+    PyObject *weights, *keys, *o[2];
+    if (!PyArg_ParseTuple(args, "O!O!OO", &PyDict_Type, &weights, &PyList_Type, &keys, &o[0], &o[1])) return NULL;
     Buf b[2];
     memset(b, 0, sizeof b);
-    if (get_buffer(o[0], &b[0], 0, 8, "values") < 0 || get_buffer(o[1], &b[1], 0, 8, "columns") < 0) goto fail;
+    if (get_buffer(o[0], &b[0], 0, F64, "scatter", "values") < 0 || get_buffer(o[1], &b[1], 0, I64, "scatter", "columns") < 0)
+        goto fail;
     const double *values = b[0].view.buf;
     const int64_t *columns = b[1].view.buf;
-    for (Py_ssize_t k = 0; k < b[1].view.len / 8; k++) {
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (length(&b[0]) != n) {
+        PyErr_Format(PyExc_ValueError, "scatter: values: %zd items, expected %zd (one per key)", length(&b[0]), n);
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < length(&b[1]); k++) {
         int64_t c = columns[k];
-        if (c < 0 || c >= n || c >= b[0].view.len / 8) { PyErr_SetString(PyExc_IndexError, "scatter: column"); goto fail; }
-        PyObject *old = held == Py_None ? NULL : PyList_GET_ITEM(held, c);
-        if (old && writable_float(old)) {
-            ((PyFloatObject *)old)->ob_fval = values[c];
-            continue;
+        if (c < 0 || c >= n) {
+            PyErr_Format(PyExc_ValueError, "scatter: column %lld is out of range: expected 0 <= column < %zd",
+                         (long long)c, n);
+            goto fail;
         }
+        PyObject *key = held_key(keys, c, n, "scatter");
+        if (!key) goto fail;
         PyObject *value = PyFloat_FromDouble(values[c]);
-        if (!value || PyDict_SetItem(weights, PyList_GET_ITEM(keys, c), value) < 0) { Py_XDECREF(value); goto fail; }
-        Py_DECREF(value);
+        int failed = !value || PyDict_SetItem(weights, key, value) < 0;
+        Py_DECREF(key);
+        Py_XDECREF(value);
+        if (failed) goto fail;
     }
     release(b, 2);
     Py_RETURN_NONE;
@@ -451,44 +707,66 @@ static PyObject *take_bytes(Growing *g) {
     return bytes;
 }
 
-/* The column of ``key``: vocabulary[key], or a new column appended to ``keys``. -1 on error. */
+/* The column of ``key``: vocabulary[key], or a new column appended to ``keys``. -1 on error (a column that is
+ * not an int naming an entry of ``keys`` included). */
 static int64_t column_of(PyObject *key, PyObject *vocabulary, PyObject *keys) {
+    Py_INCREF(key);
     PyObject *found = PyDict_GetItemWithError(vocabulary, key);
-    if (found) return PyLong_AsLongLong(found);
-    if (PyErr_Occurred()) return -1;
-    Py_ssize_t column = PyList_GET_SIZE(keys);
-    PyObject *number = PyLong_FromSsize_t(column);
-    if (!number || PyDict_SetItem(vocabulary, key, number) < 0 || PyList_Append(keys, key) < 0) {
+    int64_t column = -1;
+    if (found) {
+        column = PyLong_CheckExact(found) ? PyLong_AsLongLong(found) : -1;
+        if (!PyErr_Occurred() && (column < 0 || column >= PyList_GET_SIZE(keys))) {
+            PyErr_SetString(PyExc_ValueError, "the vocabulary must map each key to its index in keys");
+            column = -1;
+        }
+    } else if (!PyErr_Occurred()) {
+        PyObject *number = PyLong_FromSsize_t(PyList_GET_SIZE(keys));
+        if (number && PyDict_SetItem(vocabulary, key, number) == 0 && PyList_Append(keys, key) == 0)
+            column = PyList_GET_SIZE(keys) - 1;
         Py_XDECREF(number);
-        return -1;
     }
-    Py_DECREF(number);
+    Py_DECREF(key);
     return column;
 }
 
-/* rows_from_dicts(dicts, vocabulary, keys) -> (indptr, indices, data) as bytes of int64/int64/float64 */
+/* rows_from_dicts(dicts, vocabulary, keys) -> (indptr, indices, data) as bytes of int64/int64/float64, or None
+ * unless every dict is an exact dict of plain keys and values (the caller then builds the rows in Python). */
 static PyObject *rows_from_dicts(PyObject *self, PyObject *args) {
-    PyObject *dicts, *vocabulary, *keys;
+    PyObject *dicts, *vocabulary, *keys, *x = NULL;
     if (!PyArg_ParseTuple(args, "O!O!O!", &PyList_Type, &dicts, &PyDict_Type, &vocabulary, &PyList_Type, &keys))
         return NULL;
     Growing indptr = {0}, indices = {0}, data = {0};
     int64_t nnz = 0;
     if (grow(&indptr, &nnz, 8) < 0) goto fail;
     for (Py_ssize_t r = 0; r < PyList_GET_SIZE(dicts); r++) {
-        PyObject *x = PyList_GET_ITEM(dicts, r), *key, *value;
-        if (!PyDict_Check(x)) { PyErr_SetString(PyExc_TypeError, "rows_from_dicts: expected dicts"); goto fail; }
-        Py_ssize_t pos = 0;
+        if (!PyDict_CheckExact(PyList_GET_ITEM(dicts, r))) goto python;
+        x = PyList_GET_ITEM(dicts, r);
+        Py_INCREF(x);  /* a lookup may run Python code that drops it from the list */
+        PyObject *key, *value;
+        Py_ssize_t pos = 0, size = PyDict_GET_SIZE(x);
         while (PyDict_Next(x, &pos, &key, &value)) {
+            double number = 0.0;
+            if (!plain_key(key) || !plain_value(value)) goto python;
+            Py_INCREF(value);
             int64_t column = column_of(key, vocabulary, keys);
-            double number = PyFloat_AsDouble(value);
-            if (column < 0 || (number == -1.0 && PyErr_Occurred())) goto fail;
+            int kind = column < 0 ? -1 : feature_value(value, &number);
+            Py_DECREF(value);
+            if (kind < 0 || changed_size(x, size)) goto fail;
             if (grow(&indices, &column, 8) < 0 || grow(&data, &number, 8) < 0) goto fail;
             nnz++;
         }
+        Py_CLEAR(x);
         if (grow(&indptr, &nnz, 8) < 0) goto fail;
     }
     return Py_BuildValue("NNN", take_bytes(&indptr), take_bytes(&indices), take_bytes(&data));
+python:
+    Py_XDECREF(x);
+    PyMem_Free(indptr.data);
+    PyMem_Free(indices.data);
+    PyMem_Free(data.data);
+    Py_RETURN_NONE;
 fail:
+    Py_XDECREF(x);
     PyMem_Free(indptr.data);
     PyMem_Free(indices.data);
     PyMem_Free(data.data);
@@ -661,15 +939,17 @@ static PyObject *parse_svmlight(PyObject *self, PyObject *args) {
     if (reserve(&status, n) < 0 || reserve(&indptr, 8 * (n + 1)) < 0 || reserve(&labels, 8 * n) < 0
         || grow(&indptr, &nnz, 8) < 0)
         goto fail;
-    for (Py_ssize_t r = 0; r < n; r++) {
+    for (Py_ssize_t r = 0; r < PyList_GET_SIZE(lines); r++) {
         PyObject *line = PyList_GET_ITEM(lines, r);
         if (!PyBytes_Check(line)) { PyErr_SetString(PyExc_TypeError, "parse_svmlight: expected bytes"); goto fail; }
         Py_ssize_t len = PyBytes_GET_SIZE(line);
         double label = 0.0;
         int error = 0;
+        Py_INCREF(line);  /* read while new names are made, which may run a finalizer that drops it from the list */
         char kind = len > max_bytes ? LINE_PYTHON
             : (char)svmlight_line(PyBytes_AS_STRING(line), len, vocabulary, keys, &indices, &data, &stamps, &numbered,
                                   names, r + 1, &label, &error);
+        Py_DECREF(line);
         if (error) goto fail;
         if (grow(&status, &kind, 1) < 0) goto fail;
         if (kind == LINE_ROW) {
@@ -865,8 +1145,8 @@ typedef struct {
     Slot *slots;
     Py_ssize_t mask, used;
     Growing spellings, arena, pending;  /* pending: the names of the row being read */
-    PyObject *keys;  /* the names of this call's columns */
     uint64_t call;
+    int busy;  /* a parse_json_events call is using the table */
     uint32_t row;  /* the stamp of the row being read: rows are numbered across calls */
 } Names;
 
@@ -925,9 +1205,9 @@ static inline void name_key(Pending *name, const char *s, const char *end) {
     name->check = ((uint32_t)(name->hash >> 32) & ~(uint32_t)0xff) | (uint32_t)(len < 255 ? len : 255);
 }
 
-/* The slot of this name (s[name->start:] its bytes), its column numbered in this call's ``keys`` when
- * first met in the call; NULL on error. */
-static inline Slot *name_slot(Names *t, const char *s, const Pending *name) {
+/* The slot of this name (s[name->start:] its bytes), its column numbered in this call's ``keys`` (the names
+ * of its columns) when first met in the call; NULL on error. */
+static inline Slot *name_slot(Names *t, PyObject *keys, const char *s, const Pending *name) {
     Py_ssize_t len = name->len, i = name->hash & t->mask;
     s += name->start;
     Slot *slot = NULL;
@@ -961,8 +1241,8 @@ static inline Slot *name_slot(Names *t, const char *s, const Pending *name) {
         *slot = (Slot){name->head, name->check, 0, -1, (uint32_t)name->hash, (int32_t)t->used++, str, 0};
     }
     if (slot->call != t->call) {
-        slot->column = PyList_GET_SIZE(t->keys);
-        if (PyList_Append(t->keys, slot->name) < 0) return NULL;
+        slot->column = PyList_GET_SIZE(keys);
+        if (PyList_Append(keys, slot->name) < 0) return NULL;
         slot->call = t->call;
     }
     return slot;
@@ -1003,8 +1283,8 @@ static PyObject *name_table(PyObject *self, PyObject *unused) {
  * object of distinct names and finite numbers in the plain grammar, or on error (with *error set).
  * ``end`` bounds what may be read. The row is read first, fetching the table slot of each name, then
  * its names are looked up, so that the memory reads overlap. */
-static Py_ssize_t json_features(const char *s, Py_ssize_t k, const char *end, Names *names, Growing *indices,
-                                Growing *data, uint32_t stamp, int *error) {
+static Py_ssize_t json_features(const char *s, Py_ssize_t k, const char *end, Names *names, PyObject *keys,
+                                Growing *indices, Growing *data, uint32_t stamp, int *error) {
     Growing *pending = &names->pending;
     pending->len = 0;
     k = skip_space(s, k + 1);
@@ -1034,7 +1314,7 @@ static Py_ssize_t json_features(const char *s, Py_ssize_t k, const char *end, Na
     if (reserve(indices, 8 * n) < 0) { *error = 1; return -1; }
     int64_t *row = (int64_t *)(indices->data + indices->len);
     for (Py_ssize_t j = 0; j < n; j++) {
-        Slot *slot = name_slot(names, s, (const Pending *)pending->data + j);
+        Slot *slot = name_slot(names, keys, s, (const Pending *)pending->data + j);
         if (!slot) { *error = 1; return -1; }
         if (slot->stamp == stamp) return -1;  /* a repeated name: the dict keeps the last value */
         slot->stamp = stamp;
@@ -1052,8 +1332,8 @@ static inline int is_field(const char *s, Py_ssize_t len, const Field *field) {
 
 /* One JSON value into the CSR buffers, its id and its label; LINE_PYTHON leaves the buffers as they
  * were (but for new columns). */
-static int json_line(const char *s, Py_ssize_t len, const Field *fields, Names *names, Growing *indices,
-                     Growing *data, uint32_t stamp, Scalar *id, Scalar *label, int *error) {
+static int json_line(const char *s, Py_ssize_t len, const Field *fields, Names *names, PyObject *keys,
+                     Growing *indices, Growing *data, uint32_t stamp, Scalar *id, Scalar *label, int *error) {
     Py_ssize_t indices_before = indices->len, data_before = data->len, k = skip_space(s, 0);
     int has_x = 0;
     id->kind = label->kind = V_NONE;
@@ -1071,7 +1351,7 @@ static int json_line(const char *s, Py_ssize_t len, const Field *fields, Names *
         if (is_field(s + start, name_len, &fields[1])) {
             if (has_x || s[k] != '{') goto python;
             has_x = 1;
-            k = json_features(s, k, s + len + 1, names, indices, data, stamp, error);
+            k = json_features(s, k, s + len + 1, names, keys, indices, data, stamp, error);
         } else if (is_field(s + start, name_len, &fields[0])) {
             if (id->kind != V_NONE) goto python;
             k = json_scalar(s, k, s + len + 1, id);
@@ -1106,7 +1386,10 @@ static PyObject *parse_json_events(PyObject *self, PyObject *args) {
         return NULL;
     Names *names = PyCapsule_GetPointer(capsule, "pegasos_stream.names");
     if (!names) return NULL;
-    names->keys = keys;
+    if (names->busy) {  /* a finalizer run inside a call of the table's would see it half updated */
+        PyErr_SetString(PyExc_RuntimeError, "parse_json_events: the name table is in use");
+        return NULL;
+    }
     names->call++;
     Field fields[4];  /* id, x, label, text */
     int distinct = 1;
@@ -1136,6 +1419,7 @@ static PyObject *parse_json_events(PyObject *self, PyObject *args) {
         || reserve(&indptr, 8 * (n + 1)) < 0 || reserve(&indices, size) < 0 || reserve(&data, size) < 0
         || grow(&indptr, &nnz, 8) < 0)
         goto fail;
+    names->busy = 1;
     for (Py_ssize_t r = 0; r < PyList_GET_SIZE(values); r++) {
         PyObject *value = PyList_GET_ITEM(values, r);
         if (!PyBytes_Check(value)) { PyErr_SetString(PyExc_TypeError, "parse_json_events: expected bytes"); goto fail; }
@@ -1143,24 +1427,27 @@ static PyObject *parse_json_events(PyObject *self, PyObject *args) {
         const char *s = PyBytes_AS_STRING(value);
         Scalar id, label;
         int error = 0;
+        Py_INCREF(value);  /* read while new objects are made, which may run a finalizer that drops it from the list */
         char kind = (len > max_bytes || !distinct) ? LINE_PYTHON
-            : (char)json_line(s, len, fields, names, &indices, &data, next_row(names), &id, &label, &error);
-        if (error) goto fail;
-        if (grow(&status, &kind, 1) < 0) goto fail;
-        if (kind == LINE_ROW) {
+            : (char)json_line(s, len, fields, names, keys, &indices, &data, next_row(names), &id, &label, &error);
+        int failed = error || grow(&status, &kind, 1) < 0;
+        if (!failed && kind == LINE_ROW) {
             nnz = indices.len / 8;
-            if (grow(&indptr, &nnz, 8) < 0) goto fail;
-            PyObject *id_object = scalar_object(s, &id), *label_object = scalar_object(s, &label);
-            int failed = !id_object || !label_object || PyList_Append(ids, id_object) < 0
+            PyObject *id_object = NULL, *label_object = NULL;
+            failed = grow(&indptr, &nnz, 8) < 0 || !(id_object = scalar_object(s, &id))
+                || !(label_object = scalar_object(s, &label)) || PyList_Append(ids, id_object) < 0
                 || PyList_Append(labels, label_object) < 0;
             Py_XDECREF(id_object);
             Py_XDECREF(label_object);
-            if (failed) goto fail;
         }
+        Py_DECREF(value);
+        if (failed) goto fail;
     }
+    names->busy = 0;
     return Py_BuildValue("NNNNNN", take_bytes(&status), take_bytes(&indptr), take_bytes(&indices),
                          take_bytes(&data), ids, labels);
 fail:
+    names->busy = 0;
     discard(&status);
     discard(&indptr);
     discard(&indices);
@@ -1172,6 +1459,7 @@ fail:
 
 static PyMethodDef methods[] = {
     {"learn_rows", learn_rows, METH_VARARGS, "PegasosClassifier.learn_one over CSR rows; returns the stop row."},
+    {"check_rows", check_rows, METH_VARARGS, "Check CSR rows (bounds, columns, no repeat), naming columns by keys."},
     {"rows_from_dicts", rows_from_dicts, METH_VARARGS, "Feature dicts to CSR bytes (indptr, indices, data)."},
     {"parse_svmlight", parse_svmlight, METH_VARARGS, "svmlight lines to (status, indptr, indices, data, labels)."},
     {"parse_json_events", parse_json_events, METH_VARARGS,
@@ -1180,11 +1468,30 @@ static PyMethodDef methods[] = {
     {"sparse_dot", sparse_dot, METH_VARARGS, "<v, x> of two dicts, summed as sum() sums; None if not floats."},
     {"axpy_sq_norm", axpy_sq_norm, METH_VARARGS, "v += c*x in place; the change of the squared norm."},
     {"gather", gather, METH_VARARGS, "Values of keys from a weight dict into a buffer, with presence flags."},
-    {"scatter", scatter, METH_VARARGS, "Values of the given columns back into a weight dict, in order."},
+    {"scatter", scatter, METH_VARARGS, "Values of the given columns back into a weight dict (new floats), in order."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fast", "Compiled inner loops for batch replay.", -1,
                                     methods};
 
-PyMODINIT_FUNC PyInit__fast(void) { return PyModule_Create(&module); }
+/* The module attribute ``attribute``: a tuple of the str names[0:n]. */
+static int add_names(PyObject *module, const char *attribute, const char *const *names, int n) {
+    PyObject *tuple = PyTuple_New(n);
+    for (int i = 0; tuple && i < n; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (!name) Py_CLEAR(tuple);
+        else PyTuple_SET_ITEM(tuple, i, name);
+    }
+    int result = tuple ? PyModule_AddObjectRef(module, attribute, tuple) : -1;
+    Py_XDECREF(tuple);
+    return result;
+}
+
+PyMODINIT_FUNC PyInit__fast(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && (add_names(m, "PARAMS", PARAMS_NAMES, N_PARAMS) < 0 || add_names(m, "STATE", STATE_NAMES, N_STATE) < 0
+              || add_names(m, "ISTATE", ISTATE_NAMES, N_ISTATE) < 0))
+        Py_CLEAR(m);
+    return m;
+}

@@ -1,65 +1,24 @@
-"""Data loading and feature extraction shared by the benchmark scripts.
+"""Feature extraction and an in-memory synthetic stream, shared by the benchmark scripts.
 
-The SpamAssassin stream lives outside the repository, in ``shared/data`` next to it; every script takes
-``--data`` to point elsewhere. Features are plain ``dict`` objects (river's input format): string keys for
-words and for the synthetic stream, hashed column numbers for character n-grams.
+Features are plain ``dict`` objects (river's input format): string keys for words and for the synthetic
+stream, hashed column numbers for character n-grams. Loading the SpamAssassin stream is ``_harness``'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import email
 import email.policy
-import gzip
-import json
 import math
 import re
-import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 from scipy import sparse
 from sklearn.feature_extraction.text import HashingVectorizer
 
-#: ``../shared/data/spamassassin.jsonl.gz`` relative to the repository root.
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "spamassassin.jsonl.gz"
-
 Features = dict[str, float]
 
 _WORD = re.compile(r"[a-z0-9]+")
-
-
-class Message(NamedTuple):
-    """One email of the stream."""
-
-    id: str
-    time: str
-    is_spam: bool
-    text: str
-
-
-def add_data_argument(parser: argparse.ArgumentParser) -> None:
-    """Add the ``--data`` option (path of spamassassin.jsonl.gz) to ``parser``."""
-    parser.add_argument(
-        "--data",
-        type=Path,
-        default=DEFAULT_DATA,
-        help="spamassassin.jsonl.gz (default: ../shared/data/ next to the repository)",
-    )
-
-
-def load_messages(path: Path) -> list[Message]:
-    """Read the chronological SpamAssassin stream; exit with a clear message if the file is missing."""
-    if not path.is_file():
-        sys.exit(
-            f"error: SpamAssassin data not found at {path}\n"
-            "  expected shared/data/spamassassin.jsonl.gz next to the repository; pass --data PATH"
-        )
-    with gzip.open(path, "rt", encoding="utf-8") as lines:
-        records = [json.loads(line) for line in lines if line.strip()]
-    return [Message(r["id"], r["time"], r["label"] == "spam", r["text"]) for r in records]
 
 
 def subject_and_body(raw: str) -> str:
@@ -90,16 +49,14 @@ def l2_normalise(x: Features) -> Features:
     return {k: v / norm for k, v in x.items()} if norm else x
 
 
-def char_ngram_matrix(
-    texts: Sequence[str], n: int = 4, prefix: int = 3000, n_features: int = 2**20
-) -> sparse.csr_matrix:
-    """Binary hashed character n-grams of the first ``prefix`` characters, rows L2-normalised.
+def char_ngram_vectorizer(n: int = 4, n_features: int = 2**20) -> HashingVectorizer:
+    """Binary hashed character n-grams, case kept, rows L2-normalised.
 
     The representation of Sculley & Wachman (2007), "Relaxed online SVMs for spam filtering": binary
-    4-mers of the raw message (headers included, case kept), unit Euclidean norm. Hashing is
-    scikit-learn's signed 32-bit MurmurHash3, deterministic across runs and machines.
+    4-mers of the raw message (headers included), unit Euclidean norm. Hashing is scikit-learn's signed
+    32-bit MurmurHash3, deterministic across runs and machines.
     """
-    vectorizer = HashingVectorizer(
+    return HashingVectorizer(
         analyzer="char",
         ngram_range=(n, n),
         lowercase=False,
@@ -108,7 +65,13 @@ def char_ngram_matrix(
         alternate_sign=False,
         n_features=n_features,
     )
-    return vectorizer.transform([text[:prefix] for text in texts]).tocsr()
+
+
+def char_ngram_matrix(
+    texts: Sequence[str], n: int = 4, prefix: int = 3000, n_features: int = 2**20
+) -> sparse.csr_matrix:
+    """``char_ngram_vectorizer`` rows of the first ``prefix`` characters of each text."""
+    return char_ngram_vectorizer(n, n_features).transform([text[:prefix] for text in texts]).tocsr()
 
 
 def csr_rows(matrix: sparse.csr_matrix) -> list[dict[int, float]]:

@@ -1,4 +1,4 @@
-"""Files for the stream benchmark: a large synthetic svmlight log, its Vowpal Wabbit twin, JSON events.
+"""Files for the stream benchmarks: a large synthetic svmlight log, its Vowpal Wabbit twin, JSON events.
 
 The synthetic stream has the distribution of ``_data.synthetic_rcv1_like`` (Zipf-like terms, positive
 tf-idf-like values, unit L2 norm, a fixed linear concept with 5% label noise) but is generated in
@@ -8,6 +8,7 @@ numpy chunks and written straight to disk, so 200,000 lines take seconds and lit
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 from collections.abc import Iterator
@@ -18,6 +19,13 @@ import numpy as np
 
 #: Rows generated (and formatted) per numpy chunk.
 CHUNK = 10_000
+
+
+def add_stream_arguments(parser: argparse.ArgumentParser, mean_nnz: float, seed: int) -> None:
+    """Add ``--features``, ``--nnz`` and ``--seed``, the shape of the synthetic stream, to ``parser``."""
+    parser.add_argument("--features", type=int, default=47_236, help="features of the synthetic stream")
+    parser.add_argument("--nnz", type=float, default=mean_nnz, help="mean feature draws per example")
+    parser.add_argument("--seed", type=int, default=seed, help="seed of the synthetic stream")
 
 
 def _open_text(path: Path, mode: str) -> TextIO:

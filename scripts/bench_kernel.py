@@ -9,7 +9,7 @@ passes) and support vectors.
 
     python scripts/bench_kernel.py [--out reports/kernel.json] [--budgets 50 100 200 500] [--passes 1 5]
 
-Results go to ``--out`` in the common format of ``_report`` (with the raw rows and the chosen γ and λ) and
+Results go to ``--out`` in the common format of ``_harness`` (with the raw rows and the chosen γ and λ) and
 are printed as Markdown.
 
 BLAS threads are pinned to one: the solves of the "project" strategy are small, and threads only
@@ -27,7 +27,7 @@ import argparse
 import time
 
 import numpy as np
-from _report import (
+from _harness import (
     add_out_argument,
     fmt,
     invocation,

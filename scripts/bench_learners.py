@@ -30,7 +30,7 @@ updates every one of them, which also fills the averaged iterate's storage), mea
 ``tracemalloc`` (which sees every Python and numpy allocation still alive). Feature keys belong to the
 input and are not counted, for the models or for the plain ``dict`` of floats given for comparison.
 
-Results go to ``--out`` (default ``reports/learners.json``, the common format of ``_report``, with the raw
+Results go to ``--out`` (default ``reports/learners.json``, the common format of ``_harness``, with the raw
 per-learner results) and are printed as Markdown.
 
 Usage: ``python scripts/bench_learners.py [--n 20242] [--repeat 3] [--lambda 1e-4] [--out reports/learners.json]``
@@ -48,8 +48,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from _data import Features, add_data_argument, load_messages, synthetic_rcv1_like, word_features
-from _report import add_out_argument, fmt, invocation, section, warn_if_busy, write_document
+from _data import Features, synthetic_rcv1_like, word_features
+from _harness import (
+    add_data_argument,
+    add_out_argument,
+    fmt,
+    invocation,
+    load_messages,
+    section,
+    warn_if_busy,
+    write_document,
+)
 from river import linear_model, optim
 from sklearn.feature_extraction import FeatureHasher
 from sklearn.linear_model import SGDClassifier

@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from _report import add_out_argument, fmt, invocation, section, warn_if_busy, write_document
+from _harness import add_out_argument, fmt, invocation, section, warn_if_busy, write_document
 from _stream_data import rcv1_like_rows
 from matplotlib.figure import Figure
 from river import linear_model, optim

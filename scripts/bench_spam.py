@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from _data import add_data_argument, load_messages
-from _report import REPO, fmt, section, warn_if_busy, write_document
+from _harness import REPO, add_data_argument, fmt, load_messages, section, warn_if_busy, write_document
 from matplotlib.figure import Figure
 from river import feature_extraction, linear_model, naive_bayes, utils
 from sklearn.feature_extraction.text import HashingVectorizer

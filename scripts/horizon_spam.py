@@ -14,7 +14,7 @@ Features:
 With ``horizon=H`` the step size stops decreasing at t = H (η = 1/(λH) from then on), so horizons at or
 above the stream length (6,046 messages) behave exactly like ``None``.
 
-Results go to ``--out`` (default ``reports/horizon.json``, the common format of ``_report``, with the raw
+Results go to ``--out`` (default ``reports/horizon.json``, the common format of ``_harness``, with the raw
 runs) and are printed as Markdown.
 
 Usage: ``python scripts/horizon_spam.py [--lambdas 1e-4,1e-5] [--horizons none,500,...] [--out reports/horizon.json]``
@@ -27,8 +27,8 @@ import sys
 from collections.abc import Sequence
 
 import numpy as np
-from _data import add_data_argument, char_ngram_matrix, csr_rows, l2_normalise, load_messages, word_features
-from _report import add_out_argument, fmt, invocation, section, write_document
+from _data import char_ngram_matrix, csr_rows, l2_normalise, word_features
+from _harness import add_data_argument, add_out_argument, fmt, invocation, load_messages, section, write_document
 from sklearn.metrics import roc_auc_score
 
 from pegasos_stream import PegasosClassifier

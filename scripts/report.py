@@ -1,6 +1,6 @@
 """Run every benchmark and gather their results into ``reports/README.md``.
 
-Each benchmark script writes one JSON document in the common format of ``_report`` to ``reports/``. This
+Each benchmark script writes one JSON document in the common format of ``_harness`` to ``reports/``. This
 runs them in turn, in the order of ``BENCHMARKS``, as ``python scripts/<name>.py --out reports/<file>``
 with this same Python; their output streams through and each one's wall time is printed. A script that
 does not exist yet, or whose ``--help`` does not list ``--out``, is skipped; a failing one is reported
@@ -15,7 +15,7 @@ are). The headline table also replaces the lines between ``<!-- headline:start -
     python scripts/report.py                       # everything at full size (expect tens of minutes)
     python scripts/report.py --quick               # reduced sizes, to check the whole pipeline
     python scripts/report.py --only bench_kernel   # run one script (README.md still gathers all)
-    python scripts/report.py --skip bench_stream
+    python scripts/report.py --skip bench_stream_kafka
     python scripts/report.py --no-run              # only rebuild README.md from reports/*.json
 """
 
@@ -33,7 +33,7 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import NamedTuple
 
-from _report import REPO, invocation, markdown, markdown_table
+from _harness import REPO, invocation, markdown, markdown_table
 
 REPORTS = REPO / "reports"
 README = REPO / "README.md"
@@ -58,17 +58,12 @@ BENCHMARKS = {
         "scale.json", {"--n": ["50000"], "--n-test": ["5000"], "--budget-seconds": ["10"], "--max-passes": ["2"]}
     ),
     "bench_kernel": Benchmark("kernel.json", {"--budgets": ["50"], "--passes": ["1"]}),
-    "bench_stream": Benchmark(
-        "stream.json",
-        {
-            "--svmlight-lines": ["20000"],
-            "--sklearn-stream-lines": ["2000"],
-            "--kafka-events": ["5000"],
-            "--repeat": ["1"],
-            "--kafka-repeat": ["1"],
-            "--peer-repeat": ["1"],
-        },
+    "bench_stream_spam": Benchmark("stream_spam.json", {"--limit": ["1500"], "--repeat": ["1"]}),
+    "bench_stream_replay": Benchmark(
+        "stream_replay.json", {"--lines": ["20000"], "--sklearn-stream-lines": ["2000"], "--repeat": ["1"]}
     ),
+    "bench_stream_kafka": Benchmark("stream_kafka.json", {"--events": ["5000"], "--repeat": ["1"]}),
+    "bench_checkpoint": Benchmark("checkpoint.json", {"--weights": ["100000"]}),
 }
 
 

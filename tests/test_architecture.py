@@ -42,19 +42,37 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _is_module(name: str) -> bool:
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def _imports(path: Path) -> set[str]:
-    """The package modules ``path`` imports, at any depth of its code (lazy imports included)."""
+    """The package modules ``path`` imports when it runs, at any depth of its code (lazy imports
+    included, imports for type checkers only left out)."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text(), str(path))
+    type_only = {  # imports under ``if TYPE_CHECKING:`` never run
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for statement in node.body
+        for inner in ast.walk(statement)
+    }
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 target = f"{base}.{node.module}" if node.module else base
             else:
                 target = node.module or ""
-            modules = [target] + [f"{target}.{alias.name}" for alias in node.names]
+            # ``from package import module`` imports that module; ``from module import name``, the module
+            submodules = [f"{target}.{alias.name}" for alias in node.names]
+            modules = [m for m in submodules if _is_module(m)] or [target]
         elif isinstance(node, ast.Import):
             modules = [alias.name for alias in node.names]
         else:
@@ -130,6 +148,9 @@ def test_the_modules_import_each_other_without_a_circle():
 
 
 def test_the_top_level_package_loads_no_subpackage_until_asked():
-    code = "import json, sys, pegasos_stream; print(json.dumps(sorted(m for m in sys.modules if m.startswith('pegasos_stream.'))))"
+    code = (
+        "import json, sys, pegasos_stream; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('pegasos_stream.'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []

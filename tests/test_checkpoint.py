@@ -16,7 +16,8 @@
    refused files, newest first, and says so; ``Checkpoints`` never reuses a number.
 4. ``pegasos-stream inspect`` on a file and a directory (text and --json), and exit code 1 on a
    corrupt one.
-5. The pause of one checkpoint of a PegasosClassifier with 1,000,000 weights (printed).
+
+The pause of a checkpoint of a million weights is measured by ``scripts/bench_checkpoint.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import random
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -280,7 +280,7 @@ def test_feature_keys_of_every_type_round_trip_exactly(tmp_path, make):
     rng = random.Random(3)
     model = make()
     # Also enough plain features for the weights to go to a float array (>= 32 values).
-    for i in range(120):
+    for _ in range(120):
         x = {**_mixed_x(rng), **{f"p{j}": rng.gauss(0, 1) for j in rng.sample(range(40), 3)}}
         model.learn_one(x, rng.random() < 0.5)
     save(model, tmp_path / "m.pgs")
@@ -485,7 +485,7 @@ def _refused(path: Path, reason: str) -> str:
 def test_a_flipped_byte_anywhere_is_refused_with_the_reason(tmp_path, good_checkpoint):
     data = good_checkpoint.read_bytes()
     read_checkpoint(good_checkpoint)  # the original is sound
-    for name, position, reason in _flip_positions(len(data)):
+    for _name, position, reason in _flip_positions(len(data)):
         damaged = bytearray(data)
         damaged[position] ^= 0xFF
         path = tmp_path / f"flip-{position}.pgs"
@@ -766,30 +766,3 @@ def test_inspect_a_corrupt_file_exits_1_with_the_reason(tmp_path):
     assert done.stderr.splitlines() == [f"skipping {p}: {NOT_A_CHECKPOINT}" for p in files] + [
         f"error: {directory}: no valid checkpoint"
     ]
-
-
-# -- 5. the pause of a large checkpoint ------------------------------------------------------
-
-
-def test_measure_the_pause_of_a_checkpoint_of_a_million_weights(tmp_path, capsys):
-    model = PegasosClassifier(lambda_=1e-4, average=False)
-    block = 10_000
-    for i in range(100):
-        model.learn_one({f"f{j}": 1.0 for j in range(i * block, (i + 1) * block)}, i % 2 == 0)
-    assert len(model._u.v) == 1_000_000
-    writer = Checkpoints(tmp_path, keep=1)
-    for k in range(3):  # each write covers more events (a write covering no new event is skipped)
-        state = {"counts": [100 + k, 100, 100, 0], "pending": [], "pending_counts": [0, 0, 0], "report": {}}
-        path = writer.write(model, state, {"offset": 0, "line": 100})
-    assert writer.write(model, state, {"offset": 0, "line": 100}) is None
-    size = path.stat().st_size
-    started = time.perf_counter()
-    loaded = read_checkpoint(path)[0]["model"]
-    load_seconds = time.perf_counter() - started
-    assert model_digest(loaded) == model_digest(model)
-    with capsys.disabled():
-        print(
-            f"\n[checkpoint pause] PegasosClassifier with 1,000,000 weights: file {size / 1e6:.1f} MB, "
-            f"pauses {', '.join(f'{p * 1000:.0f} ms' for p in writer.pauses)} "
-            f"(median {sorted(writer.pauses)[1] * 1000:.0f} ms); load {load_seconds * 1000:.0f} ms"
-        )

@@ -125,8 +125,8 @@ def test_learn_rows_stops_at_a_refused_row_and_resumes_after_it():
 
 
 def test_learn_csr_never_changes_a_weight_float_held_elsewhere():
-    """The compiled loop writes a learned weight into its float in place only when the weight dict alone
-    refers to it: a float taken from the dict keeps its value."""
+    """The compiled loop stores each learned weight as a new float: a float taken from the dict keeps
+    its value."""
     xs, ys, _ = _stream(5, 60, 4)
     model, reference = PegasosClassifier(), PegasosClassifier()
     model.learn_csr(*_csr(xs[:30]), ys[:30])
@@ -437,7 +437,8 @@ def _svmlight_log(n: int) -> list[bytes]:
         lines.append(f"{rng.choice(['+1', '-1', '0'])} {pairs}".encode())
         if i % 23 == 5:
             lines.append(rng.choice([b"# a comment", b"+1 1:nan", b"3 1:1", b"+1 1:1_0 2:1", b"-1 4:1 4:2",
-                                     b"+1 2:\xff", b"", b"+1 " + b"9:1 " * 200, b"-1 1:1e200 2:1e200 # huge"]))  # fmt: skip
+                                     b"+1 2:\xff", b"", b"+1 " + b"9:1 " * 200,
+                                     b"-1 1:1e200 2:1e200 # huge"]))  # fmt: skip
     return lines
 
 

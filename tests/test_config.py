@@ -155,15 +155,15 @@ def test_refused_wrong_values_beyond_the_listed_ones(tmp_path, config, key_path,
 
 def test_unreadable_or_invalid_yaml_names_the_file(tmp_path):
     missing = tmp_path / "missing.yaml"
-    with pytest.raises(ConfigError, match="missing.yaml: cannot read"):
+    with pytest.raises(ConfigError, match=r"missing\.yaml: cannot read"):
         load_config(missing)
     broken = tmp_path / "broken.yaml"
     broken.write_text("model: [unclosed\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="broken.yaml: not valid YAML"):
+    with pytest.raises(ConfigError, match=r"broken\.yaml: not valid YAML"):
         load_config(broken)
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("42\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="scalar.yaml: expected a mapping of sections"):
+    with pytest.raises(ConfigError, match=r"scalar\.yaml: expected a mapping of sections"):
         load_config(scalar)
 
 
@@ -239,7 +239,7 @@ def test_parse_override_reads_yaml_values():
     assert parse_override("output.path=a=b.jsonl") == (["output", "path"], "a=b.jsonl")  # first '=' splits
     assert parse_override("run.max_events=") == (["run", "max_events"], None)
     for bad in ("run.max_events", "=3", ""):
-        with pytest.raises(ConfigError, match="expected dotted.key=value"):
+        with pytest.raises(ConfigError, match=r"expected dotted\.key=value"):
             parse_override(bad)
 
 

@@ -124,7 +124,7 @@ def as_vector(weights: dict, names) -> np.ndarray:
 @pytest.fixture(scope="module")
 def binary_optimum(phishing):
     """F* from LinearSVC, certified by a dual lower bound."""
-    names, X, _, _, y = phishing
+    _, X, _, _, y = phishing
     n = len(y)
     lam = BIN_LAMBDA
     C = 1.0 / (lam * n)

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import yaml
-from conftest import kafka_source_config
 from kafka import KafkaConsumer, TopicPartition
 
 from pegasos_stream import cli
+from pegasos_stream.testing.kafka_broker import kafka_source_config
 
 
 def _config(tmp_path: Path, broker: str, topic: str, group: str) -> Path:

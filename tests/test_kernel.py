@@ -1,4 +1,4 @@
-"""Correctness of KernelPegasosClassifier against /tmp/spec/KERNEL.md.
+"""Correctness of KernelPegasosClassifier.
 
 1. budget=None equals the dense reference (tests/kernel_reference.py) step by step: the decision
    BEFORE every step, then t and the support vectors (features, label, β) AFTER it, for the linear,
@@ -42,8 +42,11 @@ algorithm, so the stream is cut there (hypothesis ``event``): every step before 
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -409,6 +412,7 @@ def check_step_structure(maintenance, budget, pre, post, x, y, w):
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params", list(BUDGET_CASES.values()), ids=list(BUDGET_CASES))
 @settings(max_examples=40, **_COMMON)
 @given(
@@ -875,3 +879,28 @@ def test_store_copies_callers_dict(maintenance):
     assert model.support_vectors == [({"a": 1.0, 2: -0.5}, True, 2.0)]
     model.learn_one(x, True)  # the mutated dict is a different example
     assert model.support_vectors == [({"a": 1.0, 2: -0.5}, True, 2.0), ({"a": 99.0, "new": 3.0}, True, 1.0)]
+
+
+def test_merging_gives_the_same_model_whatever_the_processs_str_hashes():
+    """Bit-identical across processes: the merged vector's keys must not follow set order."""
+    script = (
+        "import random\n"
+        "from pegasos_stream import KernelPegasosClassifier\n"
+        "from pegasos_stream.persist import model_digest\n"
+        "rng = random.Random(0)\n"
+        "model = KernelPegasosClassifier(budget=20, maintenance='merge')\n"
+        "for _ in range(600):\n"
+        "    model.learn_one({f'w{rng.randrange(50)}': rng.random() for _ in range(5)}, rng.random() < 0.5)\n"
+        "print(model_digest(model))\n"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1

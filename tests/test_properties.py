@@ -508,7 +508,7 @@ def test_learn_many_rejects_each_bad_value(bad):
     before = snapshot(model)
     X = pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": [0.5, -1.0, 0.25]}).astype(object)
     X.loc[1, "b"] = bad
-    with pytest.raises(ValueError, match="'b'|\\bb\\b"):
+    with pytest.raises(ValueError, match=r"'b'|\bb\b"):
         model.learn_many(X, pd.Series([True, False, True]))
     assert snapshot(model) == before
 

@@ -619,6 +619,7 @@ LONG_VARIANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options, folds", LONG_VARIANTS)
 def test_long_run_matches_reference(options, folds, monkeypatch):
     n, every = 100_000, 10_000

@@ -24,6 +24,7 @@ times. Every wait is bounded and every process started here is killed and reaped
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -39,10 +40,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import kafka_source_config
 from kafka import KafkaConsumer, TopicPartition
 
 from pegasos_stream.persist.checkpoint import checkpoints, latest_valid, read_checkpoint
+from pegasos_stream.testing.kafka_broker import kafka_source_config
 
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
 EVERY = 50  # events between checkpoints
@@ -335,6 +336,7 @@ def _kill(proc: subprocess.Popen, mode: str, rng: random.Random, directory: Path
 # -- 3. SIGKILL, file source -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigkill_at_many_instants_then_resume_gives_the_uninterrupted_model(stream, reference, tmp_path):
     job = _file_job(tmp_path, stream.path)
     directory = tmp_path / "ck"
@@ -458,6 +460,7 @@ def test_resume_with_every_checkpoint_corrupt_starts_from_the_beginning(stream, 
     _assert_same_job_result(directory, reference, done.stderr)
 
 
+@pytest.mark.slow
 def test_resume_of_a_gzip_file_and_with_another_configuration(stream, reference, tmp_path):
     """Offsets of a .gz file are offsets into the decompressed stream; a changed configuration
     is resumed with a warning."""
@@ -506,10 +509,8 @@ def test_stdin_resume_skips_the_lines_already_covered(stream, reference, tmp_pat
         _reap(proc)
         writer.join(timeout=10)
         if not proc.stdin.closed:
-            try:
+            with contextlib.suppress(OSError):
                 proc.stdin.close()
-            except OSError:
-                pass
     assert proc.returncode == -signal.SIGKILL
     newest = _assert_every_checkpoint_loads(directory)
     covered = newest["source"]["line"]

@@ -56,6 +56,7 @@ def _spam_sample(n: int = 120):
             yield event["text"], event["label"] == "spam"
 
 
+@pytest.mark.slow
 def test_river_checks_on_raw_text():
     """river's dataset-driven checks on a text stream, through BagOfWords."""
     model = feature_extraction.BagOfWords() | PegasosClassifier()

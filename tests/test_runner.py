@@ -15,7 +15,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -24,11 +26,12 @@ import yaml
 from pegasos_stream import PegasosClassifier, PegasosMulticlass, cli
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config
+from pegasos_stream.cli.main import process_wide
 from pegasos_stream.features import EmailFeatures
 from pegasos_stream.stream.pending import PendingLabels
-from pegasos_stream.stream.records import Record
+from pegasos_stream.stream.records import Record, RecordBatch
 from pegasos_stream.stream.runner import StopRun
-from pegasos_stream.stream.sources import FileSource
+from pegasos_stream.stream.sources import FileSource, Source
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
@@ -68,7 +71,6 @@ def _write_config(path: Path, config: dict) -> Path:
 def _in_process(config: dict, source=None, max_events=None):
     """Run a runner built from ``config`` over its source; returns the runner."""
     runner = build_runner(config)
-    runner.log = io.StringIO()
     source = source or build_source(config)
     try:
         runner.run(source, max_events)
@@ -264,8 +266,8 @@ def test_bad_records_are_skipped_reported_and_dead_lettered(tmp_path):
     assert predictions == _read_jsonl(tmp_path / "clean-predictions.jsonl")
 
 
-def test_bad_records_leave_the_model_identical_to_the_clean_stream(tmp_path):
-    full, clean, bad_at, good = _interleaved(tmp_path)
+def test_bad_records_leave_the_model_identical_to_the_clean_stream(tmp_path, caplog):
+    full, clean, _bad_at, good = _interleaved(tmp_path)
     job = _job(tmp_path, full)
     quiet = ["output.type=none", "errors.dead_letter.type=none"]
     with_bad = _in_process(load_config(job, quiet))
@@ -282,12 +284,12 @@ def test_bad_records_leave_the_model_identical_to_the_clean_stream(tmp_path):
         event = json.loads(line)
         direct.learn_one(event["x"], event["label"])
     assert direct.weights == with_bad.model.weights and direct.t == with_bad.model.t
-    # every rejection was reported on the runner's log
-    assert with_bad.log.getvalue().count("rejected ") == len(BAD_LINES)
+    # every rejection was reported on the runner's log (the clean run rejected nothing)
+    assert caplog.text.count("rejected ") == len(BAD_LINES)
 
 
 def test_on_error_stop_exits_1_naming_the_position(tmp_path):
-    full, clean, bad_at, good = _interleaved(tmp_path)
+    full, _clean, bad_at, _good = _interleaved(tmp_path)
     job = _job(tmp_path, full)
     done = subprocess.run(
         [BIN, "run", "--config", str(job), "--set", "errors.on_error=stop"], capture_output=True, text=True, timeout=60
@@ -308,8 +310,7 @@ def test_on_error_stop_learns_nothing_from_the_bad_record(tmp_path):
     path = _write_lines(tmp_path / "events.jsonl", lines)
     config = load_config(_job(tmp_path, path), ["errors.on_error=stop", "output.type=none"])
     runner = build_runner(config)
-    runner.log = io.StringIO()
-    with pytest.raises(StopRun, match=rf"^{path}:15: "):
+    with pytest.raises(StopRun, match=rf"^{path}:15: "), process_wide(runner):  # as the command line runs it
         runner.run(FileSource(path))
     assert gc.get_freeze_count() == 0  # the heap set aside during the run is given back, even on a stop
     before = PegasosClassifier(lambda_=0.01, fit_intercept=True)
@@ -322,7 +323,7 @@ def test_on_error_stop_learns_nothing_from_the_bad_record(tmp_path):
     assert runner.stats.learned == 14
 
 
-def test_out_of_range_integer_is_rejected_and_the_run_goes_on(tmp_path):
+def test_out_of_range_integer_is_rejected_and_the_run_goes_on(tmp_path, caplog):
     """A JSON integer too large for a float must be a bad record like NaN, not crash the run."""
     good = _jsonl(_binary_events(3, seed=3))
     huge = b'{"id": "huge-int", "x": {"f1": 1' + b"0" * 400 + b'}, "label": true}'
@@ -333,7 +334,7 @@ def test_out_of_range_integer_is_rejected_and_the_run_goes_on(tmp_path):
     runner = _in_process(config)
     assert runner.stats.rejected == 1
     assert runner.stats.learned == 3
-    assert f"rejected {path}:2: " in runner.log.getvalue()
+    assert f"rejected {path}:2: " in caplog.text
 
 
 # -- delayed labels ------------------------------------------------------------------------
@@ -443,7 +444,7 @@ def test_max_pending_drops_the_oldest(tmp_path, capsys):
                 "--json",
                 "--config",
                 str(_write_config(tmp_path / "job.yaml", {})),
-                *sum((["--set", o] for o in overrides), []),
+                *[arg for o in overrides for arg in ("--set", o)],
             ]
         )
         == 0
@@ -455,7 +456,6 @@ def test_max_pending_drops_the_oldest(tmp_path, capsys):
 def test_max_age_expires_with_an_injected_clock():
     config = load_config(None, ["model.lambda_=0.01", "output.type=none"])
     runner = build_runner(config)
-    runner.log = io.StringIO()
     now = [0.0]
     runner.pending = PendingLabels(max_pending=100, max_age_seconds=10.0, clock=lambda: now[0])
     events = {e["id"]: e for e in _binary_events(3, seed=6, prefix="m")}
@@ -753,3 +753,86 @@ def test_eval_plot_writes_a_learning_curve(tmp_path, capsys):
     assert cli.main(["eval", "--json", "--max-events", "120", "--plot", str(png)]) == 0
     assert json.loads(capsys.readouterr().out)["n"] == 120
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- the runner on its own: any thread, the report's state ----------------------------------
+
+
+class _EndlessSource(Source):
+    """The records of ``lines``, then idle ticks until the run is stopped."""
+
+    name = "<endless>"
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self._lines = lines
+        self._read = 0
+
+    def read(self, n: int) -> RecordBatch:
+        start = self._read
+        values = self._lines[start : start + n]
+        if not values:
+            time.sleep(0.01)
+        self._read += len(values)
+        return RecordBatch(values, range(start + 1, start + 1 + len(values)), lambda line: f"<endless>:{line}")
+
+    def position(self) -> dict:
+        return {"line": self._read}
+
+
+def test_run_works_in_a_worker_thread_and_stops_on_request():
+    """``Runner.run`` leaves signals to the command line, so it runs in any thread; ``request_stop``
+    from another thread ends the run."""
+    events = _binary_events(50, seed=9)
+    runner = build_runner(load_config(None, ["model.lambda_=0.01", "output.type=none"]))
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            outcome["stats"] = runner.run(_EndlessSource(_jsonl(events)))
+        except Exception as error:
+            outcome["error"] = error
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while runner.stats.events < len(events) and worker.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    runner.request_stop()
+    worker.join(timeout=10)
+    assert not worker.is_alive()
+    assert "error" not in outcome, outcome["error"]
+    assert outcome["stats"].events == outcome["stats"].learned == len(events)
+    model = PegasosClassifier(lambda_=0.01)
+    for event in events:
+        model.learn_one(event["x"], event["label"])
+    assert runner.model.weights == model.weights
+
+
+def test_the_command_line_settings_of_a_run_last_as_long_as_it():
+    runner = build_runner(load_config(None, ["output.type=none"]))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    with process_wide(runner):
+        assert gc.get_freeze_count() > 0
+        assert signal.getsignal(signal.SIGTERM) == signal.getsignal(signal.SIGINT) == runner.request_stop
+    assert gc.get_freeze_count() == 0
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
+
+
+@pytest.mark.parametrize("kind", ["linear", "multiclass"])
+def test_the_report_state_keeps_the_layout_of_earlier_checkpoints(tmp_path, kind):
+    """A snapshot holds the report as checkpoints written before reports had a state of their own
+    (every field but the window, deques as lists), and a runner restored from it reports the same."""
+    path = _write_lines(tmp_path / "events.jsonl", _jsonl(_binary_events(60, seed=10)))
+    config = load_config(_job(tmp_path, path), [f"model.kind={kind}", "output.type=none"])
+    runner = _in_process(config)
+    earlier_layout = {
+        name: list(value) if isinstance(value, deque) else value
+        for name, value in vars(runner.report).items()
+        if name != "window"
+    }
+    snapshot = runner.snapshot()
+    assert snapshot["report"] == earlier_layout
+    restored = build_runner(config)
+    restored.restore({**snapshot, "report": earlier_layout})
+    assert restored.snapshot()["report"] == earlier_layout
+    assert restored.report.summary() == runner.report.summary()

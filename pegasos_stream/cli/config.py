@@ -13,9 +13,10 @@ import inspect
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -178,7 +179,8 @@ def _check(value: Any, spec: Option | dict, path: str, where: str) -> None:
         raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
     if spec.choices and value not in spec.choices:
         raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
-    if spec.minimum is not None and not (math.isfinite(value) and value >= spec.minimum):
+    number = cast(float, value)  # only numeric options have a minimum
+    if spec.minimum is not None and not (math.isfinite(number) and number >= spec.minimum):
         raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
 
 
@@ -271,7 +273,7 @@ def apply_override(config: dict, keys: list[str], value: Any) -> None:
     node[keys[-1]] = value
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> dict:
+def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> dict:
     """Read, override and validate a configuration file (None: the defaults alone).
 
     Relative paths in the file are taken relative to the file; those of ``overrides`` (the
@@ -299,7 +301,7 @@ _PATH_KEYS = (("source", "path"), ("output", "path"), ("errors", "dead_letter", 
 
 def _resolve_paths(raw: dict, base: Path) -> None:
     for keys in _PATH_KEYS:
-        node = raw
+        node: dict | None = raw
         for key in keys[:-1]:
             node = node.get(key) if isinstance(node, dict) else None
         if isinstance(node, dict) and isinstance(node.get(keys[-1]), str):

@@ -3,20 +3,60 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
+import logging
 import math
+import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..persist.checkpoint import CheckpointError, describe, latest_valid
-from ..stream.runner import StopRun
+from ..stream.runner import Runner, StopRun
 from ..stream.sources import Source
 from .assemble import build_checkpoints, build_runner, build_source
 from .config import ConfigError, config_hash, load_config
 
 #: The default job: the spam filter on the sample stream shipped in the repository.
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "spam.yaml"
+
+_log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _diagnostics_on_stderr() -> Iterator[None]:
+    """For the length of a command, the package's diagnostics (info and up) go to stderr as plain
+    lines: rejections, statistics, checkpoint fallbacks, resume messages."""
+    logger = logging.getLogger("pegasos_stream")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def process_wide(runner: Runner) -> Iterator[None]:
+    """The process-wide side of a run, undone after it (error included): SIGTERM and SIGINT ask
+    ``runner`` to stop after the current record, and what exists when the run starts (modules, the
+    model, the source's client), which outlives it, is set aside from garbage collection
+    (``gc.freeze``), so that the full collections the stream triggers do not traverse it again."""
+    previous = {sig: signal.signal(sig, runner.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -95,18 +135,16 @@ def _resume(config: dict) -> tuple[dict, dict] | None:
     directory = config["checkpoint"]["dir"]
     if not directory:
         raise ConfigError("--resume needs checkpoint.dir in the configuration")
-    found = latest_valid(directory, report=lambda message: print(message, file=sys.stderr))
+    found = latest_valid(directory)
     if found is None:
-        print(f"no checkpoint in {directory}: starting from the beginning", file=sys.stderr)
+        _log.info("no checkpoint in %s: starting from the beginning", directory)
         return None
     path, state, manifest = found
     if manifest.get("config_sha256") != config_hash(config):
-        print(f"warning: {path} was written with another configuration", file=sys.stderr)
+        _log.warning("warning: %s was written with another configuration", path)
     if config["source"]["type"] == "stdin":
-        print(
-            f"standard input cannot be re-read: skipping its first {manifest['source']['line']} lines", file=sys.stderr
-        )
-    print(f"resuming from {path} (t={state['model'].t}, {manifest['events']} events)", file=sys.stderr)
+        _log.info("standard input cannot be re-read: skipping its first %s lines", manifest["source"]["line"])
+    _log.info("resuming from %s (t=%s, %s events)", path, state["model"].t, manifest["events"])
     return state, manifest
 
 
@@ -143,7 +181,10 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     source = build_source(config, position)
     progress = ProgressBar() if evaluate else None
     try:
-        stats = runner.run(source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress, checkpoints)
+        with process_wide(runner):
+            stats = runner.run(
+                source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress, checkpoints
+            )
     except StopRun as error:
         print(f"stopped: {error}", file=sys.stderr)
         return 1
@@ -154,7 +195,7 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         runner.sink.close()
         if runner.dead_letters is not None:
             runner.dead_letters.close()
-    summary = {
+    summary: dict[str, object] = {
         **runner.report.summary(),
         "events": stats.events,
         "learned": stats.learned,
@@ -197,13 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     inspect.add_argument("path")
     inspect.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     args = parser.parse_args(argv)
-    if args.command == "inspect":
-        return _command_inspect(args)
-    try:
-        return _command_run(args, evaluate=args.command == "eval")
-    except ConfigError as error:
-        print(f"configuration error: {error}", file=sys.stderr)
-        return 2
+    with _diagnostics_on_stderr():
+        if args.command == "inspect":
+            return _command_inspect(args)
+        try:
+            return _command_run(args, evaluate=args.command == "eval")
+        except ConfigError as error:
+            print(f"configuration error: {error}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

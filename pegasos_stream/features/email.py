@@ -9,6 +9,7 @@ import math
 import re
 import zlib
 from collections import Counter
+from collections.abc import Sequence
 from email.header import decode_header, make_header
 from email.message import Message
 
@@ -143,7 +144,7 @@ class EmailFeatures(base.Transformer):
         self.hash_bits = hash_bits
 
     def _tokens(self, text: str) -> list[str]:
-        tokens = []
+        tokens: list[str] = []
         n = self.char_ngram
         if n:
             tokens.extend("c:" + text[i : i + n] for i in range(len(text) - n + 1))
@@ -156,10 +157,11 @@ class EmailFeatures(base.Transformer):
         if not isinstance(raw, str):
             raw = bytes(raw).decode("utf-8", errors="replace")
         text = (message_text(raw) if self.parse else raw)[: self.max_chars]
-        tokens = self._tokens(text)
+        names = self._tokens(text)
+        tokens: Sequence[str | int] = names
         if self.hash_bits is not None:
             mask = (1 << self.hash_bits) - 1
-            tokens = [zlib.crc32(token.encode("utf-8", "surrogatepass")) & mask for token in tokens]
+            tokens = [zlib.crc32(name.encode("utf-8", "surrogatepass")) & mask for name in names]
         if self.binary:
             present = dict.fromkeys(tokens, 1)
             if self.normalize and present:  # every value is 1: the norm is √(number of features)

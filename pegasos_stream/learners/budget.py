@@ -72,7 +72,8 @@ def merge(store: SupportVectorStore) -> None:
     best = int(np.argmin(degradation))
     n, h_best = int(partners[best]), float(h[best])
     x_n = store.features[n]
-    z = {key: h_best * x_m.get(key, 0.0) + (1.0 - h_best) * x_n.get(key, 0.0) for key in x_m.keys() | x_n.keys()}
+    # keys in a fixed order (x_m's, then x_n's new ones): a set's order would follow the process's str hashes
+    z = {key: h_best * x_m.get(key, 0.0) + (1.0 - h_best) * x_n.get(key, 0.0) for key in {**x_m, **x_n}}
     beta_z = float(a_z[best])
     store.delete([m, n])
     existing = store.find(z, label)

@@ -15,6 +15,11 @@ to about 5·10⁶ and never reach exactly 0 or 1.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from river.base.typing import ClfTarget
 
 __all__ = ["OnlinePlatt", "PlattScaledMargin", "squash"]
 
@@ -92,16 +97,16 @@ class PlattScaledMargin:
 
     _platt: OnlinePlatt
 
-    def decision_function_one(self, x) -> float:
+    def decision_function_one(self, x: Mapping[Any, Any]) -> float:
         raise NotImplementedError
 
-    def predict_one(self, x) -> bool:
+    def predict_one(self, x: Mapping[Any, Any], **kwargs: Any) -> bool:
         return self.decision_function_one(x) > 0.0
 
     def probability(self, margin: float) -> float:
         """P(True) for a margin, as ``predict_proba_one`` gives it."""
         return self._platt.proba(margin)
 
-    def predict_proba_one(self, x) -> dict[bool, float]:
+    def predict_proba_one(self, x: Mapping[Any, Any], **kwargs: Any) -> dict[ClfTarget, float]:
         p = self._platt.proba(self.decision_function_one(x))
         return {False: 1.0 - p, True: p}

@@ -10,10 +10,10 @@ from operator import mul
 import numpy as np
 from river import base, utils
 
-from .. import _fast
-from .calibration import MAX_LOG_SLOPE, MIN_TAIL, TAIL_MASS, TAIL_START, OnlinePlatt, PlattScaledMargin
+from . import compiled
+from .calibration import OnlinePlatt, PlattScaledMargin
 from .rows import Rows
-from .schedule import MAX_NORM, effective_step, refuse_overflow
+from .schedule import effective_step, refuse_overflow
 from .validation import (
     binary_sign,
     check_features,
@@ -22,7 +22,7 @@ from .validation import (
     check_sample_weight,
     reject_features,
 )
-from .weights import COMPENSATED_SUM, MAX_AVERAGE_CANCELLATION, MIN_SCALE, WeightVector, sparse_dot
+from .weights import WeightVector, sparse_dot
 
 __all__ = ["PegasosClassifier"]
 
@@ -91,6 +91,24 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     1250
 
     """
+
+    # Declared here so that every method sees their types (all are set in __init__).
+    lambda_: float
+    fit_intercept: bool
+    projection: bool
+    average: bool | int
+    class_weight: str | dict | None
+    horizon: int | None
+    _class_cost: dict[float, float] | None
+    _prior: dict
+    _radius: float
+    _average_from: int | None
+    _u: WeightVector
+    _b: float
+    _average_b: float
+    _t: int
+    _n_pos: int
+    _n_neg: int
 
     def __init__(
         self,
@@ -345,27 +363,12 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         The loop runs compiled and leaves the model bit-identical to the ``learn_one`` loop (its
         Platt calibration included). Column j is the feature ``columns[j]`` (default: the int j).
         Returns each row's decision (the ``decision_function_one`` value) before it was learned.
+        A malformed matrix (indptr decreasing or past indices, a column out of range or repeated
+        within a row, arrays of the wrong shape or type) or labels and weights that do not match
+        its rows raise a ValueError saying what is wrong, before anything is learned.
         A row ``learn_one`` would refuse raises a ValueError naming it; the rows before it are learned.
         """
-        rows = Rows.from_csr(indptr, indices, data, columns)
-        signs = np.array([binary_sign(label) for label in np.asarray(y).tolist()], dtype=np.float64)
-        if len(signs) != len(rows):
-            raise ValueError(f"learn_csr: {len(rows)} rows but {len(signs)} labels")
-        if sample_weight is None:
-            weights = np.ones(len(rows))
-        else:
-            weights = np.array([check_sample_weight(w) for w in np.asarray(sample_weight).tolist()])
-        if not np.isfinite(rows.data).all():
-            bad = int(np.searchsorted(rows.indptr, np.flatnonzero(~np.isfinite(rows.data))[0], side="right")) - 1
-            try:
-                check_features(rows.row(bad))
-            except ValueError as error:
-                raise ValueError(f"row {bad}: {error}") from None
-        decisions, probas = np.empty(len(rows)), np.empty(len(rows))
-        stop, error = self.learn_rows(rows, signs, weights, decisions, probas)
-        if error is not None:
-            raise ValueError(f"row {stop}: {error}") from None
-        return decisions
+        return compiled.learn_csr(self, indptr, indices, data, y, columns, sample_weight)
 
     def learn_rows(
         self,
@@ -382,78 +385,10 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         before each row was learned). Stops at the first row ``learn_one`` refuses, which is left
         unlearned: returns (that row, the error), or (len(rows), None) when every row is learned.
         The refused row's decision is nan when no decision could be made (a non-finite margin).
+        Arrays the compiled loop cannot take (1-d C-contiguous float64 signs, weights, decisions and
+        probas, one per row; rows with a column repeated or out of range) raise a ValueError first.
         """
-        n = len(rows)
-        while start < n:
-            stop = self._learn_compiled(rows, signs, weights, decisions, probas, start)
-            if stop == n:
-                break
-            x = rows.row(stop)  # a rare branch (a fold of the scale, a refusal): learn_one takes it
-            decisions[stop] = probas[stop] = math.nan
-            try:
-                decisions[stop] = self._margins(x)[1]
-                probas[stop] = self._platt.proba(decisions[stop])
-                self.learn_one(x, signs[stop] > 0, float(weights[stop]))
-            except ValueError as error:
-                self._last_scored = None
-                return stop, error
-            start = stop + 1
-        return n, None
-
-    def _learn_compiled(self, rows, signs, weights, decisions, probas, start: int) -> int:
-        """Gather the weights the rows touch, run the compiled loop from ``start``, scatter them back.
-
-        Returns the row the loop stopped before (len(rows) when it learned them all).
-        """
-        u, platt, keys = self._u, self._platt, rows.keys
-        m = len(keys)
-        v, present_v, held_v = _gather(u.v, keys, hold=True)
-        stored_v = np.flatnonzero(present_v)
-        if u.average:
-            offset, present_offset, held_offset = _gather(u.avg_offset, keys, hold=True)
-            stored_offset = np.flatnonzero(present_offset)
-        else:
-            offset, present_offset = np.zeros(m), np.ones(m, dtype=bool)
-        prior = _gather(self._prior, keys)[0] if self._prior else np.zeros(m)
-        new_v, new_offset = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-        state = np.array(
-            [
-                u.scale,
-                u.sq_norm,
-                self._b,
-                self._average_b,
-                u.avg_scale,
-                platt.log_slope,
-                platt.slope,
-                platt.offset,
-                platt._sq_grad_slope,
-                platt._sq_grad_offset,
-            ]
-        )
-        istate = np.array([self._t, u.n_averaged, self._n_pos, self._n_neg, platt.n_pos, platt.n_neg, 0, 0])
-        stop = _fast.learn_rows(
-            rows.indptr, rows.indices, rows.data, signs, weights, v, offset, prior, present_v, present_offset,
-            new_v, new_offset, state, istate, self._compiled_params(), decisions, probas, start,
-        )  # fmt: skip
-        _scatter(u.v, keys, v, stored_v, new_v[: istate[6]], held_v)
-        if u.average:
-            _scatter(u.avg_offset, keys, offset, stored_offset, new_offset[: istate[7]], held_offset)
-        (u.scale, u.sq_norm, self._b, self._average_b, u.avg_scale,
-         platt.log_slope, platt.slope, platt.offset, platt._sq_grad_slope, platt._sq_grad_offset) = state.tolist()  # fmt: skip
-        self._t, u.n_averaged, self._n_pos, self._n_neg, platt.n_pos, platt.n_neg = istate[:6].tolist()
-        self._last_scored = None
-        return stop
-
-    def _compiled_params(self) -> np.ndarray:
-        """The learner's settings in the order ``_fast.learn_rows`` reads them."""
-        costs = self._class_cost or {1.0: 1.0, -1.0: 1.0}
-        return np.array(
-            [self.lambda_, self.horizon or 0, self._average_from or 0, self.fit_intercept, self.projection,
-             self._radius, costs[1.0], costs[-1.0], self.class_weight == "balanced", bool(self._prior),
-             COMPENSATED_SUM, self._platt.learning_rate, TAIL_START, TAIL_MASS, MIN_TAIL, MAX_LOG_SLOPE,
-             MIN_SCALE, MAX_AVERAGE_CANCELLATION, MAX_NORM],
-            dtype=np.float64,
-        )  # fmt: skip
+        return compiled.learn_rows(self, rows, signs, weights, decisions, probas, start)
 
     # -- mini-batch inference ----------------------------------------------------------------
 
@@ -479,24 +414,6 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         X_nw, decisions = self._decisions_many(X)
         p = np.array([self._platt.proba(d) for d in decisions.tolist()])
         return utils.dataframe.to_native_frame({False: 1.0 - p, True: p}, like=X_nw)
-
-
-def _gather(weights: dict, keys: list, hold: bool = False) -> tuple[np.ndarray, np.ndarray, list | None]:
-    """(the values of ``keys``, 0.0 where absent; whether each is present; with ``hold``, the value
-    objects, for ``_scatter``)."""
-    values, present = np.empty(len(keys)), np.empty(len(keys), dtype=bool)
-    held = _fast.gather(weights, keys, values, present, hold)
-    return values, present, held
-
-
-def _scatter(
-    weights: dict, keys: list, values: np.ndarray, stored: np.ndarray, new: np.ndarray, held: list | None
-) -> None:
-    """Write back the values of the ``stored`` keys (into the floats ``_gather`` ``held`` where only the
-    dict refers to them: nothing may touch ``weights`` in between), then add the ``new`` ones in the order
-    they were first written (the order ``learn_one`` inserts them in)."""
-    for columns in (stored, new):
-        _fast.scatter(weights, keys, values, columns.astype(np.int64, copy=False), held)
 
 
 def _finite_matrix(X_nw) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping
 from operator import mul
+from typing import Any
 
 from river import base
 
@@ -121,11 +122,11 @@ class PegasosMulticlass(base.Classifier):
             scores[label] += b
         return scores
 
-    def predict_one(self, x: Mapping):
+    def predict_one(self, x: Mapping, **kwargs: Any) -> base.typing.ClfTarget | None:
         scores = self.scores_one(x)
         return max(scores, key=scores.__getitem__) if scores else None
 
-    def predict_proba_one(self, x: Mapping) -> dict:
+    def predict_proba_one(self, x: Mapping, **kwargs: Any) -> dict[base.typing.ClfTarget, float]:
         scores = self.scores_one(x)
         if not scores:
             return {}

@@ -59,7 +59,7 @@ def reject_features(x: Mapping[Hashable, object]) -> None:
 
 def check_sample_weight(w: object) -> float:
     """The sample weight as a float; a ValueError unless it is a finite number >= 0."""
-    if isinstance(w, numbers.Real) and math.isfinite(w) and w >= 0:
+    if isinstance(w, numbers.Real) and math.isfinite(w) and float(w) >= 0.0:
         return float(w)
     raise ValueError(f"sample weight {w!r}: expected a finite number >= 0")
 

@@ -17,7 +17,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from itertools import repeat
 from operator import add, mul
 
-from .. import _fast
+import pegasos_stream._fast as _fast
 
 __all__ = ["COMPENSATED_SUM", "MIN_SCALE", "SharedScaleWeights", "WeightVector", "sparse_dot"]
 
@@ -36,8 +36,8 @@ COMPENSATED_SUM = sum([0.1] * 10) == 1.0
 
 
 def sparse_dot(v: dict, x: Features) -> float:
-    """⟨v, x⟩ for a sparse dict ``v``, in O(nnz(x)), summed in the order of ``x`` (in C for a dict of
-    floats and ints, with the same result)."""
+    """⟨v, x⟩ for a sparse dict ``v``, in O(nnz(x)), summed in the order of ``x`` (in C, with the same
+    result, for a dict ``x`` of str or int keys and float, int or bool values and a ``v`` of floats)."""
     result = _fast.sparse_dot(v, x, COMPENSATED_SUM)
     if result is None:
         return sum(map(mul, map(v.get, x, repeat(0.0)), x.values()))
@@ -50,8 +50,8 @@ def _axpy(v: dict, x: Features, c: float) -> None:
 
 
 def _axpy_sq_norm(v: dict, x: Features, c: float) -> float:
-    """v += c·x in place; returns the change of ‖v‖², computed coordinate by coordinate (in C for a
-    dict of floats and ints, with the same result)."""
+    """v += c·x in place; returns the change of ‖v‖², computed coordinate by coordinate (in C, with the
+    same result, for the ``v`` and ``x`` ``sparse_dot`` takes there)."""
     change = _fast.axpy_sq_norm(v, x, c, COMPENSATED_SUM)
     if change is not None:
         return change

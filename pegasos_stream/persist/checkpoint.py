@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 import os
 import re
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ MAGIC = b"PEGASOS\x00"
 FORMAT_VERSION = 1
 _NAME = re.compile(r"checkpoint-(\d{12})\.pgs$")
 
+_log = logging.getLogger(__name__)
+
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be used; the message names the file and the reason."""
@@ -66,7 +69,8 @@ def model_digest(model: Any) -> str:
 def _payload(manifest: dict, arrays: dict[str, np.ndarray]) -> bytes:
     buffer = io.BytesIO()
     manifest_bytes = np.frombuffer(json.dumps(manifest, sort_keys=True).encode("utf-8"), dtype=np.uint8)
-    np.savez(buffer, manifest=manifest_bytes, **arrays)
+    members: dict[str, Any] = {"manifest": manifest_bytes, **arrays}  # Any: savez's stubs type **kwds loosely
+    np.savez(buffer, **members)
     return buffer.getvalue()
 
 
@@ -121,7 +125,8 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict]:
         raise CheckpointError(f"{path}: not a pegasos-stream checkpoint")
     if manifest.get("version") != FORMAT_VERSION:
         raise CheckpointError(
-            f"{path}: checkpoint format version {manifest.get('version')!r}; this program reads version {FORMAT_VERSION}"
+            f"{path}: checkpoint format version {manifest.get('version')!r}; "
+            f"this program reads version {FORMAT_VERSION}"
         )
     try:
         state = decode(manifest.pop("state"), arrays)
@@ -145,6 +150,14 @@ def checkpoint_path(directory: str | Path, sequence: int) -> Path:
     return Path(directory) / f"checkpoint-{sequence:012d}.pgs"
 
 
+def _sequence(path: Path) -> int:
+    """The sequence number in a checkpoint's file name."""
+    match = _NAME.match(path.name)
+    if match is None:
+        raise ValueError(f"{path.name}: not a checkpoint file name")
+    return int(match.group(1))
+
+
 def checkpoints(directory: str | Path) -> list[Path]:
     """The checkpoint files of ``directory``, newest first."""
     directory = Path(directory)
@@ -153,17 +166,19 @@ def checkpoints(directory: str | Path) -> list[Path]:
     return sorted((p for p in directory.iterdir() if _NAME.match(p.name)), reverse=True)
 
 
-def latest_valid(directory: str | Path, report=None) -> tuple[Path, dict, dict] | None:
+def latest_valid(
+    directory: str | Path, report: Callable[[str], object] | None = None
+) -> tuple[Path, dict, dict] | None:
     """The newest checkpoint of ``directory`` that loads, as (path, state, manifest).
 
-    Every newer file that is refused is passed to ``report`` (a callable taking the message).
+    Every newer file that is refused is said so to ``report`` (a callable taking the message; None:
+    logged as a warning).
     """
     for path in checkpoints(directory):
         try:
             state, manifest = read_checkpoint(path)
         except CheckpointError as error:
-            if report is not None:
-                report(f"skipping {error}")
+            (report or _log.warning)(f"skipping {error}")
             continue
         return path, state, manifest
     return None
@@ -194,7 +209,7 @@ class Checkpoints:
         for stale in self.directory.glob(".tmp-*.pgs"):  # left by a writer that was killed mid-write
             stale.unlink(missing_ok=True)
         existing = checkpoints(self.directory)
-        self._sequence = int(_NAME.match(existing[0].name).group(1)) if existing else 0
+        self._sequence = _sequence(existing[0]) if existing else 0
         self._written: int | None = None  # events covered by this run's last checkpoint
         self._last_events = 0
         self._last_time = time.monotonic()
@@ -235,12 +250,12 @@ class Checkpoints:
         return path
 
 
-def describe(path: str | Path, log=sys.stderr) -> dict:
+def describe(path: str | Path) -> dict:
     """The summary ``pegasos-stream inspect`` prints: PATH is a file, or a directory for its newest
-    valid checkpoint."""
+    valid checkpoint (the newer files refused are logged)."""
     path = Path(path)
     if path.is_dir():
-        found = latest_valid(path, report=lambda message: print(message, file=log))
+        found = latest_valid(path)
         if found is None:
             raise CheckpointError(f"{path}: no valid checkpoint")
         path, state, manifest = found

@@ -18,7 +18,7 @@ import numpy as np
 __all__ = ["REGISTRY", "StateError", "decode", "encode", "register"]
 
 #: The classes ``decode`` may rebuild, by name: nothing else is ever created from a state.
-REGISTRY: dict[str, type] = {}
+REGISTRY: dict[str, type[object]] = {}
 
 
 def register(*classes: type) -> None:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from typing import Any
 
 import numpy as np
 
@@ -15,18 +16,18 @@ def roc_auc(scores: Sequence[float], positives: Sequence[bool]) -> float:
 
     Mann-Whitney: the sum of the positives' tie-averaged ranks, kept doubled so it is an exact integer.
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    positives = np.asarray(positives, dtype=bool)
-    n_pos = int(np.count_nonzero(positives))
-    n_neg = len(positives) - n_pos
+    score_array = np.asarray(scores, dtype=np.float64)
+    is_positive = np.asarray(positives, dtype=bool)
+    n_pos = int(np.count_nonzero(is_positive))
+    n_neg = len(is_positive) - n_pos
     if not n_pos or not n_neg:
         return float("nan")
-    order = np.argsort(scores, kind="stable")
-    ordered = scores[order]
+    order = np.argsort(score_array, kind="stable")
+    ordered = score_array[order]
     starts = np.concatenate(([0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1))
     ends = np.concatenate((starts[1:], [len(ordered)]))
     doubled_ranks = np.repeat(starts + ends + 1, ends - starts)  # 2 × (mean 1-based rank of the tie group)
-    doubled_sum = int(doubled_ranks[positives[order]].sum())
+    doubled_sum = int(doubled_ranks[is_positive[order]].sum())
     return (doubled_sum - n_pos * (n_pos + 1)) / (2.0 * n_pos * n_neg)
 
 
@@ -43,8 +44,8 @@ class BinaryReport:
     fp: int = 0
     tn: int = 0
     fn: int = 0
-    scores: deque = field(default_factory=deque)
-    positives: deque = field(default_factory=deque)
+    scores: deque[float] = field(default_factory=deque)
+    positives: deque[bool] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
         self.scores = deque(self.scores, maxlen=self.window)
@@ -73,6 +74,23 @@ class BinaryReport:
     @property
     def n(self) -> int:
         return self.tp + self.fp + self.tn + self.fn
+
+    def state(self) -> dict[str, Any]:
+        """The counts and the scores kept, JSON-ready (``window`` is configuration, not state)."""
+        return {
+            "tp": self.tp,
+            "fp": self.fp,
+            "tn": self.tn,
+            "fn": self.fn,
+            "scores": list(self.scores),
+            "positives": list(self.positives),
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Take up a ``state()`` (of a report with any window: the newest ``window`` scores are kept)."""
+        self.tp, self.fp, self.tn, self.fn = state["tp"], state["fp"], state["tn"], state["fn"]
+        self.scores = deque(state["scores"], maxlen=self.window)
+        self.positives = deque(state["positives"], maxlen=self.window)
 
     def recent_summary(self, last: int = 10_000) -> dict[str, float]:
         """Accuracy so far and the ROC AUC of the last ``last`` scores: cheap enough for a stats line."""
@@ -108,6 +126,14 @@ class MulticlassReport:
     def update(self, label: object, predicted: object) -> None:
         self.correct += label == predicted
         self.n += 1
+
+    def state(self) -> dict[str, Any]:
+        """The counts, JSON-ready."""
+        return {"correct": self.correct, "n": self.n}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Take up a ``state()``."""
+        self.correct, self.n = state["correct"], state["n"]
 
     def summary(self) -> dict[str, float]:
         return {"n": self.n, "accuracy": self.correct / self.n if self.n else float("nan")}

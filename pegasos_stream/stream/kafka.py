@@ -3,26 +3,26 @@
 Values stay bytes (no deserializer): the runner parses them, so one malformed record is a
 rejected record, never a partition stuck on a deserializer error. Offsets are committed by hand
 (auto-commit is off) and every call that talks to the broker has a bounded wait, so an unreachable
-broker gives idle ticks and messages on stderr instead of exceptions and 30 s stalls.
+broker gives idle ticks and logged warnings instead of exceptions and 30 s stalls. What is read,
+claimed, committed and sought is decided by an ``OffsetBook``; the source does the talking.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-import sys
 import threading
 import time
 from bisect import bisect_right
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import accumulate, chain
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
+from .kafka_offsets import Fetched, OffsetBook, Partition, Seeks
 from .records import Cursors, RecordBatch
 from .sources import BATCH_BYTES, Source
 
@@ -39,21 +39,7 @@ CONSUMER_DEFAULTS: dict[str, object] = {
 #: Settings the source owns: the arguments of KafkaSource, or what its offset handling relies on.
 _RESERVED = ("bootstrap_servers", "group_id", "auto_offset_reset", "enable_auto_commit", "value_deserializer")
 
-Partition = tuple[str, int]
-
-
-class _Fetched(NamedTuple):
-    """Messages of one partition from one poll, not read yet: values, offsets, and the partition's
-    generation at the poll."""
-
-    tp: TopicPartition
-    values: list[bytes]
-    offsets: list[int]
-    generation: int
-
-
-def _say(message: str) -> None:
-    print(f"kafka: {message}", file=sys.stderr, flush=True)
+log = logging.getLogger(__name__)
 
 
 class KafkaSource(Source):
@@ -109,19 +95,7 @@ class KafkaSource(Source):
         self._poll_ms = int(poll_seconds * 1000)
         self._commit_timeout = commit_timeout
         self._commit_attempts = commit_attempts
-        self._offsets: dict[TopicPartition, int] = {}  # next offset after the last record claimed
-        # Polled messages not read yet, with their partition's generation at the poll: a partition's
-        # generation moves on when it is revoked or sought, and records of an older one are dropped
-        # instead of claimed.
-        self._fetched: deque[_Fetched] = deque()
-        self._generations: dict[TopicPartition, int] = {}
-        self._read: dict[TopicPartition, tuple[int, int]] = {}  # last read: (generation, next offset)
-        self._buffer_lock = threading.Lock()  # the fetched messages, against rebalance callbacks
-        self._committed: dict[TopicPartition, int] = {}
-        self._seeks: dict[TopicPartition, int] = {}
-        self._resumed: dict[Partition, int] = {}  # offsets given to seek(), until records pass them
-        self._rewind = False  # start every partition from its beginning, whatever the group committed
-        self._rewound: set[TopicPartition] = set()
+        self._offsets = OffsetBook()
         self._listener_thread: int | None = None
         self._reachable = True
         self._watched = -math.inf  # when _watch_broker last looked
@@ -140,89 +114,47 @@ class KafkaSource(Source):
         """Up to ``n`` fetched records: waits up to ``poll_seconds`` when none is fetched, then takes
         whatever more has already arrived (polls that do not wait), so a backlog comes in large batches
         (of ``BATCH_BYTES`` at most, beyond one poll's worth)."""
-        if not self._fetched:
+        count = self._offsets.fetched_count()
+        if not count:
             self._poll(self._poll_ms)
-        count = self._fetched_count()
+            count = self._offsets.fetched_count()
         if 0 < count < n:  # drain what has arrived meanwhile, up to n records or BATCH_BYTES
-            with self._buffer_lock:
-                size = _bytes(self._fetched)
+            size = self._offsets.fetched_bytes()
             while count < n and size < BATCH_BYTES and (fetched := self._poll(0)):
                 count += sum(len(entry.values) for entry in fetched)
-                size += _bytes(fetched)
+                size += sum(entry.nbytes for entry in fetched)
+        parts = self._offsets.read(n)
         values: list[bytes] = []
-        parts: list[tuple[TopicPartition, list[int]]] = []  # the offsets read, partition by partition
-        with self._buffer_lock:
-            self._read = {}
-            while self._fetched and len(values) < n:
-                entry = self._fetched[0]
-                taken = n - len(values)
-                if taken >= len(entry.values):
-                    self._fetched.popleft()
-                else:
-                    self._fetched[0] = entry._replace(values=entry.values[taken:], offsets=entry.offsets[taken:])
-                offsets = entry.offsets[:taken]
-                self._read[entry.tp] = (entry.generation, offsets[-1] + 1)
-                values += entry.values[:taken]
-                parts.append((entry.tp, offsets))
+        for part in parts:
+            values += part.values
         return RecordBatch(values, _cursors(parts), _position)
 
     def claim(self, batch: RecordBatch) -> RecordBatch:
-        with self._buffer_lock:
-            read, self._read = self._read, {}
-            stale = {tp for tp, (generation, _) in read.items() if self._generations.get(tp, 0) != generation}
-            if stale:
-                self._discard_fetched(stale)
-        if stale:
-            batch = self._drop(batch, stale)
-        self._offsets.update((tp, end) for tp, (_, end) in read.items() if tp not in stale)
-        return batch
+        dropped = self._offsets.claim(batch.cursors)
+        if dropped is None:
+            return batch
+        for partition, offset in dropped.seek_back.items():
+            self._consumer.seek(TopicPartition(*partition), offset)
+        return batch.keep(dropped.kept)
 
-    def _drop(self, batch: RecordBatch, stale: set[TopicPartition]) -> RecordBatch:
-        """``batch`` without the records of partitions revoked or sought since their poll; such a
-        partition, when still assigned, is sought back to the first of them, to fetch them again."""
-        by_name = {(tp.topic, tp.partition): tp for tp in stale}
-        first: dict[TopicPartition, int] = {}
-        kept = []
-        for i, cursor in enumerate(batch.cursors):
-            tp = by_name.get(cursor[:2])
-            if tp is None:
-                kept.append(i)
-            else:
-                first.setdefault(tp, cursor[2])
-        assigned = self._consumer.assignment()
-        for tp, offset in first.items():
-            if tp in assigned:
-                self._consumer.seek(tp, offset)
-        return batch.keep(kept)
-
-    def _fetched_count(self) -> int:
-        """Records fetched and not read yet."""
-        with self._buffer_lock:
-            return sum(len(entry.values) for entry in self._fetched)
-
-    def _discard_fetched(self, partitions: set[TopicPartition]) -> None:
-        """Forget the fetched records of ``partitions`` (the caller holds the buffer lock)."""
-        self._fetched = deque(entry for entry in self._fetched if entry.tp not in partitions)
-
-    def _poll(self, timeout_ms: int) -> list[_Fetched]:
+    def _poll(self, timeout_ms: int) -> list[Fetched]:
         """Fetch the next messages, noting each partition's generation before the poll; what came."""
-        with self._buffer_lock:
-            generations = dict(self._generations)
+        generations = self._offsets.generations()
         try:
             batches = self._consumer.poll(timeout_ms=timeout_ms)
         except KafkaError as error:
             if not error.retriable:
                 raise
-            _say(f"poll failed ({_describe(error)}); retrying")
+            log.warning("poll failed (%s); retrying", _describe(error))
             batches = {}
         self._watch_broker()
-        fetched = [
-            _Fetched(tp, [m.value or b"" for m in messages], [m.offset for m in messages], generations.get(tp, 0))
-            for tp, messages in batches.items()
-            if messages
-        ]
-        with self._buffer_lock:
-            self._fetched.extend(fetched)
+        fetched = []
+        for tp, messages in batches.items():
+            if messages:
+                partition = Partition(*tp)
+                values = [m.value or b"" for m in messages]
+                fetched.append(Fetched(partition, values, [m.offset for m in messages], generations.get(partition, 0)))
+        self._offsets.add(fetched)
         return fetched
 
     def commit(self) -> None:
@@ -230,10 +162,10 @@ class KafkaSource(Source):
 
         Retries within ``commit_timeout`` seconds; a failed commit is repeated by the next one.
         """
-        offsets = {tp: offset for tp, offset in self._offsets.items() if self._committed.get(tp) != offset}
+        offsets = self._offsets.uncommitted()
         if not offsets:
             return
-        request = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in offsets.items()}
+        request = {TopicPartition(*p): OffsetAndMetadata(offset, "", -1) for p, offset in offsets.items()}
         if threading.get_ident() == self._listener_thread:
             self._consumer.commit_async(request, callback=self._async_committed)
             return
@@ -249,22 +181,19 @@ class KafkaSource(Source):
                 error = failure
                 time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
             else:
-                self._committed.update(offsets)
+                self._offsets.committed(offsets)
                 return
-        _say(f"could not commit offsets {_positions(offsets)} ({_describe(error)}); the next commit retries")
+        log.warning("could not commit offsets %s (%s); the next commit retries", _positions(offsets), _describe(error))
 
-    def seek(self, offsets: Mapping[Partition, int]) -> None:
+    def seek(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Resume partitions at stored offsets ({(topic, partition): next offset}), now for those
         assigned and at their assignment for the others."""
-        self._resumed.update(offsets)
-        self._seeks.update({TopicPartition(topic, partition): offset for (topic, partition), offset in offsets.items()})
-        self._apply_seeks(self._consumer.assignment())
+        self._seek(self._offsets.seek(offsets))
 
     def position(self) -> dict:
         """{"offsets": [[topic, partition, next offset], ...]}: where a resumed run starts, covering
         every record claimed so far and the partitions resumed but not read from since."""
-        offsets = dict(self._resumed)
-        offsets.update({(tp.topic, tp.partition): offset for tp, offset in self._offsets.items()})
+        offsets = self._offsets.position()
         return {"offsets": [[topic, partition, offset] for (topic, partition), offset in sorted(offsets.items())]}
 
     def lag(self) -> int | None:
@@ -272,7 +201,7 @@ class KafkaSource(Source):
         assigned = self._consumer.assignment()
         if not assigned:
             return None
-        total = self._fetched_count()
+        total = self._offsets.fetched_count()
         for tp in assigned:
             high = self._consumer.highwater(tp)
             if high is None:
@@ -304,50 +233,37 @@ class KafkaSource(Source):
     def rewind(self) -> None:
         """Read every partition from its beginning, ignoring the group's committed offsets (a
         resumed run with no checkpoint: the checkpoints, not the group, say what was learned)."""
-        self._rewind = True
-        self._apply_seeks(self._consumer.assignment())
+        self._seek(self._offsets.rewind())
 
-    def _apply_seeks(self, assigned: set[TopicPartition]) -> None:
-        sought = assigned & set(self._seeks)
-        self._invalidate(sought)
-        for tp in sought:
-            self._consumer.seek(tp, self._seeks.pop(tp))
-            self._offsets.pop(tp, None)
-        if self._rewind:
-            fresh = assigned - self._rewound - set(self._offsets)
-            if fresh:
-                self._consumer.seek_to_beginning(*fresh)
-                self._rewound |= fresh
+    def _seek(self, seeks: Seeks) -> None:
+        """Make the seeks the offset book asks for."""
+        for partition, offset in seeks.offsets.items():
+            self._consumer.seek(TopicPartition(*partition), offset)
+        if seeks.to_beginning:
+            self._consumer.seek_to_beginning(*(TopicPartition(*p) for p in seeks.to_beginning))
+
+    def _assigned(self, partitions: set[TopicPartition]) -> None:
+        """Note partitions assigned and make the seeks waiting for them."""
+        self._seek(self._offsets.assign(partitions))
 
     def _revoked(self, partitions: set[TopicPartition], lost: bool) -> None:
         if self._closed or not partitions:
             return
-        self._invalidate(partitions)
+        self._offsets.revoke(partitions)
         self._listener_thread = threading.get_ident()
         try:
             if self.on_revoke is not None:
-                self.on_revoke({(tp.topic, tp.partition) for tp in partitions})
+                self.on_revoke({Partition(*tp) for tp in partitions})
             if not lost:
                 self.commit()
         finally:
             self._listener_thread = None
-        for tp in partitions:
-            self._offsets.pop(tp, None)
-            self._committed.pop(tp, None)
-
-    def _invalidate(self, partitions: set[TopicPartition]) -> None:
-        """Drop what was fetched from ``partitions`` and not claimed yet, read or not."""
-        if not partitions:
-            return
-        with self._buffer_lock:
-            for tp in partitions:
-                self._generations[tp] = self._generations.get(tp, 0) + 1
-            self._discard_fetched(partitions)
+        self._offsets.forget(partitions)
 
     def _async_committed(self, offsets: dict[TopicPartition, OffsetAndMetadata], result: object) -> None:
         if isinstance(result, Exception):
-            positions = _positions({tp: meta.offset for tp, meta in offsets.items()})
-            _say(f"could not commit offsets {positions} on revocation ({_describe(result)})")
+            positions = _positions({Partition(*tp): meta.offset for tp, meta in offsets.items()})
+            log.warning("could not commit offsets %s on revocation (%s)", positions, _describe(result))
 
     def _watch_broker(self) -> None:
         """Say when the consumer loses its last broker connection and when it has one again (checked
@@ -363,9 +279,9 @@ class KafkaSource(Source):
         if reachable != self._reachable:
             self._reachable = reachable
             if reachable:
-                _say(f"broker {self._servers} is reachable again")
+                log.info("broker %s is reachable again", self._servers)
             else:
-                _say(f"broker {self._servers} is unreachable; retrying (idle until it is back)")
+                log.warning("broker %s is unreachable; retrying (idle until it is back)", self._servers)
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -381,7 +297,7 @@ class _Listener(ConsumerRebalanceListener):
         self.source._revoked(set(lost), lost=True)
 
     def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.source._apply_seeks(set(assigned))
+        self.source._assigned(set(assigned))
 
 
 def _describe(error: BaseException | None) -> str:
@@ -391,19 +307,14 @@ def _describe(error: BaseException | None) -> str:
     return type(error).__name__ + (f": {detail}" if detail and detail != "None" else "")
 
 
-def _bytes(entries: Iterable[_Fetched]) -> int:
-    """The bytes of the values of ``entries``."""
-    return sum(map(len, chain.from_iterable(entry.values for entry in entries)))
-
-
-def _cursors(parts: list[tuple[TopicPartition, list[int]]]) -> Cursors:
+def _cursors(parts: list[Fetched]) -> Cursors:
     """The cursors (topic, partition, offset) of records read from ``parts`` in turn."""
-    starts = list(accumulate((len(offsets) for _, offsets in parts), initial=0))
+    starts = list(accumulate((len(part.offsets) for part in parts), initial=0))
 
     def cursor(i: int) -> tuple[str, int, int]:
-        part = bisect_right(starts, i) - 1
-        tp, offsets = parts[part]
-        return tp.topic, tp.partition, offsets[i - starts[part]]
+        index = bisect_right(starts, i) - 1
+        (topic, partition), offsets = parts[index].partition, parts[index].offsets
+        return topic, partition, offsets[i - starts[index]]
 
     return Cursors(starts[-1], cursor)
 
@@ -412,8 +323,8 @@ def _position(cursor: tuple[str, int, int]) -> str:
     return "/".join(map(str, cursor))
 
 
-def _positions(offsets: Mapping[TopicPartition, int]) -> str:
-    return ", ".join(f"{tp.topic}/{tp.partition}:{offset}" for tp, offset in sorted(offsets.items()))
+def _positions(offsets: Mapping[Partition, int]) -> str:
+    return ", ".join(f"{topic}/{partition}:{offset}" for (topic, partition), offset in sorted(offsets.items()))
 
 
 class KafkaSink:
@@ -444,9 +355,11 @@ class KafkaSink:
         try:
             self._producer.flush(timeout=self._flush_timeout)
         except KafkaTimeoutError:
-            _say(f"messages to {self.topic} not delivered within {self._flush_timeout:g} s; still retrying")
+            log.warning("messages to %s not delivered within %g s; still retrying", self.topic, self._flush_timeout)
         if self._failed:
-            _say(f"{self._failed} messages to {self.topic} could not be delivered ({_describe(self._error)})")
+            log.warning(
+                "%d messages to %s could not be delivered (%s)", self._failed, self.topic, _describe(self._error)
+            )
             self._failed = 0
 
     def close(self) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 __all__ = ["Cursors", "Record", "RecordBatch"]
 
@@ -41,11 +41,12 @@ class Cursors(Sequence):
 
 class RecordBatch:
     """Records read together: their raw ``values``, the source's ``cursors``, and each one as a
-    ``Record`` on demand (``batch[i]``), so that a batch of good records costs no position texts."""
+    ``Record`` on demand (``batch[i]``), so that a batch of good records costs no position texts.
+    ``name`` makes a position text from a cursor of the source's own type."""
 
     __slots__ = ("_name", "cursors", "values")
 
-    def __init__(self, values: list[bytes], cursors: Sequence, name: Callable[[object], str]) -> None:
+    def __init__(self, values: list[bytes], cursors: Sequence, name: Callable[[Any], str]) -> None:
         self.values = values
         self.cursors = cursors
         self._name = name
@@ -55,6 +56,9 @@ class RecordBatch:
 
     def __getitem__(self, i: int) -> Record:
         return Record(self.values[i], self.position(i), self.cursors[i])
+
+    def __iter__(self) -> Iterator[Record]:
+        return map(self.__getitem__, range(len(self.values)))
 
     def position(self, i: int) -> str:
         """Where record ``i`` was read, for people (``Record.position``)."""

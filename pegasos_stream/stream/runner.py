@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import gc
+import logging
 import math
-import signal
-import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
-from river import base
 
 from ..features import EmailFeatures
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
+from .batches import BatchParser, Parsed, ParsedBatch, parse_record
 from .evaluation import BinaryReport, MulticlassReport
-from .fastparse import name_table, parse_json_events, parse_svmlight
 from .parsing import BadRecord, Event, EventParser
 from .pending import PendingLabels
 from .records import Record, RecordBatch
@@ -30,7 +26,9 @@ from .sources import Source
 if TYPE_CHECKING:
     from ..persist.checkpoint import Checkpoints
 
-__all__ = ["RunStats", "Runner", "StopRun"]
+__all__ = ["BinaryLearner", "CompiledLearner", "MulticlassLearner", "RunStats", "Runner", "StopRun"]
+
+_log = logging.getLogger(__name__)
 
 
 class StopRun(RuntimeError):
@@ -58,13 +56,148 @@ class RunStats:
 
     def rate(self) -> float:
         """Records per second while records were flowing (start-up and idle waits excluded)."""
-        if self.first is None or self.last == self.first:
+        if self.first is None or self.last is None or self.last == self.first:
             return math.nan
         return self.timed / (self.last - self.first)
 
 
+# -- what the runner asks of a learner ---------------------------------------------------------
+
+
+@runtime_checkable
+class BinaryLearner(Protocol):
+    """A binary learner: a margin and its calibrated probability; it learns positive or negative."""
+
+    @property
+    def t(self) -> int: ...
+
+    def decision_function_one(self, x: dict) -> float: ...
+
+    def probability(self, score: float) -> float: ...
+
+    def learn_one(self, x: dict, y: bool) -> None: ...
+
+
+@runtime_checkable
+class CompiledLearner(BinaryLearner, Protocol):
+    """A binary learner with a compiled loop over CSR rows (see `PegasosClassifier.learn_rows`)."""
+
+    def learn_rows(
+        self, rows: Rows, signs: np.ndarray, weights: np.ndarray, decisions: np.ndarray, probas: np.ndarray, start: int
+    ) -> tuple[int, ValueError | None]: ...
+
+
+@runtime_checkable
+class MulticlassLearner(Protocol):
+    """A learner of classes: a probability per class known; it checks the labels it learns."""
+
+    @property
+    def t(self) -> int: ...
+
+    def predict_proba_one(self, x: dict) -> dict[Any, float]: ...
+
+    def learn_one(self, x: dict, y: object) -> None: ...
+
+
+# -- the binary and the multiclass handling of predictions and labels --------------------------
+
+#: What a prediction is scored by when its label arrives: the margin (binary) or the class predicted.
+Prediction = TypeVar("Prediction")
+
+
+class _Task(Protocol[Prediction]):
+    """How the runner predicts, checks labels and learns for one kind of learner."""
+
+    def check_label(self, label: object) -> None:
+        """A ValueError for a label the learner would refuse."""
+
+    def predict(self, x: dict) -> tuple[float, float, object, Prediction]:
+        """(score, proba, label) to emit, and what the example's label is later scored against."""
+
+    def learn(self, x: dict, label: object, prediction: Prediction) -> None:
+        """Learn ``x`` with ``label``, and report ``prediction`` against it."""
+
+
+class _BinaryTask:
+    """A binary learner: emits the margin, its probability and its sign; labels are binary classes."""
+
+    def __init__(self, model: BinaryLearner, report: BinaryReport) -> None:
+        self.model = model
+        self.report = report
+
+    def check_label(self, label: object) -> None:
+        binary_sign(label)
+
+    def predict(self, x: dict) -> tuple[float, float, bool, float]:
+        score = self.model.decision_function_one(x)
+        return score, self.model.probability(score), score > 0.0, score
+
+    def learn(self, x: dict, label: object, prediction: float) -> None:
+        positive = binary_sign(label) > 0
+        self.model.learn_one(x, positive)
+        self.report.update(positive, prediction > 0.0, prediction)
+
+
+class _CompiledBinaryTask(_BinaryTask):
+    """A binary learner that also learns runs of CSR rows in its compiled loop."""
+
+    model: CompiledLearner
+
+    def __init__(self, model: CompiledLearner, report: BinaryReport) -> None:
+        super().__init__(model, report)
+
+    def learn_rows(
+        self, rows: Rows, signs: np.ndarray, decisions: np.ndarray, probas: np.ndarray, first: int
+    ) -> tuple[int, ValueError | None]:
+        """The compiled loop from row ``first`` up to the first row the learner refuses (see
+        ``learn_rows``); the rows learned are reported."""
+        end, error = self.model.learn_rows(rows, signs, np.ones(len(signs)), decisions, probas, first)
+        self.report.update_many(signs[first:end] > 0, decisions[first:end])
+        return end, error
+
+
+class _MulticlassTask:
+    """A multiclass learner: emits the most probable class and its probability; labels are hashable."""
+
+    def __init__(self, model: MulticlassLearner, report: MulticlassReport) -> None:
+        self.model = model
+        self.report = report
+
+    def check_label(self, label: object) -> None:
+        try:
+            hash(label)
+        except TypeError:
+            raise ValueError(f"unknown label {label!r}: a class label must be hashable") from None
+
+    def predict(self, x: dict) -> tuple[float, float, object, object]:
+        probas = self.model.predict_proba_one(x)
+        if not probas:  # no class known yet
+            return 0.0, 0.0, None, None
+        label = max(probas, key=probas.__getitem__)
+        return probas[label], probas[label], label, label
+
+    def learn(self, x: dict, label: object, prediction: object) -> None:
+        self.model.learn_one(x, label)
+        self.report.update(label, prediction)
+
+
+def _task(model: BinaryLearner | MulticlassLearner, report: BinaryReport | MulticlassReport) -> _Task[Any]:
+    """The handling of ``model`` that ``report`` (a binary or a multiclass one) calls for."""
+    if isinstance(report, BinaryReport) and isinstance(model, CompiledLearner):
+        return _CompiledBinaryTask(model, report)
+    if isinstance(report, BinaryReport) and isinstance(model, BinaryLearner):
+        return _BinaryTask(model, report)
+    if isinstance(report, MulticlassReport) and isinstance(model, MulticlassLearner):
+        return _MulticlassTask(model, report)
+    raise TypeError(f"a {type(report).__name__} cannot report on a {type(model).__name__}")
+
+
 class Runner:
     """Predicts every event with features, learns every label, and reports on the way.
+
+    ``run`` works in any thread: process-wide matters (signal handlers calling ``request_stop``,
+    the garbage collector) are the caller's, the command line's. Rejections (warnings), the
+    statistics line and the idle stop (info) go to this module's logger.
 
     Parameters
     ----------
@@ -79,15 +212,14 @@ class Runner:
     pending
         Where examples wait for a delayed label.
     report
-        The prequential metrics.
+        The prequential metrics: a `BinaryReport` for a binary learner, a `MulticlassReport` for a
+        multiclass one.
     on_error
         "skip": count a bad record, send it to ``dead_letters`` and go on; "stop": raise StopRun.
     dead_letters
-        Receives the bad records (None: only counted and reported).
+        Receives the bad records (None: only counted and logged).
     stats_every_seconds
-        How often a statistics line goes to ``log``.
-    log
-        Where rejections and statistics go (None: whatever ``sys.stderr`` is at the time).
+        How often a statistics line is logged.
     batch_size
         Read up to this many records at a time (as many as the source has at hand: a file's next
         lines, the complete lines waiting on standard input, the messages a Kafka consumer has
@@ -100,7 +232,7 @@ class Runner:
 
     def __init__(
         self,
-        model: base.Classifier,
+        model: BinaryLearner | MulticlassLearner,
         features: EmailFeatures | None,
         parser: EventParser,
         sink: Sink,
@@ -109,7 +241,6 @@ class Runner:
         on_error: str = "skip",
         dead_letters: Sink | None = None,
         stats_every_seconds: float = 10.0,
-        log: TextIO | None = None,
         batch_size: int = 0,
     ) -> None:
         self.model = model
@@ -121,15 +252,12 @@ class Runner:
         self.on_error = on_error
         self.dead_letters = dead_letters
         self.stats_every_seconds = stats_every_seconds
-        self.log = log
-        compiled = hasattr(model, "learn_rows") and on_error == "skip"
-        self.batch_size = batch_size if compiled else 0
+        self._task = _task(model, report)
+        self._compiled = self._task if isinstance(self._task, _CompiledBinaryTask) else None
+        self.batch_size = batch_size if self._compiled is not None and on_error == "skip" else 0
         self.stats = RunStats()
-        self._binary = not model._multiclass
         self._emits = not isinstance(sink, NullSink)
-        self._svmlight_names: list = []  # the str of each numbered svmlight name, made once per run
-        self._json_names = name_table()  # the JSON feature names, likewise
-        self._label_signs = parser.label_signs()
+        self._batches = BatchParser(parser)
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
 
@@ -138,127 +266,22 @@ class Runner:
     def process(self, record: Record) -> None:
         """Everything one record leads to; a bad one is rejected without touching the model."""
         self.stats.events += 1
-        self._handle(record, self._parse(record))
+        self._handle(record, parse_record(self.parser, record))
 
-    def _parse(self, record: Record) -> Event | BadRecord | None:
-        try:
-            return self.parser.parse(record)
-        except BadRecord as error:
-            return error
-
-    def _handle(self, record: Record, parsed: Event | BadRecord | None) -> None:
+    def _handle(self, record: Record, parsed: Parsed) -> None:
         try:
             if isinstance(parsed, BadRecord):
                 raise parsed
             if parsed is None:
                 return
-            self._check_label(parsed.label)
+            if parsed.label is not None:  # refused before anything is predicted or emitted
+                self._task.check_label(parsed.label)
             if parsed.has_input:
                 self._predict_and_learn(parsed)
             else:
                 self._late_label(parsed)
         except ValueError as error:  # BadRecord, or a value the learner refused
             self._reject(record, error)
-
-    # -- many records: the compiled loop ------------------------------------------------------
-
-    def process_many(self, records: RecordBatch) -> None:
-        """``process`` for each record, in order; each run of labelled feature events in between the
-        others (text, unlabelled, label-only or bad records) is learned by the compiled loop."""
-        self.stats.events += len(records)
-        batch = self._rows(records)
-        learned = 0
-        for before, index in enumerate(sorted(batch.others)):
-            row = index - before  # the rows of the records before this one
-            self._learn_rows(batch, learned, row)
-            learned = row
-            self._handle(records[index], batch.others[index])
-        self._learn_rows(batch, learned, len(batch.indices))
-
-    def _rows(self, records: RecordBatch) -> _ParsedBatch:
-        if self.parser.format == "svmlight" and not self.parser.labels:
-            status, rows, signs = parse_svmlight(records.values, self.parser.max_bytes, self._svmlight_names)
-            others = {int(i): None for i in np.flatnonzero(status == 1)}
-            others.update((int(i), self._parse(records[i])) for i in np.flatnonzero(status == 2))
-            indices = np.flatnonzero(status == 0).tolist()
-            return _ParsedBatch(records, rows, signs, indices, [None] * len(indices), others)
-        if self.parser.format == "json":
-            parsed = self._json_rows(records)
-            if parsed is not None:
-                return parsed
-        return self._dict_rows(records)
-
-    def _json_rows(self, records: RecordBatch) -> _ParsedBatch | None:
-        """The batch through the C JSON parser; None when a row's label is not a binary class (rare:
-        the Python parser then takes the whole batch, to reject those records as one at a time)."""
-        status, rows, ids, labels = parse_json_events(
-            records.values, self.parser.fields, self.parser.max_bytes, self._json_names
-        )
-        table = self._label_signs
-        try:
-            signs = np.array([table[label] for label in labels], dtype=np.float64)
-        except KeyError:
-            return None
-        others = {int(i): self._parse(records[i]) for i in np.flatnonzero(status == 2)}
-        return _ParsedBatch(records, rows, signs, np.flatnonzero(status == 0).tolist(), ids, others)
-
-    def _dict_rows(self, records: RecordBatch) -> _ParsedBatch:
-        dicts, signs, indices, ids, others = [], [], [], [], {}
-        for index in range(len(records)):
-            parsed = self._parse(records[index])
-            sign = _sign(parsed)
-            if sign is None:
-                others[index] = parsed
-            else:
-                dicts.append(parsed.x)
-                signs.append(sign)
-                indices.append(index)
-                ids.append(parsed.id)
-        return _ParsedBatch(records, Rows.from_dicts(dicts), np.array(signs), indices, ids, others)
-
-    def _learn_rows(self, batch: _ParsedBatch, start: int, stop: int) -> None:
-        """Predict, emit, learn and report rows ``start:stop``; a row the learner refuses is rejected."""
-        if start == stop:
-            return
-        part, part_signs = batch.rows.slice(start, stop), batch.signs[start:stop]
-        decisions, probas = np.empty(stop - start), np.empty(stop - start)
-        weights = np.ones(stop - start)
-        first = 0
-        while first < stop - start:
-            end, error = self.model.learn_rows(part, part_signs, weights, decisions, probas, first)
-            # a row refused by learn_one was still predicted (as one at a time), unless its margin was not finite
-            predicted = end + (error is not None and not math.isnan(decisions[end]))
-            if self._emits:
-                self._emit_rows(batch, start + first, decisions[first:predicted], probas[first:predicted])
-            self.stats.predicted += predicted - first
-            self.stats.learned += end - first
-            self.report.update_many(part_signs[first:end] > 0, decisions[first:end])
-            if error is not None:
-                self._reject(batch.records[batch.indices[start + end]], error)
-            first = end + 1
-
-    def _emit_rows(self, batch: _ParsedBatch, start: int, decisions: np.ndarray, probas: np.ndarray) -> None:
-        """Emit the predictions of the rows from ``start`` on (an event without an id is named by its
-        position)."""
-        emit, position = self.sink.emit, batch.records.position
-        stop = start + len(decisions)
-        for index, event_id, score, proba in zip(
-            batch.indices[start:stop], batch.ids[start:stop], decisions.tolist(), probas.tolist()
-        ):
-            event_id = position(index) if event_id is None else event_id
-            emit({"id": event_id, "score": score, "proba": proba, "label": score > 0.0})
-
-    def _check_label(self, label: object) -> None:
-        """Refuse a label the learner would refuse, before anything is predicted or emitted."""
-        if label is None:
-            return
-        if self._binary:
-            binary_sign(label)
-        else:
-            try:
-                hash(label)
-            except TypeError:
-                raise ValueError(f"unknown label {label!r}: a class label must be hashable") from None
 
     def _features(self, event: Event) -> dict:
         if event.x is not None:
@@ -269,21 +292,13 @@ class Runner:
 
     def _predict_and_learn(self, event: Event) -> None:
         x = self._features(event)
-        if self._binary:
-            score = self.model.decision_function_one(x)
-            proba = self.model.probability(score)
-            label = score > 0.0
-        else:
-            probas = self.model.predict_proba_one(x)
-            label = max(probas, key=probas.__getitem__) if probas else None
-            proba = probas.get(label, 0.0) if probas else 0.0
-            score = proba
+        score, proba, label, prediction = self._task.predict(x)
         self.sink.emit({"id": event.id, "score": score, "proba": proba, "label": label})
         self.stats.predicted += 1
         if event.label is None:
-            self.pending.add(event.id, x, score if self._binary else label)
+            self.pending.add(event.id, x, prediction)
         else:
-            self._learn(x, event.label, score if self._binary else label)
+            self._learn(x, event.label, prediction)
 
     def _late_label(self, event: Event) -> None:
         waiting = self.pending.take(event.id)
@@ -291,37 +306,79 @@ class Runner:
             self._learn(waiting.x, event.label, waiting.score)
 
     def _learn(self, x: dict, label: object, prediction: object) -> None:
-        self.model.learn_one(x, label)
+        self._task.learn(x, label, prediction)
         self.stats.learned += 1
-        if self._binary:
-            self.report.update(binary_sign(label) > 0, prediction > 0.0, prediction)
-        else:
-            self.report.update(label, prediction)
 
     def _reject(self, record: Record, error: ValueError) -> None:
         reason = str(error) if isinstance(error, BadRecord) else f"{record.position}: {error}"
         if self.on_error == "stop":
             raise StopRun(reason)
         self.stats.rejected += 1
-        print(f"rejected {reason}", file=self.log or sys.stderr)
+        _log.warning("rejected %s", reason)
         if self.dead_letters is not None:
             self.dead_letters.emit(dead_letter(record.position, reason, record.value))
+
+    # -- many records: the compiled loop ------------------------------------------------------
+
+    def process_many(self, records: RecordBatch) -> None:
+        """``process`` for each record, in order; with a compiled learner, each run of labelled
+        feature events in between the others (text, unlabelled, label-only or bad records) is
+        learned by its compiled loop."""
+        compiled = self._compiled
+        if compiled is None:
+            for index in range(len(records)):
+                self.process(records[index])
+            return
+        self.stats.events += len(records)
+        batch = self._batches.parse(records)
+        learned = 0
+        for before, index in enumerate(sorted(batch.others)):
+            row = index - before  # the rows of the records before this one
+            self._learn_rows(compiled, batch, learned, row)
+            learned = row
+            self._handle(records[index], batch.others[index])
+        self._learn_rows(compiled, batch, learned, len(batch.indices))
+
+    def _learn_rows(self, compiled: _CompiledBinaryTask, batch: ParsedBatch, start: int, stop: int) -> None:
+        """Predict, emit, learn and report rows ``start:stop``; a row the learner refuses is rejected."""
+        if start == stop:
+            return
+        part, part_signs = batch.rows.slice(start, stop), batch.signs[start:stop]
+        decisions, probas = np.empty(stop - start), np.empty(stop - start)
+        first = 0
+        while first < stop - start:
+            end, error = compiled.learn_rows(part, part_signs, decisions, probas, first)
+            # a row refused by learn_one was still predicted (as one at a time), unless its margin was not finite
+            predicted = end + (error is not None and not math.isnan(decisions[end]))
+            if self._emits:
+                self._emit_rows(batch, start + first, decisions[first:predicted], probas[first:predicted])
+            self.stats.predicted += predicted - first
+            self.stats.learned += end - first
+            if error is not None:
+                self._reject(batch.records[batch.indices[start + end]], error)
+            first = end + 1
+
+    def _emit_rows(self, batch: ParsedBatch, start: int, decisions: np.ndarray, probas: np.ndarray) -> None:
+        """Emit the predictions of the rows from ``start`` on (an event without an id is named by its
+        position)."""
+        emit, position = self.sink.emit, batch.records.position
+        stop = start + len(decisions)
+        for index, event_id, score, proba in zip(
+            batch.indices[start:stop], batch.ids[start:stop], decisions.tolist(), probas.tolist()
+        ):
+            event_id = position(index) if event_id is None else event_id
+            emit({"id": event_id, "score": score, "proba": proba, "label": score > 0.0})
 
     # -- state for checkpoints -------------------------------------------------------------
 
     def snapshot(self) -> dict:
         """Everything besides the learner that the next update or report depends on."""
         now = self.pending.clock()
-        report = self.report
         return {
             "counts": [self.stats.events, self.stats.predicted, self.stats.learned, self.stats.rejected],
             "pending": [[key, p.x, p.score, now - p.arrived] for key, p in self.pending.items()],
             "pending_counts": [self.pending.dropped, self.pending.expired, self.pending.unmatched],
-            "report": {
-                name: list(value) if isinstance(value, deque) else value
-                for name, value in vars(report).items()
-                if name != "window"
-            },
+            "report": self.report.state(),
         }
 
     def restore(self, snapshot: dict) -> None:
@@ -331,16 +388,12 @@ class Runner:
         for key, x, score, age in snapshot["pending"]:
             self.pending.restore(key, x, score, now - age)
         self.pending.dropped, self.pending.expired, self.pending.unmatched = snapshot["pending_counts"]
-        for name, value in snapshot["report"].items():
-            if name in ("scores", "positives"):
-                getattr(self.report, name).extend(value)
-            else:
-                setattr(self.report, name, value)
+        self.report.restore(snapshot["report"])
 
     # -- the loop --------------------------------------------------------------------------
 
     def request_stop(self, *_: object) -> None:
-        """Finish the current record, then stop (installed for SIGTERM and SIGINT)."""
+        """Finish the current record, then stop; callable from any thread, or as a signal handler."""
         self._stop_requested = True
 
     def run(
@@ -351,20 +404,16 @@ class Runner:
         on_progress: Callable[[Source], None] | None = None,
         checkpoints: Checkpoints | None = None,
     ) -> RunStats:
-        """Consume ``source`` until it ends, ``max_events`` records, an idle period or a signal.
+        """Consume ``source`` until it ends, ``max_events`` records, an idle period or ``request_stop``.
 
         With ``checkpoints``, a checkpoint is written when one is due, when partitions are revoked
         and at the end; the source's offsets are committed only once a checkpoint covers them.
         """
-        previous = {sig: signal.signal(sig, self.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         last_event = last_stats = time.monotonic()
         if checkpoints is not None:
             checkpoints.mark(self.stats.events)
             if hasattr(source, "on_revoke"):
                 source.on_revoke = lambda partitions: self._checkpoint(checkpoints, source)
-        # What exists now (modules, the model, the source's client) outlives the run: set aside from
-        # garbage collection, it is not traversed again by every full collection the stream triggers.
-        gc.freeze()
         try:
             while (records := source.read(self._read_size(max_events, checkpoints))) is not None:
                 now = time.monotonic()
@@ -383,7 +432,7 @@ class Runner:
                 elif not getattr(source, "ready", True):
                     last_event = now  # not idle while the source is still joining its group
                 if now - last_stats >= self.stats_every_seconds:
-                    self._print_stats(source)
+                    self._log_stats(source)
                     self.sink.flush()
                     if checkpoints is None:
                         source.commit()
@@ -393,12 +442,9 @@ class Runner:
                 if self._stop_requested or (max_events is not None and self.stats.events >= max_events):
                     break
                 if stop_when_idle is not None and now - last_event >= stop_when_idle:
-                    print(f"no event for {stop_when_idle:g} s: stopping", file=self.log or sys.stderr)
+                    _log.info("no event for %g s: stopping", stop_when_idle)
                     break
         finally:
-            gc.unfreeze()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
             if checkpoints is not None:
                 self._checkpoint(checkpoints, source)
             else:
@@ -428,40 +474,17 @@ class Runner:
             checkpoints.write(self.model, self.snapshot(), source.position())
         source.commit()
 
-    def _print_stats(self, source: Source) -> None:
+    def _log_stats(self, source: Source) -> None:
+        """The statistics line: counts, rate, recent metrics, the model's size, what waits."""
+        if not _log.isEnabledFor(logging.INFO):
+            return
         summary = self.report.recent_summary()
-        size = getattr(self.model, "n_support", None)
-        model_size = f"svs={size}" if size is not None else f"norm={self.model.norm:.4g}"
+        support = getattr(self.model, "n_support", None)
+        size = f"svs={support}" if support is not None else f"norm={getattr(self.model, 'norm', math.nan):.4g}"
         lag = source.lag()
-        print(
+        _log.info(
             f"events={self.stats.events} rate={self.stats.rate():.0f}/s "
             f"accuracy={summary.get('accuracy', math.nan):.4f} roc_auc={summary.get('roc_auc', math.nan):.4f} "
-            f"t={self.model.t} {model_size} pending={len(self.pending)} rejected={self.stats.rejected}"
-            + (f" lag={lag}" if lag is not None else ""),
-            file=self.log or sys.stderr,
-            flush=True,
+            f"t={self.model.t} {size} pending={len(self.pending)} rejected={self.stats.rejected}"
+            + (f" lag={lag}" if lag is not None else "")
         )
-
-
-@dataclass
-class _ParsedBatch:
-    """A batch of records parsed: its labelled feature events as CSR ``rows`` with their label
-    ``signs``, the index of each row's record, each row's event id (None: the record's position),
-    and every other record's parse ({index: Event, BadRecord or None})."""
-
-    records: RecordBatch
-    rows: Rows
-    signs: np.ndarray
-    indices: list[int]
-    ids: list
-    others: dict
-
-
-def _sign(parsed: Event | BadRecord | None) -> float | None:
-    """The label's sign for a labelled feature event with a binary label; None for anything else."""
-    if not isinstance(parsed, Event) or parsed.x is None or parsed.label is None:
-        return None
-    try:
-        return binary_sign(parsed.label)
-    except ValueError:
-        return None

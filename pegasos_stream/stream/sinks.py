@@ -27,9 +27,12 @@ class JsonLinesSink:
         self._out: TextIO | None = None if self._path else sys.stdout
 
     def emit(self, obj: dict) -> None:
-        if self._out is None:
-            self._out = open(self._path, "a", encoding="utf-8")  # type: ignore[arg-type]
-        self._out.write(json.dumps(obj, default=str) + "\n")
+        out = self._out
+        if out is None:
+            assert self._path is not None  # without a path the sink writes to stdout
+            # held open across emits, until close()
+            out = self._out = open(self._path, "a", encoding="utf-8")  # noqa: SIM115
+        out.write(json.dumps(obj, default=str) + "\n")
 
     def flush(self) -> None:
         if self._out is not None:

@@ -86,9 +86,10 @@ class FileSource(Source):
         if self.path.suffix == ".gz":
             compressed = gzip.GzipFile(self.path, "rb")
             self._raw: BinaryIO = compressed.fileobj  # type: ignore[assignment]
-            self._file: BinaryIO = io.BufferedReader(compressed, buffer_size=READ_BUFFER)  # type: ignore[arg-type]
+            self._file: BinaryIO = io.BufferedReader(compressed, buffer_size=READ_BUFFER)
         else:
-            self._file = self._raw = open(self.path, "rb", buffering=READ_BUFFER)
+            # held open while the source is read, until close()
+            self._file = self._raw = open(self.path, "rb", buffering=READ_BUFFER)  # noqa: SIM115
         self._size = os.path.getsize(self.path)
         if offset:
             self._file.seek(offset)
@@ -161,7 +162,8 @@ class StdinSource(Source):
         while True:
             if not self._lines and not self._fill():
                 return None if self._ended else RecordBatch([], [], self._position)
-            values, lines = [], []
+            values: list[bytes] = []
+            lines: list[int] = []
             while self._lines and len(values) < n:
                 value = self._lines.popleft().rstrip(b"\r")
                 self.line += 1

@@ -1,0 +1,243 @@
+"""The compiled replay of `PegasosClassifier.learn_one` over many rows (``pegasos_stream._fast``).
+
+``learn_csr`` checks a CSR matrix, its labels and weights, then learns its rows; ``learn_rows`` runs the
+compiled loop over `Rows` and takes each row the loop stops before (a rare branch, a refusal) through
+``learn_one``. Around each run of the loop, the weights the rows touch are gathered out of the model's
+dicts into arrays and scattered back.
+
+The loop reads its settings from one array and the model's state from two (floats and integers), whose
+entries the compiled module names in order (``_fast.PARAMS``, ``_fast.STATE``, ``_fast.ISTATE``); the arrays
+are built and read back here by those names, through `params`, `STATE_HOMES` and `ISTATE_HOMES`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+import pegasos_stream._fast as _fast
+
+from .calibration import MAX_LOG_SLOPE, MIN_TAIL, TAIL_MASS, TAIL_START
+from .rows import Rows
+from .schedule import MAX_NORM
+from .validation import binary_sign, check_features, check_sample_weight
+from .weights import COMPENSATED_SUM, MAX_AVERAGE_CANCELLATION, MIN_SCALE
+
+if TYPE_CHECKING:
+    from .linear import PegasosClassifier
+
+__all__ = ["ISTATE_HOMES", "STATE_HOMES", "learn_csr", "learn_rows", "params"]
+
+#: Where the model keeps each entry of ``_fast.STATE``: (its holder: "" the model, "_u" its weights,
+#: "_platt" its calibration; the attribute).
+STATE_HOMES: dict[str, tuple[str, str]] = {
+    "scale": ("_u", "scale"),
+    "sq_norm": ("_u", "sq_norm"),
+    "intercept": ("", "_b"),
+    "average_intercept": ("", "_average_b"),
+    "average_scale": ("_u", "avg_scale"),
+    "platt_log_slope": ("_platt", "log_slope"),
+    "platt_slope": ("_platt", "slope"),
+    "platt_offset": ("_platt", "offset"),
+    "platt_sq_grad_slope": ("_platt", "_sq_grad_slope"),
+    "platt_sq_grad_offset": ("_platt", "_sq_grad_offset"),
+}
+
+#: Where the model keeps each entry of ``_fast.ISTATE``, as `STATE_HOMES`; None for the counts the loop
+#: returns (0 in): how many columns it first wrote into v and into the average's offset.
+ISTATE_HOMES: dict[str, tuple[str, str] | None] = {
+    "t": ("", "_t"),
+    "n_averaged": ("_u", "n_averaged"),
+    "n_pos": ("", "_n_pos"),
+    "n_neg": ("", "_n_neg"),
+    "platt_n_pos": ("_platt", "n_pos"),
+    "platt_n_neg": ("_platt", "n_neg"),
+    "n_new_v": None,
+    "n_new_offset": None,
+}
+
+
+def params(model: PegasosClassifier) -> dict[str, float]:
+    """The settings the compiled loop reads, by the names of ``_fast.PARAMS``."""
+    costs = model._class_cost or {1.0: 1.0, -1.0: 1.0}
+    return {
+        "lambda": model.lambda_,
+        "horizon": model.horizon or 0,
+        "average_from": model._average_from or 0,
+        "fit_intercept": model.fit_intercept,
+        "projection": model.projection,
+        "radius": model._radius,
+        "cost_pos": costs[1.0],
+        "cost_neg": costs[-1.0],
+        "balanced": model.class_weight == "balanced",
+        "has_prior": bool(model._prior),
+        "compensated_sum": COMPENSATED_SUM,
+        "platt_rate": model._platt.learning_rate,
+        "tail_start": TAIL_START,
+        "tail_mass": TAIL_MASS,
+        "min_tail": MIN_TAIL,
+        "max_log_slope": MAX_LOG_SLOPE,
+        "min_scale": MIN_SCALE,
+        "max_average_cancellation": MAX_AVERAGE_CANCELLATION,
+        "max_norm": MAX_NORM,
+    }
+
+
+def learn_csr(
+    model: PegasosClassifier,
+    indptr: ArrayLike,
+    indices: ArrayLike,
+    data: ArrayLike,
+    y: ArrayLike,
+    columns: Iterable[Hashable] | None = None,
+    sample_weight: ArrayLike | None = None,
+) -> np.ndarray:
+    """`PegasosClassifier.learn_csr`: the rows' decisions before each was learned.
+
+    A malformed matrix, a label count or sample weight count that does not match the rows raise a
+    ValueError before anything is learned.
+    """
+    rows = Rows.from_csr(indptr, indices, data, columns)
+    labels = np.asarray(y)
+    if labels.ndim != 1 or len(labels) != len(rows):
+        raise ValueError(f"learn_csr: {len(rows)} rows but labels of shape {labels.shape}")
+    signs = np.array([binary_sign(label) for label in labels.tolist()], dtype=np.float64)
+    if sample_weight is None:
+        weights = np.ones(len(rows))
+    else:
+        given = np.asarray(sample_weight)
+        if given.ndim != 1 or len(given) != len(rows):
+            raise ValueError(f"learn_csr: {len(rows)} rows but sample weights of shape {given.shape}")
+        weights = np.array([check_sample_weight(w) for w in given.tolist()], dtype=np.float64)
+    if not np.isfinite(rows.data).all():
+        bad = int(np.searchsorted(rows.indptr, np.flatnonzero(~np.isfinite(rows.data))[0], side="right")) - 1
+        try:
+            check_features(rows.row(bad))
+        except ValueError as error:
+            raise ValueError(f"row {bad}: {error}") from None
+    decisions, probas = np.empty(len(rows)), np.empty(len(rows))
+    stop, refusal = learn_rows(model, rows, signs, weights, decisions, probas)
+    if refusal is not None:
+        raise ValueError(f"row {stop}: {refusal}") from None
+    return decisions
+
+
+def learn_rows(
+    model: PegasosClassifier,
+    rows: Rows,
+    signs: np.ndarray,
+    weights: np.ndarray,
+    decisions: np.ndarray,
+    probas: np.ndarray,
+    start: int = 0,
+) -> tuple[int, ValueError | None]:
+    """`PegasosClassifier.learn_rows`: (the row it stopped at, its error), or (len(rows), None).
+
+    Arrays the compiled loop cannot take (formats, lengths, CSR structure) raise a ValueError before
+    anything is learned.
+    """
+    n = len(rows)
+    while start < n:
+        stop = _learn_compiled(model, rows, signs, weights, decisions, probas, start)
+        if stop == n:
+            break
+        x = rows.row(stop)  # a rare branch (a fold of the scale, a refusal): learn_one takes it
+        decisions[stop] = probas[stop] = math.nan
+        try:
+            decisions[stop] = model._margins(x)[1]
+            probas[stop] = model._platt.proba(decisions[stop])
+            model.learn_one(x, signs[stop] > 0, float(weights[stop]))
+        except ValueError as error:
+            model._last_scored = None
+            return stop, error
+        start = stop + 1
+    return n, None
+
+
+def _learn_compiled(
+    model: PegasosClassifier,
+    rows: Rows,
+    signs: np.ndarray,
+    weights: np.ndarray,
+    decisions: np.ndarray,
+    probas: np.ndarray,
+    start: int,
+) -> int:
+    """Gather the weights the rows touch, run the compiled loop from ``start``, scatter them back.
+
+    Returns the row the loop stopped before (len(rows) when it learned them all).
+    """
+    u, keys = model._u, rows.keys
+    m = len(keys)
+    v, present_v = _gather(u.v, keys)
+    stored_v = _Stored(v, present_v)
+    if u.average:
+        offset, present_offset = _gather(u.avg_offset, keys)
+        stored_offset = _Stored(offset, present_offset)
+    else:
+        offset, present_offset = np.zeros(m), np.ones(m, dtype=bool)
+    prior = _gather(model._prior, keys)[0] if model._prior else np.zeros(m)
+    new_v, new_offset = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    state = np.array(_read(model, STATE_HOMES, _fast.STATE), dtype=np.float64)
+    istate = np.array(_read(model, ISTATE_HOMES, _fast.ISTATE), dtype=np.int64)
+    settings = params(model)
+    stop = _fast.learn_rows(
+        rows.indptr, rows.indices, rows.data, signs, weights, v, offset, prior, present_v, present_offset,
+        new_v, new_offset, state, istate, np.array([settings[name] for name in _fast.PARAMS], dtype=np.float64),
+        decisions, probas, start,
+    )  # fmt: skip
+    counts = dict(zip(_fast.ISTATE, istate.tolist()))
+    _scatter(u.v, keys, v, stored_v, new_v[: counts["n_new_v"]])
+    if u.average:
+        _scatter(u.avg_offset, keys, offset, stored_offset, new_offset[: counts["n_new_offset"]])
+    _write(model, STATE_HOMES, _fast.STATE, state.tolist())
+    _write(model, ISTATE_HOMES, _fast.ISTATE, istate.tolist())
+    model._last_scored = None
+    return stop
+
+
+def _read(model: PegasosClassifier, homes: dict, names: tuple[str, ...]) -> list:
+    """The model's value of each name (0 for a count the loop returns)."""
+    return [0 if homes[name] is None else getattr(_holder(model, homes[name][0]), homes[name][1]) for name in names]
+
+
+def _write(model: PegasosClassifier, homes: dict, names: tuple[str, ...], values: list) -> None:
+    """Store each named value back where the model keeps it."""
+    for name, value in zip(names, values):
+        if homes[name] is not None:
+            setattr(_holder(model, homes[name][0]), homes[name][1], value)
+
+
+def _holder(model: PegasosClassifier, attribute: str) -> object:
+    return getattr(model, attribute) if attribute else model
+
+
+def _gather(weights: dict, keys: list) -> tuple[np.ndarray, np.ndarray]:
+    """(the values of ``keys``, 0.0 where absent; whether each is present)."""
+    values, present = np.empty(len(keys)), np.empty(len(keys), dtype=bool)
+    _fast.gather(weights, keys, values, present)
+    return values, present
+
+
+class _Stored:
+    """The columns of the keys a weight dict held when gathered, and the bits of their values then."""
+
+    def __init__(self, values: np.ndarray, present: np.ndarray) -> None:
+        self.columns = np.flatnonzero(present)
+        self.bits = values[self.columns].view(np.int64)
+
+    def changed(self, values: np.ndarray) -> np.ndarray:
+        """The columns whose value is no longer the same float (bit for bit) in ``values``."""
+        return self.columns[values[self.columns].view(np.int64) != self.bits]
+
+
+def _scatter(weights: dict, keys: list, values: np.ndarray, stored: _Stored, new: np.ndarray) -> None:
+    """Store the changed values of the ``stored`` keys (as new floats: a float in the dict is never written
+    into), then add the ``new`` ones in the order they were first written (the order ``learn_one`` inserts
+    them in)."""
+    for columns in (stored.changed(values), new):
+        _fast.scatter(weights, keys, values, columns.astype(np.int64, copy=False))

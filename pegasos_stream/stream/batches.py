@@ -1,0 +1,114 @@
+"""Batches of records of a binary stream parsed at once, for the learner's compiled loop.
+
+The compiled parsers take the plain grammar (svmlight, JSON feature events) straight to CSR rows;
+every other record goes through `EventParser`, one at a time, which gives the same event or the
+same error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+
+from ..learners.rows import Rows
+from ..learners.validation import binary_sign
+from .fastparse import name_table, parse_json_events, parse_svmlight
+from .parsing import BadRecord, Event, EventParser
+from .records import Record, RecordBatch
+
+__all__ = ["BatchParser", "Parsed", "ParsedBatch", "parse_record"]
+
+#: What a record parses to: an event, the error that makes it a bad record, or nothing (a comment).
+Parsed: TypeAlias = Event | BadRecord | None
+
+
+def parse_record(parser: EventParser, record: Record) -> Parsed:
+    """``parser.parse(record)``, with a bad record's error returned instead of raised."""
+    try:
+        return parser.parse(record)
+    except BadRecord as error:
+        return error
+
+
+@dataclass
+class ParsedBatch:
+    """A batch of records parsed: its labelled feature events as CSR ``rows`` with their label
+    ``signs``, the index of each row's record, each row's event id (None: the record's position),
+    and every other record's parse ({index: Event, BadRecord or None})."""
+
+    records: RecordBatch
+    rows: Rows
+    signs: np.ndarray
+    indices: list[int]
+    ids: list[Hashable | None]
+    others: dict[int, Parsed]
+
+
+class BatchParser:
+    """Parses the batches of one run of a binary stream (the compiled parsers keep their tables of
+    feature names from batch to batch)."""
+
+    def __init__(self, parser: EventParser) -> None:
+        self.parser = parser
+        self._svmlight_names: list[str] = []  # the str of each numbered svmlight name, made once per run
+        self._json_names = name_table()  # the JSON feature names, likewise
+        self._label_signs = parser.label_signs()
+
+    def parse(self, records: RecordBatch) -> ParsedBatch:
+        """The rows of ``records``' labelled feature events with a binary label, and the rest."""
+        parser = self.parser
+        if parser.format == "svmlight" and not parser.labels:
+            status, rows, signs = parse_svmlight(records.values, parser.max_bytes, self._svmlight_names)
+            others: dict[int, Parsed] = dict.fromkeys(np.flatnonzero(status == 1).tolist())
+            others.update((i, parse_record(parser, records[i])) for i in np.flatnonzero(status == 2).tolist())
+            indices = np.flatnonzero(status == 0).tolist()
+            return ParsedBatch(records, rows, signs, indices, [None] * len(indices), others)
+        if parser.format == "json":
+            parsed = self._json(records)
+            if parsed is not None:
+                return parsed
+        return self._events(records)
+
+    def _json(self, records: RecordBatch) -> ParsedBatch | None:
+        """The batch through the C JSON parser; None when a row's label is not a binary class (rare:
+        the Python parser then takes the whole batch, to reject those records as one at a time)."""
+        parser = self.parser
+        status, rows, ids, labels = parse_json_events(records.values, parser.fields, parser.max_bytes, self._json_names)
+        table = self._label_signs
+        try:
+            signs = np.array([table[label] for label in labels], dtype=np.float64)
+        except KeyError:
+            return None
+        others = {i: parse_record(parser, records[i]) for i in np.flatnonzero(status == 2).tolist()}
+        return ParsedBatch(records, rows, signs, np.flatnonzero(status == 0).tolist(), ids, others)
+
+    def _events(self, records: RecordBatch) -> ParsedBatch:
+        """The batch through `EventParser`, one record at a time."""
+        dicts: list[dict] = []
+        signs: list[float] = []
+        indices: list[int] = []
+        ids: list[Hashable | None] = []
+        others: dict[int, Parsed] = {}
+        for index in range(len(records)):
+            parsed = parse_record(self.parser, records[index])
+            if isinstance(parsed, Event) and parsed.x is not None and (sign := _sign(parsed.label)) is not None:
+                dicts.append(parsed.x)
+                signs.append(sign)
+                indices.append(index)
+                ids.append(parsed.id)
+            else:
+                others[index] = parsed
+        return ParsedBatch(records, Rows.from_dicts(dicts), np.array(signs), indices, ids, others)
+
+
+def _sign(label: object) -> float | None:
+    """The sign of a binary label; None for no label or one that is not a binary class."""
+    if label is None:
+        return None
+    try:
+        return binary_sign(label)
+    except ValueError:
+        return None

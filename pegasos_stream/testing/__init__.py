@@ -1,0 +1,1 @@
+"""Utilities for testing and benchmarking (they import nothing else of the package)."""

