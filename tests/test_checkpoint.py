@@ -32,6 +32,7 @@ import random
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,11 @@ from pegasos_stream.persist.checkpoint import (
     write_checkpoint,
 )
 from pegasos_stream.persist.codec import StateError
+from pegasos_stream.stream.evaluation import BinaryReport, MulticlassReport
+from pegasos_stream.stream.parsing import EventParser
+from pegasos_stream.stream.pending import PendingLabels
+from pegasos_stream.stream.runner import Runner
+from pegasos_stream.stream.sinks import NullSink
 
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
 HEADER = len(MAGIC) + 32
@@ -338,6 +344,74 @@ def test_runner_state_with_mixed_ids_round_trips(tmp_path):
     assert math.copysign(1.0, restored["pending"][1][1]["a"]) == -1.0  # -0.0 stays -0.0
 
 
+def _runner_with_pending(model, entries: list[tuple]) -> Runner:
+    """A runner whose pending store holds ``entries`` (id, x, score), with a clock at 1000 s."""
+    pending = PendingLabels(max_pending=10**6, max_age_seconds=1e9, clock=lambda: 1000.0)
+    report = MulticlassReport() if model._multiclass else BinaryReport(window=None)
+    runner = Runner(model, None, EventParser("json", None, None, 1 << 20), NullSink(), pending, report)
+    for event_id, x, score in entries:
+        runner.pending.add(event_id, x, score)
+    return runner
+
+
+def _typed_pending(runner: Runner) -> list:
+    return [
+        (_typed(key), [(_typed(k), _typed(v)) for k, v in p.x.items()], _typed(p.score), p.arrived)
+        for key, p in runner.pending.items()
+    ]
+
+
+def _members(path: Path) -> int:
+    with zipfile.ZipFile(io.BytesIO(path.read_bytes()[HEADER:])) as archive:
+        return len(archive.namelist())
+
+
+@pytest.mark.parametrize("model", [PegasosClassifier(), PegasosMulticlass()], ids=["scores", "classes"])
+def test_the_pending_store_is_a_few_arrays_whatever_its_size_and_keeps_every_type(tmp_path, model):
+    """The runner checkpoints its pending examples as columns (ids, scores, ages, CSR rows over a
+    key list): the archive has as many members for 3,000 examples as for 30, the ids, keys, values
+    and scores (margins, or predicted classes of any type) come back with their types, in order,
+    and a checkpoint of the earlier layout (one [id, x, score, age] entry each) still restores."""
+    rng = random.Random(3)
+    odd_keys = [1, 1.0, True, 0.0, -0.0, None, ("a", 1), ("a", True), ("a", (None, 2.5)), "1"]
+    ids = ["7", 7, 7.5, False, None, ("e", 1)]
+    classes = ["spam", 1, True, ("c", None)]
+
+    def entries(n: int) -> list[tuple]:
+        made = []
+        for i in range(n):
+            x = {f"w{rng.randrange(500)}": rng.gauss(0, 1) for _ in range(40)}  # 40 floats: one array each before
+            x[odd_keys[i % len(odd_keys)]] = -0.0 if i % 2 else 3
+            score = rng.gauss(0, 1) if not model._multiclass else classes[i % len(classes)]
+            made.append((ids[i] if i < len(ids) else f"e{i}", x, score))
+        return made
+
+    members = []
+    for n in (30, 3000):
+        runner = _runner_with_pending(model, entries(n))
+        runner.pending.clock = lambda: 1250.0  # the examples have waited 250 s
+        path = tmp_path / f"{n}.pgs"
+        write_checkpoint(path, {"model": model, "runner": runner.snapshot()})
+        members.append(_members(path))
+        restored = _runner_with_pending(model, [])
+        restored.pending.clock = lambda: 5000.0
+        restored.restore(read_checkpoint(path)[0]["runner"])
+        assert len(restored.pending) == n
+        assert _typed_pending(restored) == [
+            (*entry[:3], arrived + 3750.0) for *entry, arrived in _typed_pending(runner)
+        ]
+    assert members[0] == members[1] <= 8
+
+    old_layout = {
+        **runner.snapshot(),
+        "pending": [[key, p.x, p.score, 1250.0 - p.arrived] for key, p in runner.pending.items()],
+    }
+    restored = _runner_with_pending(model, [])
+    restored.pending.clock = lambda: 5000.0
+    restored.restore(old_layout)
+    assert _typed_pending(restored) == [(*entry[:3], arrived + 3750.0) for *entry, arrived in _typed_pending(runner)]
+
+
 def test_saving_an_object_outside_the_whitelist_is_refused_and_writes_nothing(tmp_path):
     model = PegasosClassifier()
     model._platt = object()  # not a saveable class
@@ -596,6 +670,83 @@ def test_a_checksummed_file_whose_state_cannot_be_rebuilt_is_refused(tmp_path, g
     assert len(skipped) == 1 and skipped[0].startswith(f"skipping {crafted}: ")
 
 
+def _checksummed(path: Path, payload: bytes) -> Path:
+    path.write_bytes(MAGIC + hashlib.sha256(payload).digest() + payload)
+    return path
+
+
+def _npy(shape: tuple, descr: str, data: bytes) -> bytes:
+    """An .npy member: a header declaring ``shape`` and ``descr``, then ``data`` (whatever its size)."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": descr, "fortran_order": False, "shape": shape})
+    return buffer.getvalue() + data
+
+
+def _with_member(payload: bytes, name: str, member: bytes, compression: int = zipfile.ZIP_STORED) -> bytes:
+    buffer = io.BytesIO(payload)
+    with zipfile.ZipFile(buffer, "a", compression=compression) as archive:
+        archive.writestr(name, member)
+    return buffer.getvalue()
+
+
+def _nested_manifest(levels: int) -> bytes:
+    """A manifest whose state is ``levels`` lists deep, wrapped in "list" nodes."""
+    head = b'{"format": "pegasos-stream checkpoint", "version": 1, "state": '
+    return head + b'{"list": [' * levels + b"]}" * levels + b"}"
+
+
+def _manifest_payload(manifest: bytes, arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, manifest=np.frombuffer(manifest, dtype=np.uint8), **arrays)
+    return buffer.getvalue()
+
+
+BOMB = 64 << 20  # bytes of zeros, deflated to about 64 kB
+HUGE = 10**11  # elements claimed by a 64-byte member
+MEMBER_CASES = {
+    "array claiming 1e11 elements": (
+        lambda payload, arrays: _with_member(payload, "huge.npy", _npy((HUGE,), "<f8", bytes(64))),
+        f"unreadable payload: member huge.npy claims {8 * HUGE} bytes of data in 64",
+    ),
+    "array claiming fewer bytes than it holds": (
+        lambda payload, arrays: _with_member(payload, "short.npy", _npy((2,), "<f8", bytes(64))),
+        "unreadable payload: member short.npy claims 16 bytes of data in 64",
+    ),
+    "zip bomb": (
+        lambda payload, arrays: _with_member(
+            payload, "bomb.npy", _npy((BOMB,), "|u1", bytes(BOMB)), compression=zipfile.ZIP_DEFLATED
+        ),
+        "unreadable payload: its members declare ",
+    ),
+    "manifest nested 100000 deep": (
+        lambda payload, arrays: _manifest_payload(_nested_manifest(100_000), arrays),
+        "unreadable payload: ",
+    ),
+    "manifest nested 100 deep": (
+        lambda payload, arrays: _manifest_payload(_nested_manifest(100), arrays),
+        "the manifest nests deeper than 64 levels",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MEMBER_CASES)
+def test_members_claiming_more_than_the_file_holds_are_refused_before_reading(tmp_path, good_checkpoint, case):
+    """Sizes are checked from the zip directory and the .npy headers before a member is read, and
+    nesting before the state is rebuilt: a crafted newer checkpoint is refused, not a crash (a
+    MemoryError, a RecursionError), and ``latest_valid`` falls back to the good one before it."""
+    craft, reason = MEMBER_CASES[case]
+    _, arrays = _unpack(good_checkpoint)
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    shutil.copy(good_checkpoint, checkpoint_path(directory, 1))
+    crafted = _checksummed(checkpoint_path(directory, 2), craft(good_checkpoint.read_bytes()[HEADER:], arrays))
+    message = _refused(crafted, reason)
+    skipped: list[str] = []
+    found = latest_valid(directory, report=skipped.append)
+    assert found is not None and found[0] == checkpoint_path(directory, 1)
+    assert skipped == [f"skipping {message}"]
+
+
 def test_latest_valid_falls_back_past_corrupt_files_newest_first(tmp_path, good_checkpoint):
     model = read_checkpoint(good_checkpoint)[0]["model"]
     runs = Checkpoints(tmp_path, keep=10)
@@ -644,6 +795,7 @@ def test_latest_valid_falls_back_past_corrupt_files_newest_first(tmp_path, good_
     assert latest_valid(tmp_path / "no-such-dir") is None
 
     # A new writer numbers past every existing file, corrupt or not, and overwrites none of them.
+    runs.close()  # one writer at a time: the directory is locked
     before = {p: p.read_bytes() for p in paths}
     again = Checkpoints(tmp_path, keep=10).write(model, state, {"line": 500})
     assert again == checkpoint_path(tmp_path, 5)
@@ -658,6 +810,7 @@ def test_keep_drops_the_oldest_files(tmp_path):
     for events in range(10, 60, 10):
         state["counts"][0] = events
         writer.write(model, state, {})
+    writer.close()  # removes the lock file
     assert checkpoints(tmp_path) == [checkpoint_path(tmp_path, n) for n in (5, 4, 3)]
     assert [n for n in os.listdir(tmp_path) if not n.startswith("checkpoint-")] == []  # no temporary files
     assert len(writer.pauses) == 5 and all(p > 0 for p in writer.pauses)

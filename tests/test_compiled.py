@@ -422,7 +422,12 @@ def _eval(tmp_path: Path, log: Path, fmt: str, batch_size: int, tag: str) -> tup
     for checkpoint in sorted(checkpoints(directory)):
         state, manifest = read_checkpoint(checkpoint)
         runner = state["runner"]
-        runner["pending"] = [entry[:3] for entry in runner["pending"]]  # without its age, a wall-clock reading
+        pending = runner["pending"]  # without the ages, a wall-clock reading
+        runner["pending"] = {
+            name: column.tolist() if isinstance(column, np.ndarray) else column
+            for name, column in pending.items()
+            if name != "ages"
+        }
         states.append((manifest["events"], manifest["source"], model_digest(state["model"]), runner))
     predictions = [json.loads(line) for line in out.read_text().splitlines()]
     rejected = [json.loads(line)["position"] for line in dead.read_text().splitlines()] if dead.exists() else []

@@ -7,12 +7,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from pegasos_stream import cli
+from pegasos_stream.cli.assemble import build_features
 from pegasos_stream.cli.config import (
     ConfigError,
     apply_override,
@@ -21,6 +23,7 @@ from pegasos_stream.cli.config import (
     parse_override,
     validate,
 )
+from pegasos_stream.features import DictHasher
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -75,6 +78,7 @@ def test_spam_config_points_at_the_bundled_sample():
         "max_chars": 3000,
         "binary": True,
         "normalize": True,
+        "hash_bits": 20,
     }
 
 
@@ -394,3 +398,185 @@ def test_config_hash_changes_with_any_value(name):
     b = copy.deepcopy(config)
     b["delayed_labels"]["max_pending"] = 1.0
     assert config_hash(a) != config_hash(b)
+
+
+# -- YAML: aliases, nesting and size -------------------------------------------------------
+
+
+def _alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """A few hundred bytes that stand, through aliases, for width**levels strings (9**9: 387 million)."""
+    lines = ["source:", "  type: kafka", "  topics: [mail]", "  consumer:"]
+    lines.append(f"    l0: &l0 [{', '.join(['lol'] * width)}]")
+    for level in range(1, levels):
+        lines.append(f"    l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * width)}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_alias_bomb_is_refused_fast(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_alias_bomb(), encoding="utf-8")
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert time.perf_counter() - start < 1.0
+    assert str(caught.value).startswith(f"{path}: line 6: YAML aliases (*l0) are not accepted"), caught.value
+
+
+@pytest.mark.parametrize(
+    "text, line, alias",
+    [
+        ("output: {type: kafka, topic: &t out}\nerrors: {dead_letter: {type: kafka, topic: *t}}\n", 2, "*t"),
+        ("source:\n  consumer: &c {loop: *c}\n", 2, "*c"),  # a mapping that contains itself
+        ("source: &s {type: stdin}\noutput:\n  <<: *s\n", 3, "*s"),  # a merge key is an alias too
+    ],
+    ids=["shared-value", "recursive", "merge-key"],
+)
+def test_yaml_aliases_are_refused(tmp_path, text, line, alias):
+    path = tmp_path / "job.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == (
+        f"{path}: line {line}: YAML aliases ({alias}) are not accepted: write the value out in full"
+    )
+    # an anchor alone repeats nothing, and is accepted
+    path.write_text("model: &m {kind: linear}\n", encoding="utf-8")
+    assert load_config(path)["model"] == {"kind": "linear"}
+
+
+def test_yaml_aliases_are_refused_in_overrides():
+    with pytest.raises(ConfigError, match=r"^--set 'source.topics=\[&t mail, \*t\]': line 1: YAML aliases \(\*t\)"):
+        parse_override("source.topics=[&t mail, *t]")
+    with pytest.raises(ConfigError, match=r"^--set 'source.topics=\[': not valid YAML"):
+        parse_override("source.topics=[")
+
+
+def test_deep_nesting_is_refused(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("source:\n  consumer:\n    x: " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: line 3: nested deeper than 16 levels"), caught.value
+
+
+def test_oversized_file_is_refused_fast(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("source:\n  consumer:\n    sasl_plain_password: " + "x" * 10_000_000 + "\n", encoding="utf-8")
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert time.perf_counter() - start < 1.0
+    assert str(caught.value) == f"{path}: larger than 1048576 bytes: not a configuration file"
+
+
+def test_integer_too_long_to_convert_is_a_config_error(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("run:\n  max_events: " + "9" * 5000 + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"job\.yaml: not valid YAML: .*digits"):
+        load_config(path)
+
+
+# -- free-form client settings (source.consumer, output.producer) -----------------------------
+
+SETTINGS_REFUSED = [
+    # (configuration, key path, a fragment of the expected form)
+    ({"source": {"consumer": "fast"}}, "source.consumer", "expected a mapping of at most 64 settings"),
+    ({"source": {"consumer": {"ssl": {"cafile": "ca.pem"}}}}, "source.consumer.ssl", "expected a string of at most"),
+    (
+        {"source": {"consumer": {"sasl_plain_password": "x" * 10_000_000}}},
+        "source.consumer.sasl_plain_password",
+        "4096",
+    ),
+    ({"output": {"producer": {"acks": [{"all": 1}]}}}, "output.producer.acks", "a list of at most 64 of them"),
+    ({"output": {"producer": {"retries": list(range(65))}}}, "output.producer.retries", "a list of at most 64"),
+    ({"output": {"producer": {f"k{i}": i for i in range(65)}}}, "output.producer", "at most 64 settings, got 65"),
+    ({"source": {"consumer": {"bad key": 1}}}, "source.consumer", "'bad key': expected a setting name"),
+    ({"source": {"consumer": {7: 1}}}, "source.consumer", "7: expected a setting name"),
+    ({"source": {"consumer": {"k" * 65: 1}}}, "source.consumer", "expected a setting name"),
+    ({"source": {"consumer": {"linger_ms": float("nan")}}}, "source.consumer.linger_ms", "a finite number"),
+    ({"source": {"consumer": {"linger_ms": 2**70}}}, "source.consumer.linger_ms", "a finite number"),
+]
+
+
+@pytest.mark.parametrize(
+    "config, key_path, form",
+    SETTINGS_REFUSED,
+    ids=[f"{path}:{i}" for i, (_, path, _) in enumerate(SETTINGS_REFUSED)],
+)
+def test_free_form_settings_are_bounded(config, key_path, form):
+    with pytest.raises(ConfigError) as caught:
+        validate(config, "job.yaml")
+    message = str(caught.value)
+    assert message.startswith(f"job.yaml: {key_path}: "), message
+    assert form in message, f"expected form {form!r} not shown in: {message}"
+    assert len(message) < 1000  # a huge value is not echoed back
+
+
+def test_free_form_settings_accept_flat_scalars_up_to_the_bounds():
+    consumer = {
+        "session_timeout_ms": 6000,
+        "ssl_check_hostname": False,
+        "sasl_mechanism": None,
+        "retry_backoff_ms": 0.5,
+        "api_version": [2, 5, 0],
+        "sasl_plain_password": "x" * 4096,
+    }
+    assert validate({"source": {"consumer": consumer}})["source"]["consumer"] == consumer
+    many = {f"k{i}": [i] * 64 for i in range(64)}
+    assert validate({"output": {"producer": many}})["output"]["producer"] == many
+    with pytest.raises(ConfigError, match="sasl_plain_password"):
+        validate({"source": {"consumer": {"sasl_plain_password": "x" * 4097}}})
+
+
+# -- model.lambda_ -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["linear", "multiclass", "kernel"])
+@pytest.mark.parametrize("text", ["true", "false", "1e-320", "1e-101", "-1", "0", ".nan", ".inf", "-.inf", "'0.1'"])
+def test_lambda_refused_at_start_up(tmp_path, kind, text):
+    """A bool is no number, and a λ so small that η₁ = 1/λ overflows would have every event refused."""
+    path = tmp_path / "job.yaml"
+    path.write_text(f"model:\n  kind: {kind}\n  lambda_: {text}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: model.lambda_: "), message
+    assert "expected a finite number >= 1e-100" in message and "a bool is not a number" in message
+
+
+def test_smallest_lambda_is_accepted():
+    assert load_config(None, ["model.lambda_=1e-100"])["model"]["lambda_"] == 1e-100
+    with pytest.raises(ConfigError, match=r"model\.lambda_"):
+        load_config(None, ["model.lambda_=9.9e-101"])
+
+
+# -- run.max_events ------------------------------------------------------------------------
+
+
+def test_max_events_zero_is_accepted_and_processes_nothing(tmp_path, capsys):
+    assert load_config(None, ["run.max_events=0"])["run"]["max_events"] == 0
+    lines = [json.dumps({"id": i, "x": {"a": float(i % 2) - 0.5}, "label": i % 2 == 1}) for i in range(6)]
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert cli.main(["eval", "--json", "--input", str(events), "--set", "run.max_events=0"]) == 0
+    assert json.loads(capsys.readouterr().out)["events"] == 0
+
+
+# -- features.hash_bits for dict events ----------------------------------------------------
+
+
+def test_hash_bits_accepted_for_dict_features():
+    config = load_config(None, ["features.hash_bits=8"])
+    assert config["features"] == {"type": "dict", "hash_bits": 8}
+    hasher = build_features(config)
+    assert isinstance(hasher, DictHasher) and hasher.hash_bits == 8
+    assert build_features(load_config(None, ["features.hash_bits=null"])) is None
+    assert build_features(load_config(None)) is None
+
+
+@pytest.mark.parametrize("text", ["0", "33", "-1", "true", "2.5", "'8'"])
+def test_hash_bits_out_of_range_refused(text):
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, [f"features.hash_bits={text}"])
+    message = str(caught.value)
+    assert message.startswith("<defaults>: features.hash_bits: ") and "an integer from 1 to 32" in message, message

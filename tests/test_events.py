@@ -5,6 +5,12 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
+import threading
+import time
+import tracemalloc
+from itertools import accumulate
+from pathlib import Path
 
 import pytest
 from river import stream
@@ -12,7 +18,7 @@ from river import stream
 from pegasos_stream.learners.validation import binary_sign
 from pegasos_stream.stream.parsing import BadRecord, Event, EventParser
 from pegasos_stream.stream.records import Cursors, Record
-from pegasos_stream.stream.sources import FileSource
+from pegasos_stream.stream.sources import FileSource, StdinSource
 
 
 def _parse(value: bytes | str, position: str = "mail.jsonl:3", **parser_args) -> Event:
@@ -220,6 +226,37 @@ def test_out_of_range_integer_feature_is_a_bad_record():
     assert "feature 'a'" in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "value, exception",
+    [
+        (b'{"x": {"a": 1' + b"0" * 5000 + b'}, "label": true}', "ValueError"),  # too many digits for an int
+        (b'{"x": ' + b"[" * 3000 + b"]" * 3000 + b', "label": true}', "RecursionError"),
+    ],
+    ids=["5000-digits", "3000-deep"],
+)
+def test_whatever_a_record_makes_the_parser_raise_is_a_bad_record(value, exception):
+    with pytest.raises(BadRecord) as caught:
+        EventParser().parse(Record(value, "poison.jsonl:450"))
+    assert caught.value.position == "poison.jsonl:450"
+    assert exception in caught.value.reason, caught.value.reason
+
+
+def test_a_memory_error_while_parsing_a_record_is_a_bad_record(monkeypatch):
+    def exhausted(text: str) -> object:
+        raise MemoryError
+
+    monkeypatch.setattr(json, "loads", exhausted)
+    with pytest.raises(BadRecord, match=r"^big.jsonl:3: .*MemoryError"):
+        EventParser().parse(Record(b'{"x": {}}', "big.jsonl:3"))
+
+
+@pytest.mark.parametrize("value", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+def test_a_non_finite_id_is_the_records_position(value):
+    """NaN and the infinities have no JSON form (a prediction naming them would not be JSON)."""
+    event = _parse(b'{"id": ' + value + b', "x": {"a": 1}, "label": true}', position="ids.jsonl:9")
+    assert event.id == "ids.jsonl:9"
+
+
 def test_record_at_the_size_limit_is_accepted():
     value = b'{"text": "' + b"a" * 52 + b'"}'
     assert len(value) == 64
@@ -271,6 +308,142 @@ def test_cursors_are_made_on_demand_within_their_length():
     for outside in (-1, 3):
         with pytest.raises(IndexError):
             cursors[outside]
+
+
+def _long_line_file(path: Path, long_size: int, max_bytes: int) -> tuple[Path, list[bytes]]:
+    """A file of short lines around one of ``long_size`` bytes and one just over ``max_bytes``."""
+    lines = [b'{"id": 1}', b"a" * long_size, b'{"id": 2}\r', b"b" * (max_bytes + 1), b'{"id": 3}']
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path, lines
+
+
+@pytest.mark.parametrize("batch", [1, 10])
+def test_a_file_line_longer_than_max_bytes_is_cut_as_it_is_read(tmp_path, batch):
+    """A line longer than ``max_bytes`` is handed out as its first ``max_bytes + 1`` bytes, which the
+    parser refuses naming its position, without ever holding the whole line."""
+    max_bytes = 1000
+    path, lines = _long_line_file(tmp_path / "events.jsonl", 30 << 20, max_bytes)
+    source = FileSource(path, max_bytes=max_bytes)
+    tracemalloc.start()
+    try:
+        records = [record for record in source if record is not None]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        source.close()
+    assert peak < 8 << 20, peak  # a fraction of the 30 MB line
+    assert [r.value for r in records] == [lines[0], b"a" * (max_bytes + 1), b'{"id": 2}', lines[3], lines[4]]
+    ends = list(accumulate(len(line) + 1 for line in lines))
+    assert [r.cursor for r in records] == [(end, number) for number, end in enumerate(ends, 1)]
+    assert source.position() == {"offset": path.stat().st_size, "line": 5}
+    parser = EventParser(max_bytes=max_bytes)
+    with pytest.raises(BadRecord, match=rf"^{path}:2: record of more than 1000 bytes exceeds 1000$"):
+        parser.parse(records[1])
+    resumed = FileSource(path, *records[1].cursor, max_bytes=max_bytes)
+    assert [r.value for r in resumed.read(batch)] == [b'{"id": 2}', lines[3], lines[4]][:batch]
+    resumed.close()
+
+
+def test_a_file_line_of_max_bytes_and_its_crlf_is_whole(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"a" * 10 + b"\r\n" + b"b" * 11 + b"\r\n" + b"c" * 12 + b"\n")
+    source = FileSource(path, max_bytes=10)
+    assert source.read(5).values == [b"a" * 10, b"b" * 11, b"c" * 11]
+    source.close()
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_an_unclaimed_file_batch_is_read_again(tmp_path, suffix):
+    lines = [b'{"id": 1}', b"", b'{"id": 2}', b'{"id": 3}', b'{"id": 4}']
+    data = b"\n".join(lines) + b"\n"
+    path = tmp_path / ("events" + suffix)
+    path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    source = FileSource(path)
+    source.claim(source.read(1))
+    batch = source.claim(source.read(4))  # lines 2 to 5, the blank one left out
+    assert [r.value for r in batch] == lines[2:5]
+    source.unclaim(batch, 0)  # none of it was processed: back to before the blank line 2
+    assert source.position() == {"offset": 10, "line": 1}
+    again = source.claim(source.read(4))
+    assert [(r.value, r.cursor) for r in again] == [(r.value, r.cursor) for r in batch]
+    source.unclaim(again, 1)  # only record 2 (line 3) was processed
+    assert source.position() == {"offset": 21, "line": 3}
+    assert [r.position for r in source.read(10)] == [f"{path}:4", f"{path}:5"]
+    assert source.read(10) is None
+    source.close()
+
+
+# -- standard input ------------------------------------------------------------------------
+
+
+def test_stdin_redirected_from_a_regular_file_is_read_like_a_pipe(tmp_path):
+    lines = [b'{"id": 1}', b"", b'{"id": 2}\r', b'{"id": 3}']
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"\n".join(lines))  # no final line end
+    with path.open("rb") as stream:
+        source = StdinSource(poll_seconds=0.01, stream=stream)
+        records = [record for record in source if record is not None]
+        source.close()
+    assert [(r.value, r.position) for r in records] == [
+        (b'{"id": 1}', "<stdin>:1"),
+        (b'{"id": 2}', "<stdin>:3"),
+        (b'{"id": 3}', "<stdin>:4"),
+    ]
+
+
+def test_a_stdin_line_longer_than_max_bytes_is_cut_as_it_arrives():
+    """Linear in the line's length (a 200 MB line took longer than 300 s), and never held whole."""
+    long_size, max_bytes = 60 << 20, 1000
+    read_end, write_end = os.pipe()
+
+    def feed() -> None:
+        with os.fdopen(write_end, "wb") as out:
+            out.write(b'{"id": 1}\na')
+            for _ in range(long_size >> 20):
+                out.write(b"\r" * (1 << 20))
+            out.write(b'\n{"id": 2}\r\n' + b"b" * (max_bytes + 1) + b"\n" + b"c" * max_bytes + b"\r")
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    with os.fdopen(read_end, "rb") as stream:
+        source = StdinSource(poll_seconds=5, stream=stream, max_bytes=max_bytes)
+        started = time.perf_counter()
+        tracemalloc.start()
+        try:
+            records = [record for record in source if record is not None]
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+            source.close()
+        elapsed = time.perf_counter() - started
+    writer.join()
+    assert peak < 8 << 20, peak
+    assert elapsed < 20, elapsed
+    assert [(r.value, r.position) for r in records] == [
+        (b'{"id": 1}', "<stdin>:1"),
+        (b"a" + b"\r" * max_bytes, "<stdin>:2"),  # cut, not stripped: the parser refuses it
+        (b'{"id": 2}', "<stdin>:3"),
+        (b"b" * (max_bytes + 1), "<stdin>:4"),
+        (b"c" * max_bytes, "<stdin>:5"),
+    ]
+
+
+def test_an_unclaimed_stdin_batch_is_read_again():
+    read_end, write_end = os.pipe()
+    os.write(write_end, b'{"id": 1}\n\n{"id": 2}\n{"id": 3}\n')
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as stream:
+        source = StdinSource(poll_seconds=1, stream=stream)
+        batch = source.claim(source.read(10))
+        assert [r.position for r in batch] == ["<stdin>:1", "<stdin>:3", "<stdin>:4"]
+        source.unclaim(batch, 1)
+        assert source.position() == {"line": 2}
+        again = source.read(10)
+        assert [(r.value, r.position) for r in again] == [(b'{"id": 2}', "<stdin>:3"), (b'{"id": 3}', "<stdin>:4")]
+        source.unclaim(again, 0)
+        assert source.position() == {"line": 2}
+        assert [r.position for r in source.read(10)] == ["<stdin>:3", "<stdin>:4"]
+        source.close()
 
 
 @pytest.mark.parametrize("labels", [None, {"positive": "spam", "negative": "ham"}, {"positive": 1, "negative": 2}])

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from pegasos_stream.stream.kafka import KafkaSink, KafkaSource
+from pegasos_stream.stream.kafka import KafkaSink, KafkaSource, OffsetOutOfRange
 from pegasos_stream.stream.parsing import BadRecord, EventParser
 from pegasos_stream.stream.records import Record
 from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS
@@ -264,8 +264,48 @@ def test_a_broker_outage_gives_idle_ticks_then_recovers(own_kafka_broker, create
     source.close()
 
 
+def test_an_offset_beyond_a_partition_that_lost_its_data_stops_or_restarts_it(
+    own_kafka_broker, create_topic, produce, caplog
+):
+    broker = own_kafka_broker
+    create_topic(broker.address, "events")
+    produce(broker.address, "events", [b"old-%d" % i for i in range(10)])
+    source = _source(broker.address, "events")
+    _take(iter(source), 10)
+    stored = source.position()
+    assert stored == {"offsets": [["events", 0, 10]]}
+    source.close()
+
+    broker.stop()
+    broker.start()  # the broker lost the topic: it comes back with fewer records
+    create_topic(broker.address, "events")
+    produce(broker.address, "events", [b"new-%d" % i for i in range(4)])
+    offsets = {(topic, partition): offset for topic, partition, offset in stored["offsets"]}
+
+    stopping = KafkaSource(broker.address, ["events"], "stop-group", consumer=GROUP_SETTINGS)
+    stopping.seek(offsets)
+    with pytest.raises(OffsetOutOfRange, match=r"offset 10 .* events/0/10 .* \(offsets 0 to 4\)"):
+        _read_records(stopping, 10, 1)
+    assert stopping.position() == stored  # the checkpoint still says where it stood
+    assert stopping._offsets.uncommitted() == {}  # and the group is not told to go there
+    stopping.close()
+
+    caplog.set_level(logging.WARNING, logger="pegasos_stream.stream.kafka")
+    restarting = KafkaSource(
+        broker.address, ["events"], "restart-group", consumer=GROUP_SETTINGS, on_offset_out_of_range="earliest"
+    )
+    restarting.seek(offsets)
+    records = _take(iter(restarting), 4)
+    assert [record.value for record in records] == [b"new-%d" % i for i in range(4)]
+    assert "outside its partition (offsets 0 to 4); reading it from its beginning" in caplog.text
+    assert restarting.position() == {"offsets": [["events", 0, 4]]}
+    restarting.close()
+
+
 def test_settings_the_source_owns_are_refused():
     with pytest.raises(ValueError, match="enable_auto_commit"):
         KafkaSource("127.0.0.1:9", ["t"], "g", consumer={"enable_auto_commit": True})
     with pytest.raises(ValueError, match="start"):
         KafkaSource("127.0.0.1:9", ["t"], "g", start="middle")
+    with pytest.raises(ValueError, match="on_offset_out_of_range"):
+        KafkaSource("127.0.0.1:9", ["t"], "g", on_offset_out_of_range="latest")

@@ -113,9 +113,10 @@ def test_a_partition_assigned_again_starts_a_new_generation():
     first = book.generations().get(P0, 0)
     book.revoke([P0])
     book.forget([P0])
-    assert book.assign([P0]) == Seeks({}, set())
-    assert book.generations()[P0] == first + 1
-    book.add([_fetched(P0, 3, 1, first + 1)])
+    assert book.assign([P0]) == Seeks({P0: 3}, set())  # its next offset: the fetch position is not trusted
+    second = book.generations()[P0]
+    assert second > first
+    book.add([_fetched(P0, 3, 1, second)])
     assert _read_and_claim(book, 3)[1] is None
     assert book.position() == {P0: 4}
 
@@ -189,6 +190,85 @@ def test_rewind_seeks_each_partition_not_claimed_from_to_its_beginning_once():
     book.revoke([P1, P2])
     book.forget([P1, P2])
     assert book.assign([P1, P2]) == Seeks({}, set())
+
+
+def test_a_partition_kept_through_a_rebalance_is_sought_to_its_next_offset():
+    # kafka-python keeps the fetch position of a partition the same consumer gets back, past what
+    # the revocation dropped: the assignment seeks it to the first record not processed.
+    book = _book(P0, P1, P2)
+    book.add([_fetched(P0, 0, 10), _fetched(P1, 5, 3)])
+    _read_and_claim(book, 4)  # P0 0-3; P0 4-9 and P1 5-7 fetched, not read
+    book.revoke([P0, P1, P2])
+    book.forget([P0, P1, P2])
+    assert book.assign([P0, P1, P2]) == Seeks({P0: 4, P1: 5}, set())
+    assert book.assign([P0]) == Seeks({}, set())  # once
+
+
+def test_partitions_lost_or_given_to_another_member_meanwhile_start_at_the_group_offsets():
+    book = _book(P0, P1)
+    book.add([_fetched(P0, 0, 3), _fetched(P1, 0, 3)])
+    _read_and_claim(book, 6)
+    book.revoke([P0], lost=True)  # the membership was lost: others may have read it since
+    book.forget([P0])
+    book.revoke([P1])
+    book.forget([P1])
+    assert book.assign([P2]) == Seeks({}, set())  # P1 went elsewhere
+    assert book.assign([P0, P1]) == Seeks({}, set())
+
+
+def test_rewind_of_an_assigned_partition_drops_what_was_fetched():
+    book = _book(P0)
+    book.add([_fetched(P0, 3, 2)])
+    assert book.rewind() == Seeks({}, {P0})
+    assert book.fetched_count() == 0
+    book.add([_fetched(P0, 0, 5, book.generations()[P0])])
+    cursors, dropped = _read_and_claim(book, 10)
+    assert dropped is None
+    assert [offset for _, _, offset in cursors] == [0, 1, 2, 3, 4]
+
+
+def test_a_seek_revoked_before_any_claim_is_committed_with_the_revocation():
+    book = OffsetBook()
+    book.seek({("events", 0): 5})
+    assert book.assign([P0]) == Seeks({P0: 5}, set())
+    book.revoke([P0])
+    assert book.uncommitted() == {P0: 5}  # the group's next member starts there, not past it
+    assert book.position() == {P0: 5}
+
+
+def test_the_position_drops_a_seek_once_its_partition_is_forgotten():
+    book = OffsetBook()
+    book.seek({("events", 0): 5})
+    book.assign([P0])
+    book.add([_fetched(P0, 5, 5, book.generations()[P0])])
+    _read_and_claim(book, 10)
+    assert book.position() == {P0: 10}
+    book.revoke([P0])
+    book.forget([P0])
+    assert book.position() == {}  # not the stale 5: everything up to 10 was processed
+
+
+def test_a_batch_with_a_stale_part_drops_its_partition_even_when_its_last_part_is_fresh():
+    book = _book(P0)
+    generations = book.generations()  # a poll starts
+    assert book.seek({("events", 0): 20}) == Seeks({P0: 20}, set())
+    book.add([_fetched(P0, 0, 2, generations.get(P0, 0))])  # the poll brings records from before the seek
+    book.add([_fetched(P0, 20, 2, book.generations()[P0])])
+    _, dropped = _read_and_claim(book, 10)
+    assert dropped == Dropped([], {P0: 20})
+    assert book.position() == {P0: 20}
+
+
+def test_unclaim_moves_the_position_back_to_the_first_record_not_processed():
+    book = _book(P0, P1)
+    book.add([_fetched(P0, 0, 4), _fetched(P1, 0, 3), _fetched(P0, 4, 2)])
+    cursors, _ = _read_and_claim(book, 8)  # P0 0-3, P1 0-2, P0 4
+    assert book.position() == {P0: 5, P1: 3}
+    book.revoke([P1])
+    assert book.unclaim(cursors[2:]) == {P0: 2}  # processed P0 0-1 only; P1 is no longer assigned
+    assert book.position() == {P0: 2, P1: 0}
+    assert book.uncommitted() == {P0: 2, P1: 0}
+    assert book.fetched_count() == 0  # P0 5 is fetched again after the seek back
 
 
 # -- properties ----------------------------------------------------------------------------
@@ -346,7 +426,22 @@ class SourceModel(RuleBasedStateMachine):
     @rule(data=st.data(), lost=st.booleans(), commit_fails=st.booleans())
     def revoke(self, data: st.DataObject, lost: bool, commit_fails: bool) -> None:
         partitions = data.draw(st.sets(st.sampled_from(sorted(self.consumer.positions)), min_size=1))
-        self.book.revoke(partitions)
+        self._revoke(partitions, lost, commit_fails)
+
+    @precondition(lambda self: bool(self.consumer.positions))
+    @rule(data=st.data(), commit_fails=st.booleans())
+    def rebalance_keeping_positions(self, data: st.DataObject, commit_fails: bool) -> None:
+        """An eager rebalance: every partition revoked, then some assigned again; the consumer keeps
+        the fetch position of those it had (as kafka-python does), past what the revocation dropped."""
+        positions = dict(self.consumer.positions)
+        self._revoke(set(positions), lost=False, commit_fails=commit_fails)
+        assigned = data.draw(st.sets(st.sampled_from(PARTITIONS), min_size=1))
+        for p in assigned:
+            self.consumer.positions[p] = positions.get(p, self.consumer.committed.get(p, 0))
+        self._seek(self.book.assign(assigned))
+
+    def _revoke(self, partitions: set[Partition], lost: bool, commit_fails: bool) -> None:
+        self.book.revoke(partitions, lost=lost)
         checkpoint = self.book.position()  # the runner's on_revoke
         if not lost:
             self._commit(checkpoint, succeeds=not commit_fails, noted=False)

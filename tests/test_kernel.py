@@ -893,9 +893,124 @@ def test_merging_gives_the_same_model_whatever_the_processs_str_hashes():
         "    model.learn_one({f'w{rng.randrange(50)}': rng.random() for _ in range(5)}, rng.random() < 0.5)\n"
         "print(model_digest(model))\n"
     )
-    digests = {
+    digests = _digests_across_str_hash_seeds(script)
+    assert len(digests) == 1
+
+
+# -- 8. the size of merged vectors -----------------------------------------------------------------------------
+
+
+def pruned(z: dict, bound: int) -> dict:
+    """The spec: z's ``bound`` entries of largest |value| (ties: the earlier in z), in z's order."""
+    ranked = sorted(range(len(z)), key=lambda i: (-abs(list(z.values())[i]), i))[:bound]
+    items = list(z.items())
+    return dict(items[i] for i in sorted(ranked))
+
+
+@pytest.mark.parametrize("bound", [1, 3, 4, 6])
+def test_merge_keeps_the_largest_entries_ties_by_position(bound):
+    """|a| = |b| = |c| in z: a bound of 4 keeps a (the first of them), 3 keeps none of them."""
+    x_n, a_n = {"d": 0.5, "e": 0.5, "f": -0.5, "g": 0.1}, 1.5
+    x_m = {"a": 0.6, "b": -0.6, "d": 0.2, "c": 0.6}
+    models = {}
+    for name, max_sv_features in (("full", None), ("bounded", bound)):
+        model = KernelPegasosClassifier(
+            lambda_=100.0, budget=1, maintenance="merge", max_sv_features=max_sv_features, **MERGE_PARAMS
+        )
+        model.learn_one(x_n, True, w=a_n)
+        model.learn_one(x_m, True, w=1.0)
+        models[name] = model
+    ((z_full, _, beta_full),) = models["full"].support_vectors
+    assert len(z_full) == 7 and len({abs(z_full[key]) for key in "abc"}) == 1
+    ((z, label, beta_z),) = models["bounded"].support_vectors
+    assert label is True
+    assert z == pruned(z_full, bound) and list(z) == list(pruned(z_full, bound))
+    assert len(z) == min(bound, len(z_full))
+    if bound == 4:
+        assert list(z) == ["a", "d", "e", "f"]
+    # β_z: the projection of α_m φ(x_m) + α_n φ(x_n) on φ of the pruned z (K(z, z) = 1)
+    projection = 1.0 * K_dict(MERGE_PARAMS, x_m, z) + a_n * K_dict(MERGE_PARAMS, x_n, z)
+    assert_close(beta_z, projection, "beta_z after pruning")
+    # that projection loses no more than keeping the unpruned merge's coefficient would
+    loss = lambda beta: direct_degradation(MERGE_PARAMS, 1.0, x_m, a_n, x_n, beta, z)  # noqa: E731
+    assert loss(beta_z) <= loss(beta_full) + 1e-12
+    assert loss(beta_z) <= min(loss(beta_z * 1.01), loss(beta_z * 0.99))
+
+
+def text_like_stream(n_events: int, seed: int) -> list[tuple[dict, bool]]:
+    """Unit-length binary vectors of 40 to 80 "n-grams" from a vocabulary of 3,000, some per label."""
+    rng = np.random.default_rng(seed)
+    stream = []
+    for i in range(n_events):
+        label = bool(i % 3)
+        size = int(rng.integers(40, 81))
+        ids = rng.choice(3000, size=size, replace=False) + (1500 if label else 0)
+        stream.append(({f"c:{j:04d}": 1.0 / math.sqrt(size) for j in ids}, label))
+    return stream
+
+
+def test_merged_vectors_stay_within_the_bound_on_text_like_input():
+    """Every stored vector is an example as it came or a merged one of at most max_sv_features
+    features, after hundreds of merges; without the bound, merged vectors grow past it."""
+    stream = text_like_stream(600, seed=5)
+    examples = {frozenset(x.items()) for x, _ in stream}
+    budget, bound = 12, 50
+    bounded = KernelPegasosClassifier(gamma=0.5, lambda_=1e-3, budget=budget, max_sv_features=bound)
+    unbounded = KernelPegasosClassifier(gamma=0.5, lambda_=1e-3, budget=budget, max_sv_features=None)
+    merged_seen = 0
+    for step, (x, y) in enumerate(stream):
+        bounded.learn_one(x, y)
+        unbounded.learn_one(x, y)
+        merged = [sv for sv, _, _ in bounded.support_vectors if frozenset(sv.items()) not in examples]
+        merged_seen += len(merged)
+        assert all(len(sv) <= bound for sv in merged), f"step {step}: {[len(sv) for sv in merged]}"
+        assert sum(len(sv) for sv, _, _ in bounded.support_vectors) <= budget * 80
+    assert merged_seen > 1000  # the bound was exercised
+    assert max(len(sv) for sv, _, _ in unbounded.support_vectors) > 4 * bound
+
+
+def test_default_bound_on_merged_vectors():
+    model = KernelPegasosClassifier()
+    assert model.max_sv_features == 3000
+    assert KernelPegasosClassifier(max_sv_features=None).max_sv_features is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "10"], ids=repr)
+def test_bad_max_sv_features_refused(bad):
+    with pytest.raises(ValueError, match="max_sv_features"):
+        KernelPegasosClassifier(max_sv_features=bad)
+
+
+def test_bounded_merging_is_deterministic_across_processes_and_pickles():
+    """The pruning and its ties follow positions in z, never the process's str hashes."""
+    script = (
+        "import math, pickle, sys\n"
+        "import numpy as np\n"
+        "from pegasos_stream import KernelPegasosClassifier\n"
+        "from pegasos_stream.persist import model_digest\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from test_kernel import text_like_stream\n"
+        "model = KernelPegasosClassifier(gamma=0.5, lambda_=1e-3, budget=8, max_sv_features=30)\n"
+        "for i, (x, y) in enumerate(text_like_stream(250, seed=9)):\n"
+        "    model.learn_one(x, y)\n"
+        "    if i == 120:\n"
+        "        model = pickle.loads(pickle.dumps(model))\n"
+        "print(model_digest(model))\n"
+    )
+    digests = _digests_across_str_hash_seeds(script, os.path.dirname(os.path.abspath(__file__)))
+    assert len(digests) == 1 and next(iter(digests)).strip()
+    local = KernelPegasosClassifier(gamma=0.5, lambda_=1e-3, budget=8, max_sv_features=30)
+    for x, y in text_like_stream(250, seed=9):
+        local.learn_one(x, y)
+    assert max(len(sv) for sv, _, _ in local.support_vectors) <= 80
+    assert any(len(sv) == 30 for sv, _, _ in local.support_vectors)  # merged, pruned vectors are stored
+
+
+def _digests_across_str_hash_seeds(script: str, *args: str) -> set[str]:
+    """What ``script`` prints in three processes whose str hashes differ (PYTHONHASHSEED 1, 2, 3)."""
+    return {
         subprocess.run(
-            [sys.executable, "-c", script],
+            [sys.executable, "-c", script, *args],
             env={**os.environ, "PYTHONHASHSEED": seed},
             capture_output=True,
             text=True,
@@ -903,4 +1018,3 @@ def test_merging_gives_the_same_model_whatever_the_processs_str_hashes():
         ).stdout
         for seed in ("1", "2", "3")
     }
-    assert len(digests) == 1

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from river import datasets, metrics, multiclass, preprocessing
 from sklearn.metrics import roc_auc_score
 
-from pegasos_stream import PegasosClassifier, PegasosMulticlass
+from pegasos_stream import KernelPegasosClassifier, PegasosClassifier, PegasosMulticlass
+from pegasos_stream.learners.schedule import MAX_NORM
+from pegasos_stream.learners.validation import MIN_LAMBDA
 
 # derandomize: the same examples on every run, so a CI result is reproducible.
 _COMMON = dict(
@@ -535,6 +537,32 @@ def test_learn_one_rejects_each_bad_weight(weight):
     with pytest.raises(ValueError):
         model.learn_one({"a": 1.0}, True, w=weight)
     assert snapshot(model) == before
+
+
+# --------------------------------------------------------------------------- lambda_
+
+LEARNERS = [PegasosClassifier, PegasosMulticlass, KernelPegasosClassifier]
+# A bool is no number; a λ too small makes η₁ = 1/λ overflow, so that every event is refused.
+BAD_LAMBDAS = [True, False, np.True_, 1e-320, np.float64(1e-320), 1e-101, 0.0, -1.0, math.nan, math.inf, "0.1", None]
+
+
+@pytest.mark.parametrize("lam", BAD_LAMBDAS, ids=repr)
+@pytest.mark.parametrize("cls", LEARNERS, ids=lambda cls: cls.__name__)
+def test_constructor_refuses_bad_lambda(cls, lam):
+    with pytest.raises(ValueError, match=rf"lambda_=.*expected a finite number >= {MIN_LAMBDA:g}"):
+        cls(lambda_=lam)
+
+
+@pytest.mark.parametrize("cls", LEARNERS, ids=lambda cls: cls.__name__)
+def test_smallest_lambda_learns(cls):
+    """At λ = MIN_LAMBDA the first steps stay finite and below MAX_NORM for examples of a sensible norm."""
+    assert MAX_NORM * MIN_LAMBDA >= 1e40  # room for ‖x‖ up to 1e40 in the first step η₁·‖x‖ = ‖x‖/λ
+    model = cls(lambda_=MIN_LAMBDA)
+    labels = ["a", "b"] if cls is PegasosMulticlass else [True, False]
+    for i, x in enumerate([{"a": 1e3, "b": -5.0}, {"a": -2.0, "c": 1e6}, {"b": 1e-3}]):
+        model.learn_one(x, labels[i % 2])
+    assert model.t == 3
+    assert model.predict_one({"a": 1.0}) in labels
 
 
 # --------------------------------------------------------------------------- labels

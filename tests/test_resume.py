@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
+import io
 import json
+import math
 import os
 import random
 import shutil
@@ -35,14 +38,17 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from kafka import KafkaConsumer, TopicPartition
 
-from pegasos_stream.persist.checkpoint import checkpoints, latest_valid, read_checkpoint
+from pegasos_stream.persist.checkpoint import MAGIC, checkpoints, latest_valid, read_checkpoint
+from pegasos_stream.stream.pending import PendingLabels
 from pegasos_stream.testing.kafka_broker import kafka_source_config
 
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
@@ -143,10 +149,17 @@ def _inspect(path: Path) -> dict:
     return json.loads(done.stdout)
 
 
+def _pending(runner: dict) -> list[list]:
+    """The pending examples of a checkpoint's runner state (columns) as [id, x, score, age] entries."""
+    store = PendingLabels(max_pending=10**9, max_age_seconds=math.inf, clock=lambda: 0.0)
+    store.restore_columns(runner["pending"], 0.0)
+    return [[key, waiting.x, waiting.score, -waiting.arrived] for key, waiting in store.items()]
+
+
 def _runner_state(path: Path) -> dict:
     """The runner part of a checkpoint, less the pending examples' ages (wall-clock time)."""
     runner = read_checkpoint(path)[0]["runner"]
-    runner["pending"] = [[key, x, score] for key, x, score, _age in runner["pending"]]
+    runner["pending"] = [[key, x, score] for key, x, score, _age in _pending(runner)]
     return runner
 
 
@@ -275,7 +288,7 @@ def _assert_every_checkpoint_loads(directory: Path) -> dict | None:
         "t": state["model"].t,
         "events": manifest["events"],
         "source": manifest["source"],
-        "pending": len(state["runner"]["pending"]),
+        "pending": len(_pending(state["runner"])),
     }
 
 
@@ -463,7 +476,7 @@ def test_resume_with_every_checkpoint_corrupt_starts_from_the_beginning(stream, 
 @pytest.mark.slow
 def test_resume_of_a_gzip_file_and_with_another_configuration(stream, reference, tmp_path):
     """Offsets of a .gz file are offsets into the decompressed stream; a changed configuration
-    is resumed with a warning."""
+    is resumed with a warning when --accept-config says to."""
     compressed = tmp_path / "events.jsonl.gz"
     compressed.write_bytes(gzip.compress(stream.path.read_bytes()))
     job = _file_job(tmp_path, compressed)
@@ -471,13 +484,66 @@ def test_resume_of_a_gzip_file_and_with_another_configuration(stream, reference,
     _, manifest = read_checkpoint(checkpoints(tmp_path / "ck")[0])
     assert manifest["events"] == 1234 and manifest["source"]["offset"] > compressed.stat().st_size / 10
     newest = checkpoints(tmp_path / "ck")[0]
-    done = _run(job, "--resume", "--set", "evaluation.stats_every_seconds=59")
+    done = _run(job, "--resume", "--accept-config", "--set", "evaluation.stats_every_seconds=59")
     assert done.returncode == 0
     assert done.stderr.decode().splitlines()[:2] == [
         f"warning: {newest} was written with another configuration",
         f"resuming from {newest} (t={manifest['t']}, 1234 events)",
     ]
     _assert_same_job_result(tmp_path / "ck", reference, done.stderr)
+
+
+def test_resume_refuses_a_checkpoint_of_another_configuration_unless_told_to_accept_it(stream, tmp_path):
+    """Another λ, or another kind of model: the run refuses to start (one line, exit 2, nothing
+    written) rather than continue the checkpoint's model in place of the configured one; with
+    --accept-config it continues it, with a warning."""
+    job = _file_job(tmp_path, stream.path, keep=100)
+    directory = tmp_path / "ck"
+    assert _run(job, "--max-events", "200").returncode == 0
+    files = {p: p.read_bytes() for p in checkpoints(directory)}
+    newest = checkpoints(directory)[0]
+    kernel = tmp_path / "kernel.yaml"
+    kernel.write_text(
+        yaml.safe_dump({**yaml.safe_load(job.read_text()), "model": {"kind": "kernel", "lambda_": 1e-3}}),
+        encoding="utf-8",
+    )
+    for changed in (["--config", str(job), "--set", "model.lambda_=0.5"], ["--config", str(kernel)]):
+        done = subprocess.run([BIN, "run", *changed, "--resume"], capture_output=True, timeout=120)
+        assert done.returncode == 2
+        assert done.stderr.decode().splitlines() == [
+            f"configuration error: {newest} was written with another configuration; "
+            "resume with --accept-config to continue its model and state under this one"
+        ]
+        assert {p: p.read_bytes() for p in checkpoints(directory)} == files
+    done = _run(job, "--resume", "--accept-config", "--set", "model.lambda_=0.5", "--max-events", "300")
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stderr.decode().splitlines()[0] == f"warning: {newest} was written with another configuration"
+    assert read_checkpoint(checkpoints(directory)[0])[1]["events"] == 300
+
+
+def test_resume_skips_a_crafted_newer_checkpoint_whose_member_claims_1e11_elements(stream, reference, tmp_path):
+    """A checksummed newer file whose array member claims 10^11 float64 (800 GB) in 64 bytes is
+    refused from its header, with a message, and the run resumes from the good one before it."""
+    job = _file_job(tmp_path, stream.path, keep=100)
+    directory = tmp_path / "ck"
+    assert _run(job, "--max-events", "1000").returncode == 0
+    good = checkpoints(directory)[0]
+    state, manifest = read_checkpoint(good)
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10**11,)})
+    payload = io.BytesIO(good.read_bytes()[len(MAGIC) + 32 :])
+    with zipfile.ZipFile(payload, "a") as archive:
+        archive.writestr("huge.npy", header.getvalue() + bytes(64))
+    crafted = directory / f"checkpoint-{_number(good) + 1:012d}.pgs"
+    crafted.write_bytes(MAGIC + hashlib.sha256(payload.getvalue()).digest() + payload.getvalue())
+
+    done = _run(job, "--resume")
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stderr.decode().splitlines()[:2] == [
+        f"skipping {crafted}: unreadable payload: member huge.npy claims {8 * 10**11} bytes of data in 64",
+        f"resuming from {good} (t={state['model'].t}, {manifest['events']} events)",
+    ]
+    _assert_same_job_result(directory, reference, done.stderr)
 
 
 # -- 5. standard input -------------------------------------------------------------------------
@@ -516,11 +582,15 @@ def test_stdin_resume_skips_the_lines_already_covered(stream, reference, tmp_pat
     covered = newest["source"]["line"]
     assert newest["source"] == {"line": covered} and covered > 1000
     already = output.stat().st_size if output.exists() else 0
+    left = json.loads((directory / ".lock").read_text())  # the killed run's lock
+    assert left["pid"] == proc.pid
 
     done = _run(job, "--resume", "--input", "-", input=data)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     lines = done.stderr.decode().splitlines()
-    assert lines[:2] == [
+    assert lines[:3] == [
+        f"checkpoint directory {directory}: taking over the lock left by pid {proc.pid} on host {left['host']} "
+        f"(since {left['started']}), which is gone",
         f"standard input cannot be re-read: skipping its first {covered} lines",
         f"resuming from {newest['path']} (t={newest['t']}, {newest['events']} events)",
     ]

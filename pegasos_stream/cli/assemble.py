@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..features import EmailFeatures
+from ..features import DictHasher, EmailFeatures
 from ..persist.checkpoint import Checkpoints
 from ..stream.evaluation import BinaryReport, MulticlassReport
 from ..stream.parsing import EventParser
@@ -23,9 +23,13 @@ def build_model(config: dict):
     return LEARNERS[config["model"]["kind"]](**params)
 
 
-def build_features(config: dict) -> EmailFeatures | None:
+def build_features(config: dict) -> EmailFeatures | DictHasher | None:
+    """The configured feature extraction: EmailFeatures for text, a DictHasher for dict events with
+    ``hash_bits`` set, None for dict events used as they are."""
     params = {key: value for key, value in config["features"].items() if key != "type"}
-    return EmailFeatures(**params) if config["features"]["type"] == "email" else None
+    if config["features"]["type"] == "email":
+        return EmailFeatures(**params)
+    return DictHasher(params["hash_bits"]) if params.get("hash_bits") is not None else None
 
 
 def build_source(config: dict, position: dict | None = None) -> Source:
@@ -34,9 +38,11 @@ def build_source(config: dict, position: dict | None = None) -> Source:
     source = config["source"]
     position = position or {}
     if source["type"] == "file":
-        return FileSource(source["path"], position.get("offset", 0), position.get("line", 0))
+        return FileSource(source["path"], position.get("offset", 0), position.get("line", 0), source["max_bytes"])
     if source["type"] == "stdin":
-        return StdinSource(poll_seconds=source["poll_seconds"], skip=position.get("line", 0))
+        return StdinSource(
+            poll_seconds=source["poll_seconds"], skip=position.get("line", 0), max_bytes=source["max_bytes"]
+        )
     from ..stream.kafka import KafkaSource
 
     kafka = KafkaSource(
@@ -46,6 +52,7 @@ def build_source(config: dict, position: dict | None = None) -> Source:
         start=source["start"],
         consumer=source["consumer"],
         poll_seconds=source["poll_seconds"],
+        on_offset_out_of_range=source["on_offset_out_of_range"],
     )
     if position.get("offsets"):
         kafka.seek({(topic, partition): offset for topic, partition, offset in position["offsets"]})

@@ -3,6 +3,11 @@
 A configuration is a nested dict. Every key is checked against ``SCHEMA`` (or, for ``model`` and
 ``features``, against the constructor of the class they build): an unknown key, a wrong type or a
 bad value stops with a `ConfigError` naming the file, the key path and the expected form.
+
+What a configuration may cost is bounded before anything is built: the file is read up to
+``MAX_FILE_BYTES``; YAML aliases are refused (an alias repeats a value at no cost in the text, so a
+few lines can stand for gigabytes) and so is nesting deeper than ``MAX_DEPTH``; the free-form client
+settings (``source.consumer``, ``output.producer``) are flat and bounded (`Settings`).
 """
 
 from __future__ import annotations
@@ -14,13 +19,13 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import yaml
 
-from ..features import EmailFeatures
+from ..features import DictHasher, EmailFeatures
 from ..learners.kernel import KernelPegasosClassifier
 from ..learners.linear import PegasosClassifier
 from ..learners.multiclass import PegasosMulticlass
@@ -34,8 +39,37 @@ class ConfigError(ValueError):
     """A configuration that cannot run; the message names the file and the key path."""
 
 
+#: A configuration file larger than this is refused unread: a job's settings take a few kilobytes.
+MAX_FILE_BYTES = 1 << 20
+
+#: How deep mappings and lists may nest in a configuration (the schema itself is three levels deep).
+MAX_DEPTH = 16
+
+
+class _RefusedYAML(yaml.YAMLError):
+    """YAML that parses but is not accepted in a configuration: an alias, or nesting too deep."""
+
+
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading 1e-4 as a number (YAML 1.2) rather than as a string."""
+    """PyYAML's safe loader, reading 1e-4 as a number (YAML 1.2) rather than as a string, and
+    refusing aliases and nesting deeper than ``MAX_DEPTH`` as it meets them."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        event = self.peek_event()
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.AliasEvent):
+            raise _RefusedYAML(
+                f"line {line}: YAML aliases (*{event.anchor}) are not accepted: write the value out in full"
+            )
+        if self._depth >= MAX_DEPTH:
+            raise _RefusedYAML(f"line {line}: nested deeper than {MAX_DEPTH} levels")
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 _Loader.add_implicit_resolver(
@@ -45,8 +79,20 @@ _Loader.add_implicit_resolver(
 )
 
 
-def _yaml(text) -> Any:
-    return yaml.load(text, Loader=_Loader)
+def _yaml(text: str | bytes, where: str) -> Any:
+    """``text`` parsed; a ConfigError naming ``where`` when it is not YAML a configuration accepts."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except _RefusedYAML as error:
+        raise ConfigError(f"{where}: {error}") from None
+    except (yaml.YAMLError, ValueError) as error:  # ValueError: e.g. an integer too long to convert
+        raise ConfigError(f"{where}: not valid YAML: {error}") from None
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut short: a message never echoes a huge value back."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -76,7 +122,52 @@ def _integer(default: int | None, minimum: int = 1) -> Option:
     return Option((int,), default, f"an integer >= {minimum}", minimum=minimum)
 
 
-_MAPPING = Option((dict,), {}, "a mapping")
+#: Bounds of a free-form settings mapping: its number of keys, and of a list's items; a string's length.
+MAX_SETTINGS = 64
+MAX_SETTING_CHARS = 4096
+
+_SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_SETTING_FORM = (
+    f"a string of at most {MAX_SETTING_CHARS} characters, a finite number (an integer within 64 bits),"
+    f" true | false, null, or a list of at most {MAX_SETTINGS} of them"
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A free-form mapping handed to a client library as keyword arguments (kafka-python's consumer
+    and producer settings): at most ``MAX_SETTINGS`` names, each a scalar or a short list of them."""
+
+    default: dict = field(default_factory=dict)
+
+
+def _is_setting_scalar(value: object) -> bool:
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, str):
+        return len(value) <= MAX_SETTING_CHARS
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _check_settings(value: Any, path: str, where: str) -> None:
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{where}: {path}: expected a mapping of at most {MAX_SETTINGS} settings (name: value), got {_shown(value)}"
+        )
+    if len(value) > MAX_SETTINGS:
+        raise ConfigError(f"{where}: {path}: expected at most {MAX_SETTINGS} settings, got {len(value)}")
+    for key, item in value.items():
+        if not (isinstance(key, str) and _SETTING_NAME.fullmatch(key)):
+            raise ConfigError(
+                f"{where}: {path}: {_shown(key)}: expected a setting name (a letter or _, then letters,"
+                " digits or _; at most 64 characters)"
+            )
+        items = item if isinstance(item, list) else [item]
+        if len(items) > MAX_SETTINGS or not all(map(_is_setting_scalar, items)):
+            raise ConfigError(f"{where}: {path}.{key}: expected {_SETTING_FORM}, got {_shown(item)}")
+
 
 SCHEMA: dict = {
     "model": {"kind": _choice("linear", *LEARNERS)},  # and the learner's constructor parameters
@@ -100,7 +191,8 @@ SCHEMA: dict = {
         "topics": Option((list,), [], "a list of topic names"),
         "group_id": _text("pegasos-stream"),
         "start": _choice("earliest", "earliest", "latest"),
-        "consumer": _MAPPING,
+        "on_offset_out_of_range": _choice("stop", "stop", "earliest"),
+        "consumer": Settings(),
         "poll_seconds": _number(0.5),
     },
     "output": {
@@ -108,7 +200,7 @@ SCHEMA: dict = {
         "path": _text(None, "a file path"),
         "bootstrap_servers": Option((str, list), "127.0.0.1:9092", "host:port or a list of them"),
         "topic": _text(None, "a topic name"),
-        "producer": _MAPPING,
+        "producer": Settings(),
     },
     "evaluation": {
         "stats_every_seconds": _number(10.0),
@@ -160,10 +252,13 @@ def _merge(base: dict, update: dict) -> dict:
     return merged
 
 
-def _check(value: Any, spec: Option | dict, path: str, where: str) -> None:
+def _check(value: Any, spec: Option | Settings | dict, path: str, where: str) -> None:
+    if isinstance(spec, Settings):
+        _check_settings(value, path, where)
+        return
     if isinstance(spec, dict):
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {path}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: {path}: expected a mapping, got {_shown(value)}")
         for key, item in value.items():
             key_path = f"{path}.{key}" if path else str(key)
             if key not in spec:
@@ -174,14 +269,14 @@ def _check(value: Any, spec: Option | dict, path: str, where: str) -> None:
     if value is None and spec.default is None:
         return
     if isinstance(value, bool) and bool not in spec.types:
-        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
+        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
     if not isinstance(value, spec.types):
-        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
+        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
     if spec.choices and value not in spec.choices:
-        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
+        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
     number = cast(float, value)  # only numeric options have a minimum
     if spec.minimum is not None and not (math.isfinite(number) and number >= spec.minimum):
-        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {value!r}")
+        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
 
 
 def _check_constructor(section: dict, cls: type, skip: set[str], path: str, where: str) -> None:
@@ -194,7 +289,7 @@ def _check_constructor(section: dict, cls: type, skip: set[str], path: str, wher
                 f"{where}: {path}.{key}: unknown key (expected one of: {', '.join(sorted(set(signature) | skip))})"
             )
         if signature[key].annotation in ("bool", bool) and not isinstance(value, bool):
-            raise ConfigError(f"{where}: {path}.{key}: expected true | false, got {value!r}")
+            raise ConfigError(f"{where}: {path}.{key}: expected true | false, got {_shown(value)}")
     try:
         cls(**params)
     except (TypeError, ValueError) as error:
@@ -207,7 +302,7 @@ def _check_constructor(section: dict, cls: type, skip: set[str], path: str, wher
 def validate(config: dict, where: str = "<config>") -> dict:
     """``config`` over the defaults, checked; a ConfigError naming ``where`` and the key path."""
     if not isinstance(config, dict):
-        raise ConfigError(f"{where}: expected a mapping of sections, got {config!r}")
+        raise ConfigError(f"{where}: expected a mapping of sections, got {_shown(config)}")
     for section in config:
         if section not in SCHEMA:
             raise ConfigError(f"{where}: {section}: unknown section (expected one of: {', '.join(SCHEMA)})")
@@ -216,18 +311,20 @@ def validate(config: dict, where: str = "<config>") -> dict:
     merged = _merge(_defaults(SCHEMA), config)
     for section in _OPEN_SECTIONS:
         if not isinstance(merged[section], dict):
-            raise ConfigError(f"{where}: {section}: expected a mapping, got {merged[section]!r}")
+            raise ConfigError(f"{where}: {section}: expected a mapping, got {_shown(merged[section])}")
     _check(merged["model"].get("kind"), SCHEMA["model"]["kind"], "model.kind", where)
     _check_constructor(merged["model"], LEARNERS[merged["model"]["kind"]], {"kind"}, "model", where)
     _check(merged["features"].get("type"), SCHEMA["features"]["type"], "features.type", where)
     if merged["features"]["type"] == "email":
         _check_constructor(merged["features"], EmailFeatures, {"type"}, "features", where)
     else:
-        for key in set(merged["features"]) - {"type"}:
+        for key in set(merged["features"]) - {"type", "hash_bits"}:
             raise ConfigError(
-                f"{where}: features.{key}: unknown key (features.type 'dict' takes no other keys:"
-                " the event's x is used as it is)"
+                f"{where}: features.{key}: unknown key (features.type 'dict' takes no other keys than hash_bits:"
+                " the event's x is used as it is, or hashed into 2**hash_bits columns)"
             )
+        if merged["features"].get("hash_bits") is not None:
+            _check_constructor(merged["features"], DictHasher, {"type"}, "features", where)
     _check_requirements(merged, where)
     return merged
 
@@ -260,7 +357,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise ConfigError(f"--set {text!r}: expected dotted.key=value")
-    return key.split("."), _yaml(value)
+    return key.split("."), _yaml(value, f"--set {text!r}")
 
 
 def apply_override(config: dict, keys: list[str], value: Any) -> None:
@@ -283,12 +380,13 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> dict:
     raw: dict = {}
     if path:
         try:
-            with open(path, encoding="utf-8") as handle:
-                raw = _yaml(handle) or {}
+            with open(path, "rb") as handle:
+                content = handle.read(MAX_FILE_BYTES + 1)
         except OSError as error:
             raise ConfigError(f"{where}: cannot read: {error.strerror}") from None
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{where}: not valid YAML: {error}") from None
+        if len(content) > MAX_FILE_BYTES:
+            raise ConfigError(f"{where}: larger than {MAX_FILE_BYTES} bytes: not a configuration file")
+        raw = _yaml(content, where) or {}
         _resolve_paths(raw, Path(path).resolve().parent)
     for text in overrides:
         apply_override(raw, *parse_override(text))

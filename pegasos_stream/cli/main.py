@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..persist.checkpoint import CheckpointError, describe, latest_valid
+from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.runner import Runner, StopRun
-from ..stream.sources import Source
+from ..stream.sources import Source, SourceError
 from .assemble import build_checkpoints, build_runner, build_source
 from .config import ConfigError, config_hash, load_config
 
@@ -130,17 +131,29 @@ def _plot(report, path: str) -> None:
     figure.savefig(path, dpi=120)
 
 
-def _resume(config: dict) -> tuple[dict, dict] | None:
-    """(state, manifest) of the newest valid checkpoint of the configured directory, or None."""
+def _resume(config: dict, accept_config: bool = False) -> tuple[dict, dict] | None:
+    """(state, manifest) of the newest valid checkpoint of the configured directory, or None; one
+    written with another configuration is refused (a ConfigError) unless ``accept_config``."""
     directory = config["checkpoint"]["dir"]
     if not directory:
         raise ConfigError("--resume needs checkpoint.dir in the configuration")
     found = latest_valid(directory)
     if found is None:
-        _log.info("no checkpoint in %s: starting from the beginning", directory)
+        if checkpoint_files(directory) or config["source"]["type"] != "kafka":
+            _log.info("no checkpoint in %s: starting from the beginning", directory)
+        else:
+            _log.info(
+                "no checkpoint in %s: starting at the consumer group's committed offsets (source.start where none)",
+                directory,
+            )
         return None
     path, state, manifest = found
     if manifest.get("config_sha256") != config_hash(config):
+        if not accept_config:
+            raise ConfigError(
+                f"{path} was written with another configuration; "
+                "resume with --accept-config to continue its model and state under this one"
+            )
         _log.warning("warning: %s was written with another configuration", path)
     if config["source"]["type"] == "stdin":
         _log.info("standard input cannot be re-read: skipping its first %s lines", manifest["source"]["line"])
@@ -171,13 +184,17 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         overrides.insert(0, "output.type=none")
     config = load_config(config_path, overrides)
     checkpoints = None if evaluate else build_checkpoints(config)
-    resumed = _resume(config) if not evaluate and args.resume else None
+    resumed = _resume(config, args.accept_config) if not evaluate and args.resume else None
     runner = build_runner(config, model=resumed and resumed[0]["model"], exact_auc=True if evaluate else None)
     if resumed:
         runner.restore(resumed[0]["runner"])
         position = resumed[1]["source"]
-    else:  # --resume without a checkpoint starts from the beginning, Kafka included
-        position = {"from_beginning": True} if not evaluate and args.resume else None
+    elif not evaluate and args.resume and checkpoint_files(config["checkpoint"]["dir"]):
+        # this learner's checkpoints are all unusable: what the group committed was learned by the
+        # model that is lost, so Kafka is read again from the beginning
+        position = {"from_beginning": True}
+    else:  # a new learner: files from the start, Kafka at the group's offsets (else source.start)
+        position = None
     source = build_source(config, position)
     progress = ProgressBar() if evaluate else None
     try:
@@ -188,10 +205,15 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     except StopRun as error:
         print(f"stopped: {error}", file=sys.stderr)
         return 1
+    except SourceError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     finally:
         if progress is not None:
             progress.close()
         source.close()
+        if checkpoints is not None:
+            checkpoints.close()
         runner.sink.close()
         if runner.dead_letters is not None:
             runner.dead_letters.close()
@@ -231,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a configuration key")
     run = commands.add_parser("run", parents=[common], help="predict and learn on a stream until it ends or a signal")
     run.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint")
+    run.add_argument(
+        "--accept-config",
+        action="store_true",
+        help="with --resume, continue from a checkpoint written with another configuration",
+    )
     evaluate = commands.add_parser("eval", parents=[common], help="replay a labelled log prequentially")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     evaluate.add_argument("--plot", metavar="PNG", help="write a learning curve")
@@ -246,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as error:
             print(f"configuration error: {error}", file=sys.stderr)
             return 2
+        except CheckpointError as error:  # the checkpoint directory is locked, or too full to start
+            print(f"error: {error}", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

@@ -7,13 +7,14 @@ import email.policy
 import html
 import math
 import re
-import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable
 from email.header import decode_header, make_header
 from email.message import Message
 
 from river import base
+
+from .hashing import check_hash_bits, feature_hash
 
 __all__ = ["EmailFeatures", "message_text"]
 
@@ -97,8 +98,8 @@ class EmailFeatures(base.Transformer):
     normalize
         Scale the vector to unit L2 norm.
     hash_bits
-        Hash features into 2^hash_bits integer buckets (stable across runs: CRC-32); None keeps
-        the n-gram strings as keys.
+        Hash features into 2^hash_bits integer buckets (`feature_hash`, as `DictHasher`: stable
+        across runs and processes); None keeps the n-gram strings as keys, which grow without bound.
 
     Examples
     --------
@@ -128,10 +129,8 @@ class EmailFeatures(base.Transformer):
             raise ValueError(f"char_ngram={char_ngram!r}: expected an integer >= 0")
         if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
             raise ValueError(f"max_chars={max_chars!r}: expected an integer >= 1")
-        if hash_bits is not None and (
-            isinstance(hash_bits, bool) or not isinstance(hash_bits, int) or not 1 <= hash_bits <= 32
-        ):
-            raise ValueError(f"hash_bits={hash_bits!r}: expected None or an integer from 1 to 32")
+        if hash_bits is not None:
+            check_hash_bits(hash_bits)
         if not char_ngram and not words:
             raise ValueError("char_ngram=0 and words=false: no features at all")
         self.on = on
@@ -158,17 +157,23 @@ class EmailFeatures(base.Transformer):
             raw = bytes(raw).decode("utf-8", errors="replace")
         text = (message_text(raw) if self.parse else raw)[: self.max_chars]
         names = self._tokens(text)
-        tokens: Sequence[str | int] = names
-        if self.hash_bits is not None:
-            mask = (1 << self.hash_bits) - 1
-            tokens = [zlib.crc32(name.encode("utf-8", "surrogatepass")) & mask for name in names]
-        if self.binary:
-            present = dict.fromkeys(tokens, 1)
+        if self.binary:  # each distinct name is hashed once; dict order is first appearance throughout
+            present = dict.fromkeys(self._columns(dict.fromkeys(names)), 1)
             if self.normalize and present:  # every value is 1: the norm is √(number of features)
                 return dict.fromkeys(present, 1.0 / math.sqrt(len(present)))
             return present
-        counts = dict(Counter(tokens))
+        name_counts = Counter(names)
+        counts: dict[str | int, int] = {}
+        for column, count in zip(self._columns(name_counts), name_counts.values()):
+            counts[column] = counts.get(column, 0) + count
         if self.normalize and counts:
             scale = 1.0 / math.sqrt(sum(c * c for c in counts.values()))
             return {key: c * scale for key, c in counts.items()}
         return counts
+
+    def _columns(self, names: Iterable[str]) -> Iterable[str | int]:
+        """The names, or their columns ``feature_hash(name) mod 2^hash_bits`` when hashing."""
+        if self.hash_bits is None:
+            return names
+        mask = (1 << self.hash_bits) - 1
+        return [feature_hash(name) & mask for name in names]

@@ -6,14 +6,18 @@ coefficients α_j = β_j·y_j:
 - ``remove``: drop the vector with the smallest |α| (ties: the oldest).
 - ``merge`` (RBF only): merge that vector x_m with the same-label partner x_n whose merger loses
   the least: z = h·x_m + (1−h)·x_n with h ∈ [0, 1] found by golden-section search, α_z chosen so
-  α_z·φ(z) is the projection of α_m·φ(x_m) + α_n·φ(x_n) on φ(z). A z equal to a stored vector of
-  the same label adds to that vector's β, as any example already in the store does.
+  α_z·φ(z) is the projection of α_m·φ(x_m) + α_n·φ(x_n) on φ(z). z holds the union of the two
+  vectors' features; with a bound on its size (``max_features``), only its entries of largest |value|
+  are kept (ties: the earlier in z), and α_z is the projection on φ of that pruned z,
+  α_m·K(x_m, z) + α_n·K(x_n, z). A z equal to a stored vector of the same label adds to that
+  vector's β, as any example already in the store does.
 - ``project``: drop that vector and add its projection onto the span of the others to their
   coefficients (a B×B linear solve on the Gram matrix kept by the store: O(B³) per maintenance).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -53,7 +57,23 @@ def _best_merge_fraction(a_m: float, a_n: np.ndarray, k: np.ndarray) -> np.ndarr
     return (lo + hi) / 2.0
 
 
-def merge(store: SupportVectorStore) -> None:
+def prune(z: dict, max_features: int) -> dict:
+    """z's ``max_features`` entries of largest |value|, in z's order; ties go to the earlier entry."""
+    magnitudes = np.abs(np.fromiter(z.values(), dtype=float, count=len(z)))
+    keep = np.sort(np.argsort(-magnitudes, kind="stable")[:max_features])
+    items = list(z.items())
+    return dict(items[i] for i in keep)
+
+
+def _kernel_pair(store: SupportVectorStore, x: dict, z: dict) -> float:
+    """K(x, z) for two dicts, with the store's kernel."""
+    dot = math.fsum(value * x.get(key, 0.0) for key, value in z.items())
+    x_sq_norm = math.fsum(value * value for value in x.values())
+    z_sq_norm = math.fsum(value * value for value in z.values())
+    return store.kernel.pair(dot, x_sq_norm, z_sq_norm)
+
+
+def merge(store: SupportVectorStore, max_features: int | None = None) -> None:
     m = _smallest(store)
     label = store.labels[m]
     partners = np.flatnonzero(store.labels == label)
@@ -75,6 +95,9 @@ def merge(store: SupportVectorStore) -> None:
     # keys in a fixed order (x_m's, then x_n's new ones): a set's order would follow the process's str hashes
     z = {key: h_best * x_m.get(key, 0.0) + (1.0 - h_best) * x_n.get(key, 0.0) for key in {**x_m, **x_n}}
     beta_z = float(a_z[best])
+    if max_features is not None and len(z) > max_features:
+        z = prune(z, max_features)
+        beta_z = float(a_m * _kernel_pair(store, x_m, z) + a_n[best] * _kernel_pair(store, x_n, z))
     store.delete([m, n])
     existing = store.find(z, label)
     if existing is None:
@@ -109,8 +132,10 @@ def check_maintenance(maintenance: str, kernel: object) -> None:
         raise ValueError("maintenance='merge' needs kernel='rbf' (the merge is derived for RBF)")
 
 
-def maintain(store: SupportVectorStore, maintenance: str, budget: int) -> None:
-    """Bring the store back within ``budget`` vectors."""
-    strategy = _STRATEGIES[maintenance]
+def maintain(store: SupportVectorStore, maintenance: str, budget: int, max_features: int | None = None) -> None:
+    """Bring the store back within ``budget`` vectors; a merged vector keeps at most ``max_features``."""
+    strategy = (
+        functools.partial(merge, max_features=max_features) if maintenance == "merge" else _STRATEGIES[maintenance]
+    )
     while len(store) > budget:
         strategy(store)

@@ -46,6 +46,12 @@ class KernelPegasosClassifier(PlattScaledMargin, base.Classifier):
     maintenance
         How an insertion past the budget is undone (see `pegasos_stream.budget`): "remove",
         "merge" (RBF only) or "project". Unused without a budget.
+    max_sv_features
+        The most features a merged vector keeps (its entries of largest |value|, see
+        `pegasos_stream.learners.budget`); None for the union of the merged vectors' features, which
+        grows with every merge. Stored examples are kept whole, so the store holds at most
+        budget × max(max_sv_features, the largest example) entries. The default is the most
+        character 4-grams an `EmailFeatures` example has (3,000 characters).
     seed
         Accepted for a uniform interface; learning is deterministic (ties go to the oldest vector).
 
@@ -73,11 +79,13 @@ class KernelPegasosClassifier(PlattScaledMargin, base.Classifier):
         lambda_: float = 1e-4,
         budget: int | None = 500,
         maintenance: str = "merge",
+        max_sv_features: int | None = 3000,
         seed: int | None = None,
     ):
         check_lambda(lambda_)
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1):
-            raise ValueError(f"budget={budget!r}: expected None or an integer >= 1")
+        for name, value in (("budget", budget), ("max_sv_features", max_sv_features)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+                raise ValueError(f"{name}={value!r}: expected None or an integer >= 1")
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -85,6 +93,7 @@ class KernelPegasosClassifier(PlattScaledMargin, base.Classifier):
         self.lambda_ = lambda_
         self.budget = budget
         self.maintenance = maintenance
+        self.max_sv_features = max_sv_features
         self.seed = seed
 
         self._kernel = make_kernel(kernel, gamma, degree, coef0)
@@ -149,7 +158,7 @@ class KernelPegasosClassifier(PlattScaledMargin, base.Classifier):
             if position is None:
                 store.append(x, sign, weight)
                 if self.budget is not None:
-                    maintain(store, self.maintenance, self.budget)
+                    maintain(store, self.maintenance, self.budget, self.max_sv_features)
             else:
                 store.betas[position] += weight
         self._platt.update(f, sign > 0)

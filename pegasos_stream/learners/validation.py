@@ -11,6 +11,7 @@ import numbers
 from collections.abc import Hashable, Mapping
 
 __all__ = [
+    "MIN_LAMBDA",
     "SIGNS",
     "binary_sign",
     "check_features",
@@ -64,10 +65,20 @@ def check_sample_weight(w: object) -> float:
     raise ValueError(f"sample weight {w!r}: expected a finite number >= 0")
 
 
+#: The smallest regularisation strength accepted. The first Pegasos step is η₁ = 1/λ: it moves the
+#: weights by ‖x‖/λ, which must stay below the norm bound ``schedule.MAX_NORM`` (1e140) for examples
+#: of any sensible norm (up to 1e40); the projection radius 1/√λ is then at most 1e50.
+MIN_LAMBDA = 1e-100
+
+
 def check_lambda(lambda_: float) -> None:
-    """Refuse a regularisation strength that is not a finite number > 0."""
-    if not (isinstance(lambda_, numbers.Real) and math.isfinite(lambda_) and lambda_ > 0):
-        raise ValueError(f"lambda_={lambda_!r}: expected a finite number > 0")
+    """Refuse a regularisation strength that is not a number >= MIN_LAMBDA (a bool is no number)."""
+    number = isinstance(lambda_, numbers.Real) and not isinstance(lambda_, bool)
+    if not (number and math.isfinite(lambda_) and lambda_ >= MIN_LAMBDA):
+        raise ValueError(
+            f"lambda_={lambda_!r}: expected a finite number >= {MIN_LAMBDA:g} (> 0, and not so small that"
+            " the first step 1/lambda_ overflows; a bool is not a number)"
+        )
 
 
 def check_horizon(horizon: int | None) -> None:

@@ -4,22 +4,34 @@ A checkpoint is one file: ``MAGIC``, the SHA-256 of the payload, then the payloa
 archive holding a JSON manifest (format version, what the writer put in it, the encoded state:
 the learner under "model", and whatever else the writer saves, such as the runner's buffers) and
 the state's numeric arrays (read with ``allow_pickle=False``). A truncated, corrupted or foreign
-file is refused with a `CheckpointError` that says why.
+file is refused with a `CheckpointError` that says why, and so is one whose members claim more
+than the file holds (sizes are checked from the headers before anything is read) or whose
+manifest nests deeper than a state does.
+
+A directory of checkpoints belongs to one run at a time: ``Checkpoints`` holds an exclusive lock
+on its ``.lock`` file until ``close``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
 import logging
+import math
 import os
 import re
+import shutil
+import socket
 import tempfile
 import time
+import weakref
+import zipfile
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -32,6 +44,7 @@ __all__ = [
     "FORMAT_VERSION",
     "CheckpointError",
     "Checkpoints",
+    "DirectoryInUse",
     "checkpoint_path",
     "checkpoints",
     "latest_valid",
@@ -43,12 +56,20 @@ __all__ = [
 MAGIC = b"PEGASOS\x00"
 FORMAT_VERSION = 1
 _NAME = re.compile(r"checkpoint-(\d{12})\.pgs$")
+#: The file a run locks in its checkpoint directory.
+LOCK_NAME = ".lock"
+#: How deep a manifest may nest: far more than any learner's state needs.
+MAX_DEPTH = 64
 
 _log = logging.getLogger(__name__)
 
 
 class CheckpointError(ValueError):
     """A checkpoint file that cannot be used; the message names the file and the reason."""
+
+
+class DirectoryInUse(CheckpointError):
+    """A checkpoint directory locked by another run; the message names its holder."""
 
 
 def _canonical(tree: Any, arrays: dict[str, np.ndarray]) -> bytes:
@@ -116,11 +137,14 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict]:
     if hashlib.sha256(payload).digest() != data[len(MAGIC) : header]:
         raise CheckpointError(f"{path}: checksum mismatch: the file is truncated or corrupted")
     try:
+        _check_members(payload)
         with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
             arrays = {name: archive[name] for name in archive.files}
         manifest = json.loads(arrays.pop("manifest").tobytes().decode("utf-8"))
-    except (ValueError, KeyError, OSError) as error:
+    except Exception as error:  # whatever the archive makes the readers raise, the file is refused
         raise CheckpointError(f"{path}: unreadable payload: {error}") from None
+    if _depth_exceeds(manifest, MAX_DEPTH):
+        raise CheckpointError(f"{path}: the manifest nests deeper than {MAX_DEPTH} levels")
     if not isinstance(manifest, dict) or manifest.get("format") != "pegasos-stream checkpoint":
         raise CheckpointError(f"{path}: not a pegasos-stream checkpoint")
     if manifest.get("version") != FORMAT_VERSION:
@@ -130,11 +154,60 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict]:
         )
     try:
         state = decode(manifest.pop("state"), arrays)
-    except (StateError, ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError) as error:
+    except (
+        StateError,
+        ValueError,
+        KeyError,
+        TypeError,
+        IndexError,
+        AttributeError,
+        OverflowError,
+        RecursionError,
+    ) as error:
         raise CheckpointError(f"{path}: the saved state cannot be rebuilt: {error!r}") from None
     if not isinstance(state, dict) or not _is_learner(state.get("model")):
         raise CheckpointError(f"{path}: the saved state holds no complete learner")
     return state, manifest
+
+
+def _check_members(payload: bytes) -> None:
+    """Refuse (CheckpointError) an archive whose members declare, together, more bytes than the
+    payload holds (the writer stores them uncompressed: more is a zip bomb), or whose array headers
+    disagree with their member's size; nothing but the headers is read."""
+    with zipfile.ZipFile(io.BytesIO(payload)) as archive:
+        members = archive.infolist()
+        declared = sum(member.file_size for member in members)
+        if declared > len(payload):
+            raise CheckpointError(f"its members declare {declared} bytes in a payload of {len(payload)}")
+        for member in members:
+            with archive.open(member) as stream:
+                version = np.lib.format.read_magic(stream)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+                else:
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+                header = stream.tell()
+            if dtype.hasobject:
+                continue  # pickled, with no size to check: np.load refuses it (allow_pickle=False)
+            claimed = math.prod(shape) * dtype.itemsize
+            if header + claimed != member.file_size:
+                raise CheckpointError(
+                    f"member {member.filename} claims {claimed} bytes of data in {member.file_size - header}"
+                )
+
+
+def _depth_exceeds(tree: Any, limit: int) -> bool:
+    """Whether JSON ``tree`` nests more than ``limit`` lists and dicts deep (without recursion)."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def _is_learner(model: Any) -> bool:
@@ -189,7 +262,11 @@ class Checkpoints:
     ``every_seconds`` seconds, keeping the newest ``keep`` files.
 
     Files are numbered past the highest number already in the directory, so a file is never
-    overwritten, not even one that turned out to be corrupt.
+    overwritten, not even one that turned out to be corrupt. The directory is locked until
+    ``close`` (a `DirectoryInUse` if another process holds it; the kernel releases the lock of a
+    process that dies, and the next run takes it over). A new file is written before the oldest is
+    removed, so the directory needs room for ``keep + 1`` of them: a start with less free space
+    than that (estimated from the newest file) is refused with a CheckpointError.
     """
 
     def __init__(
@@ -206,9 +283,16 @@ class Checkpoints:
         self.every_seconds = every_seconds
         self.keep = keep
         self.manifest = manifest or {}
+        # Released by ``close``, or when the object is collected or the interpreter exits.
+        self._release = weakref.finalize(self, _unlock, self.directory / LOCK_NAME, _lock(self.directory))
         for stale in self.directory.glob(".tmp-*.pgs"):  # left by a writer that was killed mid-write
             stale.unlink(missing_ok=True)
         existing = checkpoints(self.directory)
+        try:
+            _check_free_space(self.directory, existing, keep)
+        except BaseException:
+            self.close()
+            raise
         self._sequence = _sequence(existing[0]) if existing else 0
         self._written: int | None = None  # events covered by this run's last checkpoint
         self._last_events = 0
@@ -248,6 +332,101 @@ class Checkpoints:
         self._last_time = time.monotonic()
         self.pauses.append(time.perf_counter() - start)
         return path
+
+    def close(self) -> None:
+        """Release the directory (idempotent)."""
+        self._release()
+
+
+def _lock(directory: Path) -> IO[str]:
+    """The lock file of ``directory``, open and exclusively locked, with this process's pid, host and
+    start time written in it; a DirectoryInUse naming the holder if another process has it."""
+    path = directory / LOCK_NAME
+    while True:
+        # Appending: the holder's record stays until this process holds the lock. The handle holds
+        # the lock for as long as it is open, past this function: no context manager.
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read()
+            handle.close()
+            raise DirectoryInUse(f"checkpoint directory {directory} is in use by {_holder(holder)}") from None
+        except BaseException:
+            handle.close()
+            raise
+        try:
+            same_file = os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            same_file = False
+        if same_file:
+            break
+        handle.close()  # its holder removed it as we opened it: lock the file that is there now
+    handle.seek(0)
+    left = handle.read()
+    if left and _gone(left):
+        _log.warning(
+            "checkpoint directory %s: taking over the lock left by %s, which is gone", directory, _holder(left)
+        )
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": started}))
+    handle.flush()
+    return handle
+
+
+def _unlock(path: Path, handle: IO[str]) -> None:
+    """Remove the lock file ``path``, then release the lock ``handle`` holds on it."""
+    path.unlink(missing_ok=True)  # while locked: no other process holds this file
+    handle.close()
+
+
+def _holder(record: str) -> str:
+    """Who a lock file's record names: "pid 123 on host h (since ...)"."""
+    try:
+        holder = json.loads(record)
+        return f"pid {holder['pid']} on host {holder['host']} (since {holder['started']})"
+    except (ValueError, TypeError, KeyError):
+        return "another process"
+
+
+def _gone(record: str) -> bool:
+    """Whether the process a lock file's record names has ended (a record from this process, or
+    one naming a live process, is not a stale lock: its handle was dropped without ``close``)."""
+    try:
+        holder = json.loads(record)
+        pid = int(holder["pid"])
+        if holder["host"] != socket.gethostname():
+            return True  # it would still hold the lock
+    except (ValueError, TypeError, KeyError):
+        return True
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
+
+
+def _check_free_space(directory: Path, existing: list[Path], keep: int) -> None:
+    """Refuse (CheckpointError) to start when ``directory`` lacks room for ``keep + 1`` checkpoints
+    the size of the newest one (less the room its kept files already take)."""
+    if not existing:
+        return
+    sizes = [path.stat().st_size for path in existing]
+    needed = max(sizes[0], (keep + 1) * sizes[0] - sum(sizes[:keep]))
+    free = shutil.disk_usage(directory).free
+    if free < needed:
+        raise CheckpointError(
+            f"checkpoint directory {directory} has {free} bytes free; its checkpoints need {needed} more "
+            f"(keep + 1 = {keep + 1} files of about {sizes[0]} bytes: a new one is written before the oldest "
+            "is removed)"
+        )
 
 
 def describe(path: str | Path) -> dict:

@@ -26,7 +26,8 @@ Parsed: TypeAlias = Event | BadRecord | None
 
 
 def parse_record(parser: EventParser, record: Record) -> Parsed:
-    """``parser.parse(record)``, with a bad record's error returned instead of raised."""
+    """``parser.parse(record)``, with a bad record's error returned instead of raised (whatever the
+    record made the parser raise: see `EventParser.parse`)."""
     try:
         return parser.parse(record)
     except BadRecord as error:
@@ -60,17 +61,22 @@ class BatchParser:
     def parse(self, records: RecordBatch) -> ParsedBatch:
         """The rows of ``records``' labelled feature events with a binary label, and the rest."""
         parser = self.parser
-        if parser.format == "svmlight" and not parser.labels:
-            status, rows, signs = parse_svmlight(records.values, parser.max_bytes, self._svmlight_names)
-            others: dict[int, Parsed] = dict.fromkeys(np.flatnonzero(status == 1).tolist())
-            others.update((i, parse_record(parser, records[i])) for i in np.flatnonzero(status == 2).tolist())
-            indices = np.flatnonzero(status == 0).tolist()
-            return ParsedBatch(records, rows, signs, indices, [None] * len(indices), others)
-        if parser.format == "json":
-            parsed = self._json(records)
-            if parsed is not None:
-                return parsed
-        return self._events(records)
+        try:
+            if parser.format == "svmlight" and not parser.labels:
+                return self._svmlight(records)
+            parsed = self._json(records) if parser.format == "json" else None
+        except Exception:  # a C parser that failed on the batch (a MemoryError, say): each record in Python
+            parsed = None
+        return self._events(records) if parsed is None else parsed
+
+    def _svmlight(self, records: RecordBatch) -> ParsedBatch:
+        """The batch through the C svmlight parser."""
+        parser = self.parser
+        status, rows, signs = parse_svmlight(records.values, parser.max_bytes, self._svmlight_names)
+        others: dict[int, Parsed] = dict.fromkeys(np.flatnonzero(status == 1).tolist())
+        others.update((i, parse_record(parser, records[i])) for i in np.flatnonzero(status == 2).tolist())
+        indices = np.flatnonzero(status == 0).tolist()
+        return ParsedBatch(records, rows, signs, indices, [None] * len(indices), others)
 
     def _json(self, records: RecordBatch) -> ParsedBatch | None:
         """The batch through the C JSON parser; None when a row's label is not a binary class (rare:

@@ -24,9 +24,9 @@ from kafka.structs import OffsetAndMetadata
 
 from .kafka_offsets import Fetched, OffsetBook, Partition, Seeks
 from .records import Cursors, RecordBatch
-from .sources import BATCH_BYTES, Source
+from .sources import BATCH_BYTES, Source, SourceError
 
-__all__ = ["CONSUMER_DEFAULTS", "KafkaSink", "KafkaSource"]
+__all__ = ["CONSUMER_DEFAULTS", "KafkaSink", "KafkaSource", "OffsetOutOfRange"]
 
 #: KafkaConsumer settings that ``consumer`` may override: reconnect within a second once the broker
 #: is back, and notice a dead group member in seconds rather than after the 45 s default.
@@ -42,6 +42,11 @@ _RESERVED = ("bootstrap_servers", "group_id", "auto_offset_reset", "enable_auto_
 log = logging.getLogger(__name__)
 
 
+class OffsetOutOfRange(SourceError):
+    """An offset to resume from is outside its partition's log (the broker lost data, or retention
+    removed records not processed yet)."""
+
+
 class KafkaSource(Source):
     """Records from Kafka topics, read in a consumer group.
 
@@ -53,10 +58,20 @@ class KafkaSource(Source):
     ``commit()`` commits the offset after the last record claimed from each partition; ``seek()``
     resumes from offsets stored elsewhere.
 
+    A partition starts at the offset ``seek()`` gave for it, else at the group's committed offset,
+    else at ``start``; one assigned again right after its revocation continues from its next offset
+    to process. An offset given to ``seek()`` is checked against its partition's log once the
+    partition is fetched from: beyond its end (the broker lost data) or before its beginning
+    (retention removed records), ``on_offset_out_of_range`` decides.
+
     Parameters
     ----------
     start
         Where a partition without a committed offset starts: "earliest" or "latest".
+    on_offset_out_of_range
+        "stop": raise ``OffsetOutOfRange``, naming the partition, the offset and the partition's
+        range; the offset stays in ``position()`` and out of commits. "earliest": log a warning and
+        read the partition from its beginning.
     consumer
         Further KafkaConsumer settings; they override ``CONSUMER_DEFAULTS``.
     commit_timeout
@@ -82,9 +97,13 @@ class KafkaSource(Source):
         poll_seconds: float = 0.5,
         commit_timeout: float = 5.0,
         commit_attempts: int = 3,
+        on_offset_out_of_range: str = "stop",
     ) -> None:
         if start not in ("earliest", "latest"):
             raise ValueError(f"start must be 'earliest' or 'latest', not {start!r}")
+        if on_offset_out_of_range not in ("stop", "earliest"):
+            raise ValueError(f"on_offset_out_of_range must be 'stop' or 'earliest', not {on_offset_out_of_range!r}")
+        self._on_offset_out_of_range = on_offset_out_of_range
         reserved = sorted(set(consumer or {}) & set(_RESERVED))
         if reserved:
             raise ValueError(f"consumer settings {reserved} are set by KafkaSource itself")
@@ -137,6 +156,13 @@ class KafkaSource(Source):
             self._consumer.seek(TopicPartition(*partition), offset)
         return batch.keep(dropped.kept)
 
+    def unclaim(self, batch: RecordBatch, done: int) -> None:
+        """Records ``done``.. of the last claimed ``batch`` were not processed: ``position()`` no
+        longer covers them, and they are read again."""
+        cursors = [batch.cursors[i] for i in range(done, len(batch))]
+        for partition, offset in self._offsets.unclaim(cursors).items():
+            self._consumer.seek(TopicPartition(*partition), offset)
+
     def _poll(self, timeout_ms: int) -> list[Fetched]:
         """Fetch the next messages, noting each partition's generation before the poll; what came."""
         generations = self._offsets.generations()
@@ -155,7 +181,39 @@ class KafkaSource(Source):
                 values = [m.value or b"" for m in messages]
                 fetched.append(Fetched(partition, values, [m.offset for m in messages], generations.get(partition, 0)))
         self._offsets.add(fetched)
+        self._check_sought(fetched)
         return fetched
+
+    def _check_sought(self, fetched: list[Fetched]) -> None:
+        """Check the offsets given to ``seek()`` of the partitions fetched from against their logs."""
+        unverified = self._offsets.unverified()
+        if not unverified:
+            return
+        generations = self._offsets.generations()
+        first = {e.partition: e.offsets[0] for e in reversed(fetched) if e.generation == generations.get(e.partition)}
+        assigned = self._consumer.assignment()
+        for partition, offset in unverified.items():
+            tp = TopicPartition(*partition)
+            end = self._consumer.highwater(tp)
+            if tp not in assigned or (partition not in first and end is None):
+                continue  # not fetched from yet
+            if first.get(partition) == offset:
+                self._offsets.verified(partition)
+                continue
+            try:
+                beginning = self._consumer.beginning_offsets([tp], timeout_ms=self._poll_ms)[tp]
+            except KafkaError:
+                continue  # checked at the next poll
+            if partition not in first and end is not None and beginning <= offset <= end:
+                self._offsets.verified(partition)
+                continue
+            problem = f"the offset {offset} to resume {_position((*partition, offset))} from is outside its partition"
+            problem += f" (offsets {beginning} to {'?' if end is None else end})"
+            if self._on_offset_out_of_range == "stop":
+                self._offsets.withhold(partition)
+                raise OffsetOutOfRange(f"{problem}; stopping (on_offset_out_of_range is 'stop')")
+            log.warning("%s; reading it from its beginning (on_offset_out_of_range is 'earliest')", problem)
+            self._seek(self._offsets.seek({partition: beginning}))
 
     def commit(self) -> None:
         """Commit the offsets of everything claimed so far; on failure say so and keep them pending.
@@ -249,7 +307,7 @@ class KafkaSource(Source):
     def _revoked(self, partitions: set[TopicPartition], lost: bool) -> None:
         if self._closed or not partitions:
             return
-        self._offsets.revoke(partitions)
+        self._offsets.revoke(partitions, lost=lost)
         self._listener_thread = threading.get_ident()
         try:
             if self.on_revoke is not None:

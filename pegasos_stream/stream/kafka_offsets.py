@@ -5,9 +5,11 @@ broker: which partitions are assigned; messages fetched and not read yet; what t
 each partition's next offset to process (what a checkpoint's position holds) and what was committed;
 seeks waiting for their partition's assignment. Each partition has a generation, which moves on when
 the partition is revoked or sought: records fetched under an older generation are dropped instead of
-claimed, and their partition, when still assigned, is sought back to the first of them so that they
-are fetched again. Every method holds the book's lock, as rebalance callbacks come from the
-consumer's IO thread.
+claimed, and their partition, when still assigned, is sought back to its next offset to process so
+that they are fetched again. The consumer's own fetch position is never trusted past a revocation: a
+partition revoked and assigned again in the next assignment (kafka-python keeps its fetch position,
+past the records the revocation dropped) is sought to its next offset to process. Every method holds
+the book's lock, as rebalance callbacks come from the consumer's IO thread.
 """
 
 from __future__ import annotations
@@ -73,10 +75,13 @@ class OffsetBook:
         self._generations: dict[Partition, int] = {}
         self._fetched: deque[Fetched] = deque()  # polled, not read yet
         self._read: dict[Partition, tuple[int, int]] = {}  # the last read: (generation, next offset)
-        self._claimed: dict[Partition, int] = {}  # the offset after the last record claimed
+        self._claimed: dict[Partition, int] = {}  # the next offset to process: past the last claim, or sought
+        self._first_polled: dict[Partition, int] = {}  # of a partition's generation, until a claim
         self._committed: dict[Partition, int] = {}
         self._seeks: dict[Partition, int] = {}  # offsets given to seek(), until their partition is assigned
-        self._resumed: dict[Partition, int] = {}  # offsets given to seek(), for position()
+        self._resumed: dict[Partition, int] = {}  # offsets given to seek(), for position() until assigned
+        self._unverified: dict[Partition, int] = {}  # offsets of seek() applied, until checked against the log
+        self._handover: dict[Partition, int] = {}  # next offsets of partitions revoked, for the next assignment
         self._rewind = False  # start every partition from its beginning, whatever the group committed
         self._rewound: set[Partition] = set()
 
@@ -90,7 +95,10 @@ class OffsetBook:
     def add(self, fetched: Iterable[Fetched]) -> None:
         """Keep polled messages until they are read."""
         with self._lock:
-            self._fetched.extend(fetched)
+            for entry in fetched:
+                self._fetched.append(entry)
+                if entry.generation == self._generations.get(entry.partition, 0):
+                    self._first_polled.setdefault(entry.partition, entry.offsets[0])
 
     def fetched_count(self) -> int:
         """Records fetched and not read yet."""
@@ -118,7 +126,10 @@ class OffsetBook:
                 else:
                     self._fetched[0] = entry._replace(values=entry.values[taken:], offsets=entry.offsets[taken:])
                     part = entry._replace(values=entry.values[:taken], offsets=entry.offsets[:taken])
-                self._read[part.partition] = (part.generation, part.offsets[-1] + 1)
+                # a partition read under two generations counts as read under none (-1): stale
+                previous = self._read.get(part.partition, (part.generation, 0))[0]
+                generation = part.generation if previous == part.generation else -1
+                self._read[part.partition] = (generation, part.offsets[-1] + 1)
                 count += len(part.values)
                 parts.append(part)
         return parts
@@ -127,13 +138,16 @@ class OffsetBook:
         """Claim the batch last read, whose records are at ``cursors`` (topic, partition, offset).
 
         The next offset of each partition read moves past its records, unless the partition's
-        generation moved on since their poll: those records are dropped, with what is fetched of
-        the partition. None when every record is kept.
+        generation moved on since the poll of any of them: those records are dropped, with what is
+        fetched of the partition, which is sought back to its next offset to process (that of its
+        first record dropped when none is known). None when every record is kept.
         """
         with self._lock:
             read, self._read = self._read, {}
             stale = {p for p, (generation, _) in read.items() if self._generations.get(p, 0) != generation}
             self._claimed.update((p, end) for p, (_, end) in read.items() if p not in stale)
+            for p in read.keys() - stale:
+                self._first_polled.pop(p, None)
             if not stale:
                 return None
             self._discard_fetched(stale)
@@ -144,7 +158,22 @@ class OffsetBook:
                     first.setdefault(Partition(topic, partition), offset)
                 else:
                     kept.append(i)
-            return Dropped(kept, {p: offset for p, offset in first.items() if p in self._assigned})
+            return Dropped(
+                kept, {p: self._claimed.get(p, offset) for p, offset in first.items() if p in self._assigned}
+            )
+
+    def unclaim(self, cursors: Sequence[tuple[str, int, int]]) -> dict[Partition, int]:
+        """Records claimed but not processed, at ``cursors`` in claim order: each partition's next
+        offset moves back to the first of them, and what is fetched of it is dropped. The seeks to
+        make now, for the partitions assigned."""
+        first: dict[Partition, int] = {}
+        for topic, partition, offset in cursors:
+            first.setdefault(Partition(topic, partition), offset)
+        with self._lock:
+            for p, offset in first.items():
+                self._claimed[p] = min(offset, self._claimed.get(p, offset))
+            self._invalidate(set(first))
+            return {p: offset for p, offset in first.items() if p in self._assigned}
 
     def invalidate(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Move the generation of ``partitions`` on: what was fetched from them and not claimed yet,
@@ -173,18 +202,27 @@ class OffsetBook:
     # -- assignment and seeks --------------------------------------------------------------
 
     def assign(self, partitions: Iterable[tuple[str, int]]) -> Seeks:
-        """Note partitions assigned; the seeks waiting for them."""
+        """Note partitions assigned; the seeks waiting for them, and those of partitions revoked
+        (not lost) just before: the next offset to process where it is known."""
         assigned = {Partition(*p) for p in partitions}
         with self._lock:
             self._assigned |= assigned
-            return self._apply_seeks(assigned)
+            handover, self._handover = self._handover, {}
+            return self._apply_seeks(assigned, {p: handover[p] for p in assigned & handover.keys()})
 
-    def revoke(self, partitions: Iterable[tuple[str, int]]) -> None:
+    def revoke(self, partitions: Iterable[tuple[str, int]], lost: bool = False) -> None:
         """Note partitions revoked (or lost): what was fetched from them is dropped. Their offsets
-        stay until ``forget``, for a last commit."""
+        stay until ``forget``, for a last commit. Unless they were lost (and may have been read by
+        another member since), the next assignment that gives them back seeks them to their next
+        offset to process."""
         revoked = {Partition(*p) for p in partitions}
         with self._lock:
             self._assigned -= revoked
+            if not lost:
+                for p in revoked:
+                    offset = self._claimed.get(p, self._first_polled.get(p))
+                    if offset is not None:
+                        self._handover[p] = offset
             self._invalidate(revoked)
 
     def forget(self, partitions: Iterable[tuple[str, int]]) -> None:
@@ -193,6 +231,7 @@ class OffsetBook:
             for p in partitions:
                 self._claimed.pop(Partition(*p), None)
                 self._committed.pop(Partition(*p), None)
+                self._unverified.pop(Partition(*p), None)
 
     def seek(self, offsets: Mapping[tuple[str, int], int]) -> Seeks:
         """Resume partitions at stored offsets ({(topic, partition): next offset}): the seeks to make
@@ -210,20 +249,44 @@ class OffsetBook:
             self._rewind = True
             return self._apply_seeks(self._assigned)
 
-    def _apply_seeks(self, partitions: set[Partition]) -> Seeks:
-        sought = {p: self._seeks.pop(p) for p in partitions & self._seeks.keys()}
+    def unverified(self) -> dict[Partition, int]:
+        """Offsets given to ``seek()`` and applied, not yet checked against their partition's log."""
+        with self._lock:
+            return dict(self._unverified)
+
+    def verified(self, partition: Partition) -> None:
+        """Note the offset sought of ``partition`` found within its log."""
+        with self._lock:
+            self._unverified.pop(partition, None)
+
+    def withhold(self, partition: Partition) -> None:
+        """Keep the next offset of ``partition`` for ``position()`` but out of commits (an offset
+        sought outside its partition's log)."""
+        with self._lock:
+            self._unverified.pop(partition, None)
+            offset = self._claimed.pop(partition, None)
+            if offset is not None:
+                self._resumed[partition] = offset
+
+    def _apply_seeks(self, partitions: set[Partition], handover: Mapping[Partition, int] | None = None) -> Seeks:
+        stored = {p: self._seeks.pop(p) for p in partitions & self._seeks.keys()}
+        sought = {**(handover or {}), **stored}
         self._invalidate(set(sought))
-        for p in sought:
-            self._claimed.pop(p, None)
+        self._claimed.update(sought)
+        self._unverified.update(stored)
+        for p in stored:
+            self._resumed.pop(p, None)
         to_beginning: set[Partition] = set()
         if self._rewind:
             to_beginning = partitions - self._rewound - self._claimed.keys()
             self._rewound |= to_beginning
+            self._invalidate(to_beginning)
         return Seeks(sought, to_beginning)
 
     def _invalidate(self, partitions: set[Partition]) -> None:
         for p in partitions:
             self._generations[p] = self._generations.get(p, 0) + 1
+            self._first_polled.pop(p, None)
         self._discard_fetched(partitions)
 
     def _discard_fetched(self, partitions: set[Partition]) -> None:

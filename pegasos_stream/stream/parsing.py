@@ -45,7 +45,8 @@ class EventParser:
     format
         "json" (one object per record) or "svmlight" (``label index:value ... # comment``).
     fields
-        Where the id, features (a dict of numbers), text and label sit in a JSON object.
+        Where the id, features (a dict of numbers), text and label sit in a JSON object. An event
+        without an id, or whose id is NaN or infinite, is named by its position.
     labels
         Label strings to map to the positive and negative class, e.g. {"positive": "spam",
         "negative": "ham"}; without it a label is taken as it is (true/false, 1/0, 1/-1, or a class).
@@ -68,9 +69,21 @@ class EventParser:
 
     def parse(self, record: Record) -> Event | None:
         """The event in ``record`` (None for a comment-only svmlight line); a BadRecord naming its
-        position if it is malformed."""
-        if len(record.value) > self.max_bytes:
-            raise BadRecord(record.position, f"record of {len(record.value)} bytes exceeds {self.max_bytes}")
+        position if it is malformed, or if parsing it raised anything else (an integer of too many
+        digits, nesting too deep for the recursion limit, a MemoryError...), named in the reason."""
+        try:
+            return self._parse(record)
+        except BadRecord:
+            raise
+        except Exception as error:
+            raise BadRecord(record.position, f"cannot parse: {type(error).__name__}: {error}") from None
+
+    def _parse(self, record: Record) -> Event | None:
+        size = len(record.value)
+        if size > self.max_bytes:
+            # a source cuts a longer record to max_bytes + 1 bytes while skipping the rest of it
+            length = f"more than {self.max_bytes}" if size == self.max_bytes + 1 else str(size)
+            raise BadRecord(record.position, f"record of {length} bytes exceeds {self.max_bytes}")
         try:
             text = record.value.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -111,6 +124,8 @@ class EventParser:
         event_id = obj.get(f["id"], position)
         if isinstance(event_id, (dict, list)):
             raise BadRecord(position, f"field {f['id']!r} must be a string or a number")
+        if isinstance(event_id, float) and not math.isfinite(event_id):
+            event_id = position  # NaN or an infinity has no JSON form, and equals no other id
         label = obj.get(f["label"])
         event = Event(id=event_id, position=position, label=None if label is None else self._label(label, position))
         if f["x"] in obj:

@@ -6,6 +6,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 __all__ = ["PendingLabels"]
 
@@ -54,6 +57,65 @@ class PendingLabels:
         """Put back an example saved by a checkpoint, keeping the order of arrival."""
         self._waiting[event_id] = Pending(x, score, arrived)
 
+    def columns(self, now: float) -> dict[str, Any]:
+        """The waiting examples, oldest first, as a few columns whatever their number: ``ids``,
+        ``scores``, ``ages`` (seconds waited at ``now``) and the x dicts as CSR rows (``indptr``,
+        ``indices`` into the list of distinct ``keys``, ``values``); ids and keys keep their types."""
+        ids: list = []
+        scores: list = []
+        ages: list[float] = []
+        indptr = [0]
+        keys: list = []
+        columns_by_key: dict[Hashable, int] = {}
+        indices: list[int] = []
+        values: list = []
+        for event_id, pending in self._waiting.items():
+            ids.append(event_id)
+            scores.append(pending.score)
+            ages.append(now - pending.arrived)
+            for key, value in pending.x.items():
+                signature = key if type(key) is str else _signature(key)
+                column = columns_by_key.get(signature)
+                if column is None:
+                    column = columns_by_key[signature] = len(keys)
+                    keys.append(key)
+                indices.append(column)
+                values.append(value)
+            indptr.append(len(indices))
+        return {
+            "ids": ids,
+            "scores": _floats_as_array(scores),
+            "ages": np.array(ages, dtype=np.float64),
+            "indptr": np.array(indptr, dtype=np.int64),
+            "keys": keys,
+            "indices": np.array(indices, dtype=np.int32 if len(keys) <= np.iinfo(np.int32).max else np.int64),
+            "values": _floats_as_array(values),
+        }
+
+    def restore_columns(self, columns: dict[str, Any], now: float) -> None:
+        """Put back the examples ``columns`` (made at another time) holds; a ValueError, before any
+        is put back, if the columns do not fit together."""
+        ids, keys = list(columns["ids"]), list(columns["keys"])
+        scores, values = _items(columns["scores"]), _items(columns["values"])
+        ages = np.asarray(columns["ages"], dtype=np.float64).tolist()
+        indptr_array = np.asarray(columns["indptr"])
+        indices_array = np.asarray(columns["indices"])
+        if any(array.dtype.kind not in "iu" or array.ndim != 1 for array in (indptr_array, indices_array)):
+            raise ValueError("pending examples: indptr and indices must be one-dimensional integer arrays")
+        if not len(ids) == len(scores) == len(ages) == indptr_array.size - 1:
+            raise ValueError("pending examples: ids, scores, ages and indptr differ in length")
+        if indptr_array[0] != 0 or indptr_array[-1] != indices_array.size or indices_array.size != len(values):
+            raise ValueError("pending examples: indptr does not span indices and values")
+        if (np.diff(indptr_array) < 0).any():
+            raise ValueError("pending examples: indptr decreases")
+        if indices_array.size and (indices_array.min() < 0 or indices_array.max() >= len(keys)):
+            raise ValueError("pending examples: a feature index is outside the key list")
+        indptr, indices = indptr_array.tolist(), indices_array.tolist()
+        for row, event_id in enumerate(ids):
+            start, end = indptr[row], indptr[row + 1]
+            x = dict(zip([keys[column] for column in indices[start:end]], values[start:end]))
+            self._waiting[event_id] = Pending(x, scores[row], now - ages[row])
+
     def take(self, event_id: Hashable) -> Pending | None:
         """The example waiting under this id, removed; None (counted as unmatched) if there is none."""
         self.expire()
@@ -71,3 +133,27 @@ class PendingLabels:
                 break
             self._waiting.popitem(last=False)
             self.expired += 1
+
+
+def _signature(key: Any) -> Hashable:
+    """A dict key for ``key`` that tells apart keys Python finds equal (1, 1.0 and True; 0.0 and
+    -0.0; tuples of these), so that each keeps its own type in the key list."""
+    if type(key) is str:
+        return key
+    if isinstance(key, tuple):
+        return ("tuple", *map(_signature, key))
+    if isinstance(key, float):
+        return ("float", repr(key))
+    return (type(key).__name__, key)
+
+
+def _floats_as_array(values: list) -> np.ndarray | list:
+    """``values`` as a float64 array when each is a float (bit for bit), else the list as it is."""
+    if all(type(value) is float for value in values):
+        return np.array(values, dtype=np.float64)
+    return values
+
+
+def _items(column: np.ndarray | list) -> list:
+    """A column made by ``_floats_as_array`` as a list again."""
+    return column.tolist() if isinstance(column, np.ndarray) else list(column)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from ..features import EmailFeatures
+from ..features import DictHasher, EmailFeatures
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
 from .batches import BatchParser, Parsed, ParsedBatch, parse_record
@@ -204,7 +204,9 @@ class Runner:
     model
         A learner of this package (binary or multiclass).
     features
-        Turns an event's text into features (None: events must carry ``x``).
+        `EmailFeatures` turns an event's text into features; `DictHasher` hashes the features events
+        carry into a fixed number of columns (one record at a time: the compiled batch path learns
+        the names as they come); None: events must carry ``x``, used as they are.
     parser
         Records to events.
     sink
@@ -215,7 +217,9 @@ class Runner:
         The prequential metrics: a `BinaryReport` for a binary learner, a `MulticlassReport` for a
         multiclass one.
     on_error
-        "skip": count a bad record, send it to ``dead_letters`` and go on; "stop": raise StopRun.
+        "skip": count a bad record, send it to ``dead_letters`` and go on; "stop": raise StopRun
+        (the bad record is not processed: the last checkpoint ends before it). A bad record is one
+        the parser cannot take (whatever it raised) or one the learner refuses.
     dead_letters
         Receives the bad records (None: only counted and logged).
     stats_every_seconds
@@ -233,7 +237,7 @@ class Runner:
     def __init__(
         self,
         model: BinaryLearner | MulticlassLearner,
-        features: EmailFeatures | None,
+        features: EmailFeatures | DictHasher | None,
         parser: EventParser,
         sink: Sink,
         pending: PendingLabels,
@@ -254,7 +258,8 @@ class Runner:
         self.stats_every_seconds = stats_every_seconds
         self._task = _task(model, report)
         self._compiled = self._task if isinstance(self._task, _CompiledBinaryTask) else None
-        self.batch_size = batch_size if self._compiled is not None and on_error == "skip" else 0
+        batched = self._compiled is not None and on_error == "skip" and not isinstance(features, DictHasher)
+        self.batch_size = batch_size if batched else 0
         self.stats = RunStats()
         self._emits = not isinstance(sink, NullSink)
         self._batches = BatchParser(parser)
@@ -264,9 +269,10 @@ class Runner:
     # -- one record ------------------------------------------------------------------------
 
     def process(self, record: Record) -> None:
-        """Everything one record leads to; a bad one is rejected without touching the model."""
-        self.stats.events += 1
+        """Everything one record leads to; a bad one is rejected without touching the model. The
+        record is counted (``stats.events``) once it is completely processed."""
         self._handle(record, parse_record(self.parser, record))
+        self.stats.events += 1
 
     def _handle(self, record: Record, parsed: Parsed) -> None:
         try:
@@ -280,13 +286,13 @@ class Runner:
                 self._predict_and_learn(parsed)
             else:
                 self._late_label(parsed)
-        except ValueError as error:  # BadRecord, or a value the learner refused
+        except (ValueError, TypeError, OverflowError) as error:  # BadRecord, or a value the learner refused
             self._reject(record, error)
 
     def _features(self, event: Event) -> dict:
         if event.x is not None:
-            return event.x
-        if self.features is None:
+            return self.features.transform_one(event.x) if isinstance(self.features, DictHasher) else event.x
+        if not isinstance(self.features, EmailFeatures):
             raise BadRecord(event.position, "a text event needs features.type: email")
         return self.features.transform_one(event.text)
 
@@ -309,38 +315,49 @@ class Runner:
         self._task.learn(x, label, prediction)
         self.stats.learned += 1
 
-    def _reject(self, record: Record, error: ValueError) -> None:
-        reason = str(error) if isinstance(error, BadRecord) else f"{record.position}: {error}"
+    def _reject(self, record: Record, error: Exception) -> None:
+        """Stop, or log, dead-letter and count ``record`` (counted once its dead letter is out)."""
+        if isinstance(error, BadRecord):
+            reason = str(error)
+        elif isinstance(error, ValueError):
+            reason = f"{record.position}: {error}"
+        else:
+            reason = f"{record.position}: {type(error).__name__}: {error}"
         if self.on_error == "stop":
             raise StopRun(reason)
-        self.stats.rejected += 1
         _log.warning("rejected %s", reason)
         if self.dead_letters is not None:
             self.dead_letters.emit(dead_letter(record.position, reason, record.value))
+        self.stats.rejected += 1
 
     # -- many records: the compiled loop ------------------------------------------------------
 
     def process_many(self, records: RecordBatch) -> None:
         """``process`` for each record, in order; with a compiled learner, each run of labelled
         feature events in between the others (text, unlabelled, label-only or bad records) is
-        learned by its compiled loop."""
+        learned by its compiled loop. ``stats.events`` counts the records processed so far."""
         compiled = self._compiled
         if compiled is None:
             for index in range(len(records)):
                 self.process(records[index])
             return
-        self.stats.events += len(records)
+        counted = self.stats.events  # the records before this batch
         batch = self._batches.parse(records)
         learned = 0
         for before, index in enumerate(sorted(batch.others)):
             row = index - before  # the rows of the records before this one
-            self._learn_rows(compiled, batch, learned, row)
+            self._learn_rows(compiled, batch, learned, row, counted)
             learned = row
             self._handle(records[index], batch.others[index])
-        self._learn_rows(compiled, batch, learned, len(batch.indices))
+            self.stats.events = counted + index + 1
+        self._learn_rows(compiled, batch, learned, len(batch.indices), counted)
 
-    def _learn_rows(self, compiled: _CompiledBinaryTask, batch: ParsedBatch, start: int, stop: int) -> None:
-        """Predict, emit, learn and report rows ``start:stop``; a row the learner refuses is rejected."""
+    def _learn_rows(
+        self, compiled: _CompiledBinaryTask, batch: ParsedBatch, start: int, stop: int, counted: int
+    ) -> None:
+        """Predict, learn, report and emit rows ``start:stop``; a row the learner refuses is rejected.
+        The records of the rows learned count as processed (``stats.events``, from ``counted`` before
+        the batch) before their predictions are emitted: a checkpoint holds what the model learned."""
         if start == stop:
             return
         part, part_signs = batch.rows.slice(start, stop), batch.signs[start:stop]
@@ -350,12 +367,15 @@ class Runner:
             end, error = compiled.learn_rows(part, part_signs, decisions, probas, first)
             # a row refused by learn_one was still predicted (as one at a time), unless its margin was not finite
             predicted = end + (error is not None and not math.isnan(decisions[end]))
+            self.stats.learned += end - first
+            if end > first:
+                self.stats.events = counted + batch.indices[start + end - 1] + 1
+            self.stats.predicted += predicted - first
             if self._emits:
                 self._emit_rows(batch, start + first, decisions[first:predicted], probas[first:predicted])
-            self.stats.predicted += predicted - first
-            self.stats.learned += end - first
             if error is not None:
                 self._reject(batch.records[batch.indices[start + end]], error)
+                self.stats.events = counted + batch.indices[start + end] + 1
             first = end + 1
 
     def _emit_rows(self, batch: ParsedBatch, start: int, decisions: np.ndarray, probas: np.ndarray) -> None:
@@ -376,7 +396,7 @@ class Runner:
         now = self.pending.clock()
         return {
             "counts": [self.stats.events, self.stats.predicted, self.stats.learned, self.stats.rejected],
-            "pending": [[key, p.x, p.score, now - p.arrived] for key, p in self.pending.items()],
+            "pending": self.pending.columns(now),
             "pending_counts": [self.pending.dropped, self.pending.expired, self.pending.unmatched],
             "report": self.report.state(),
         }
@@ -385,8 +405,11 @@ class Runner:
         """Take up the state of ``snapshot`` (from a checkpoint of the same configuration)."""
         self.stats.events, self.stats.predicted, self.stats.learned, self.stats.rejected = snapshot["counts"]
         now = self.pending.clock()
-        for key, x, score, age in snapshot["pending"]:
-            self.pending.restore(key, x, score, now - age)
+        if isinstance(snapshot["pending"], dict):  # columns
+            self.pending.restore_columns(snapshot["pending"], now)
+        else:  # one [id, x, score, age] entry each, as checkpoints written before the columns hold them
+            for key, x, score, age in snapshot["pending"]:
+                self.pending.restore(key, x, score, now - age)
         self.pending.dropped, self.pending.expired, self.pending.unmatched = snapshot["pending_counts"]
         self.report.restore(snapshot["report"])
 
@@ -407,24 +430,36 @@ class Runner:
         """Consume ``source`` until it ends, ``max_events`` records, an idle period or ``request_stop``.
 
         With ``checkpoints``, a checkpoint is written when one is due, when partitions are revoked
-        and at the end; the source's offsets are committed only once a checkpoint covers them.
+        and at the end; the source's offsets are committed only once a checkpoint covers them. When
+        something other than a bad record (a sink that fails, an interrupt) stops the run inside a
+        batch, the records of the batch not processed are given back to the source first
+        (``Source.unclaim``), so that the last checkpoint and commit end at the last record processed.
         """
         last_event = last_stats = time.monotonic()
         if checkpoints is not None:
             checkpoints.mark(self.stats.events)
             if hasattr(source, "on_revoke"):
                 source.on_revoke = lambda partitions: self._checkpoint(checkpoints, source)
+        exact = True  # whether the source's position covers only records processed
         try:
-            while (records := source.read(self._read_size(max_events, checkpoints))) is not None:
+            while (
+                not self._enough(max_events)
+                and (records := source.read(self._read_size(max_events, checkpoints))) is not None
+            ):
                 now = time.monotonic()
                 if records:
                     started = time.perf_counter()
                     with self._lock:
                         records = source.claim(records)
-                        if len(records) == 1:
-                            self.process(records[0])
-                        elif records:
-                            self.process_many(records)
+                        counted = self.stats.events
+                        try:
+                            if len(records) == 1:
+                                self.process(records[0])
+                            elif records:
+                                self.process_many(records)
+                        except BaseException:
+                            exact = _give_back(source, records, self.stats.events - counted)
+                            raise
                     self.stats.seen(len(records), started, time.perf_counter())
                     last_event = now
                     if checkpoints is not None and checkpoints.due(self.stats.events):
@@ -439,25 +474,31 @@ class Runner:
                     last_stats = now
                 if on_progress is not None and records:
                     on_progress(source)
-                if self._stop_requested or (max_events is not None and self.stats.events >= max_events):
+                if self._stop_requested:
                     break
                 if stop_when_idle is not None and now - last_event >= stop_when_idle:
                     _log.info("no event for %g s: stopping", stop_when_idle)
                     break
         finally:
-            if checkpoints is not None:
+            if not exact:
+                self._flush_outputs()
+            elif checkpoints is not None:
                 self._checkpoint(checkpoints, source)
             else:
                 self._flush_outputs()
                 source.commit()
         return self.stats
 
+    def _enough(self, max_events: int | None) -> bool:
+        """Whether ``max_events`` records have been processed (none are, with ``max_events`` 0)."""
+        return max_events is not None and self.stats.events >= max_events
+
     def _read_size(self, max_events: int | None, checkpoints: Checkpoints | None) -> int:
         """How many records to read next: ``batch_size`` (or 1), never past ``max_events`` or a
         checkpoint that is due."""
         size = self.batch_size or 1
         if max_events is not None:
-            size = min(size, max(max_events - self.stats.events, 1))
+            size = min(size, max_events - self.stats.events)
         if checkpoints is not None:
             size = min(size, checkpoints.events_until_due(self.stats.events) or size)
         return size
@@ -488,3 +529,16 @@ class Runner:
             f"t={self.model.t} {size} pending={len(self.pending)} rejected={self.stats.rejected}"
             + (f" lag={lag}" if lag is not None else "")
         )
+
+
+def _give_back(source: Source, batch: RecordBatch, done: int) -> bool:
+    """Give the records ``done..`` of ``batch``, claimed but not processed, back to ``source``;
+    whether its position now covers only records processed (False: it cannot give records back,
+    and must be neither checkpointed nor committed)."""
+    if done < len(batch):
+        try:
+            source.unclaim(batch, done)
+        except NotImplementedError:
+            _log.error("%s cannot give back the records not processed: no final checkpoint or commit", source.name)
+            return False
+    return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Protocol, TextIO
@@ -20,7 +21,8 @@ class Sink(Protocol):
 
 
 class JsonLinesSink:
-    """One JSON object per line, to a file (appended; created at the first line) or to stdout."""
+    """One JSON object per line, to a file (appended; created at the first line) or to stdout. A
+    number JSON has no form for (NaN, an infinity) is written as null."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self._path = None if path is None or str(path) == "-" else Path(path)
@@ -32,7 +34,7 @@ class JsonLinesSink:
             assert self._path is not None  # without a path the sink writes to stdout
             # held open across emits, until close()
             out = self._out = open(self._path, "a", encoding="utf-8")  # noqa: SIM115
-        out.write(json.dumps(obj, default=str) + "\n")
+        out.write(_json_line(obj) + "\n")
 
     def flush(self) -> None:
         if self._out is not None:
@@ -56,6 +58,25 @@ class NullSink:
 
     def close(self) -> None:
         pass
+
+
+def _json_line(obj: dict) -> str:
+    """``obj`` as JSON, with NaN and the infinities as null."""
+    try:
+        return json.dumps(obj, default=str, allow_nan=False)
+    except ValueError:  # a number out of JSON's range
+        return json.dumps(_finite(obj), default=str)
+
+
+def _finite(value: object) -> object:
+    """``value`` with each NaN or infinite float, in it or in its dicts and lists, replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def dead_letter(position: str, reason: str, value: bytes) -> dict:
