@@ -197,8 +197,13 @@ def write_document(path: Path, title: str, command: str, sections: Sequence[dict
 
 def write_results(args: argparse.Namespace, title: str, sections: Sequence[dict], **extra: object) -> dict:
     """``write_document`` to ``args.out``, with the command line and its parsed ``arguments``."""
-    arguments = {key: str(value) for key, value in vars(args).items()}
+    arguments = {key: _relative(value) if isinstance(value, Path) else str(value) for key, value in vars(args).items()}
     return write_document(args.out, title, invocation(), sections, arguments=arguments, **extra)
+
+
+def _relative(path: Path) -> str:
+    """``path`` relative to the repository when it can be (so a result names no machine's folders)."""
+    return os.path.relpath(path.resolve(), REPO)
 
 
 # -- data --------------------------------------------------------------------------------------
