@@ -18,7 +18,7 @@ from river import stream
 from pegasos_stream.learners.validation import binary_sign
 from pegasos_stream.stream.parsing import BadRecord, Event, EventParser
 from pegasos_stream.stream.records import Cursors, Record
-from pegasos_stream.stream.sources import FileSource, StdinSource
+from pegasos_stream.stream.sources import FileSource, Source, StdinSource
 
 
 def _parse(value: bytes | str, position: str = "mail.jsonl:3", **parser_args) -> Event:
@@ -317,6 +317,18 @@ def _long_line_file(path: Path, long_size: int, max_bytes: int) -> tuple[Path, l
     return path, lines
 
 
+def _read_all_traced(source: Source) -> tuple[list[Record], int]:
+    """Every record of ``source`` (closed after; its position stays readable), and the peak of
+    memory allocated while reading."""
+    tracemalloc.start()
+    try:
+        records = [record for record in source if record is not None]
+        return records, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        source.close()
+
+
 @pytest.mark.parametrize("batch", [1, 10])
 def test_a_file_line_longer_than_max_bytes_is_cut_as_it_is_read(tmp_path, batch):
     """A line longer than ``max_bytes`` is handed out as its first ``max_bytes + 1`` bytes, which the
@@ -324,13 +336,7 @@ def test_a_file_line_longer_than_max_bytes_is_cut_as_it_is_read(tmp_path, batch)
     max_bytes = 1000
     path, lines = _long_line_file(tmp_path / "events.jsonl", 30 << 20, max_bytes)
     source = FileSource(path, max_bytes=max_bytes)
-    tracemalloc.start()
-    try:
-        records = [record for record in source if record is not None]
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-        source.close()
+    records, peak = _read_all_traced(source)
     assert peak < 8 << 20, peak  # a fraction of the 30 MB line
     assert [r.value for r in records] == [lines[0], b"a" * (max_bytes + 1), b'{"id": 2}', lines[3], lines[4]]
     ends = list(accumulate(len(line) + 1 for line in lines))
@@ -406,15 +412,8 @@ def test_a_stdin_line_longer_than_max_bytes_is_cut_as_it_arrives():
     writer = threading.Thread(target=feed)
     writer.start()
     with os.fdopen(read_end, "rb") as stream:
-        source = StdinSource(poll_seconds=5, stream=stream, max_bytes=max_bytes)
         started = time.perf_counter()
-        tracemalloc.start()
-        try:
-            records = [record for record in source if record is not None]
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-            source.close()
+        records, peak = _read_all_traced(StdinSource(poll_seconds=5, stream=stream, max_bytes=max_bytes))
         elapsed = time.perf_counter() - started
     writer.join()
     assert peak < 8 << 20, peak

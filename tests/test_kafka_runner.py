@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import yaml
-from kafka import KafkaConsumer, TopicPartition
 
 from pegasos_stream import cli
-from pegasos_stream.testing.kafka_broker import kafka_source_config
+from pegasos_stream.testing.kafka_broker import committed_offset, kafka_source_config
 
 
 def _config(tmp_path: Path, broker: str, topic: str, group: str) -> Path:
@@ -59,8 +58,4 @@ def test_run_predicts_each_message_once_and_a_second_run_continues(
     assert _predicted_ids(tmp_path / "out2.jsonl") == list(range(30, 40))  # nothing twice
     assert summary["events"] == 10 and summary["learned"] == 10
 
-    consumer = KafkaConsumer(bootstrap_servers=kafka_broker, group_id="runner-group", enable_auto_commit=False)
-    try:
-        assert consumer.committed(TopicPartition(topic, 0)) == 40
-    finally:
-        consumer.close()
+    assert committed_offset(kafka_broker, "runner-group", topic) == 40

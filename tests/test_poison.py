@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kafka import KafkaConsumer, TopicPartition
 
 from pegasos_stream import cli
 from pegasos_stream.cli.assemble import build_checkpoints, build_runner, build_source
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.persist import model_digest
 from pegasos_stream.persist.checkpoint import latest_valid
-from pegasos_stream.testing.kafka_broker import kafka_source_config
+from pegasos_stream.testing.kafka_broker import committed_offset, kafka_source_config
 
 GOOD = 1000
 POISON_AT = 450  # the 1-based line number of the bad record in a file
@@ -195,14 +194,6 @@ def _kafka_job(directory: Path, broker: str, topic: str, group: str, dead_letter
     return job
 
 
-def _committed(broker: str, group: str, topic: str) -> int | None:
-    consumer = KafkaConsumer(bootstrap_servers=broker, group_id=group, enable_auto_commit=False)
-    try:
-        return consumer.committed(TopicPartition(topic, 0))
-    finally:
-        consumer.close()
-
-
 def test_kafka_poison_record_is_rejected_and_every_good_event_learned(tmp_path, kafka_broker, kafka_topic, produce):
     topic = kafka_topic(1)
     produce(kafka_broker, topic, _kafka_messages(POISONS["digits"]))
@@ -212,7 +203,7 @@ def test_kafka_poison_record_is_rejected_and_every_good_event_learned(tmp_path, 
     state, manifest = _newest(job)
     assert (manifest["events"], manifest["t"]) == (KAFKA_TOTAL, GOOD)
     assert manifest["source"] == {"offsets": [[topic, 0, KAFKA_TOTAL]]}
-    assert _committed(kafka_broker, f"{topic}-group", topic) == KAFKA_TOTAL
+    assert committed_offset(kafka_broker, f"{topic}-group", topic) == KAFKA_TOTAL
     [entry] = [json.loads(line) for line in dead.read_text(encoding="utf-8").splitlines()]
     assert entry["position"] == f"{topic}/0/{KAFKA_POISON_OFFSET}"
     assert model_digest(state["model"]) == _clean_digest(tmp_path, 256)
@@ -229,11 +220,11 @@ def test_kafka_failing_dead_letter_sink_commits_only_what_was_processed(tmp_path
     state, manifest = _newest(job)
     assert (manifest["events"], manifest["t"]) == (KAFKA_POISON_OFFSET, KAFKA_POISON_OFFSET)
     assert manifest["source"] == {"offsets": [[topic, 0, KAFKA_POISON_OFFSET]]}
-    assert _committed(kafka_broker, group, topic) == KAFKA_POISON_OFFSET
+    assert committed_offset(kafka_broker, group, topic) == KAFKA_POISON_OFFSET
 
     dead.parent.mkdir()
     assert cli.main(["run", "--config", str(job), "--resume"]) == 0
     state, manifest = _newest(job)
     assert (manifest["events"], manifest["t"]) == (KAFKA_TOTAL, GOOD)
-    assert _committed(kafka_broker, group, topic) == KAFKA_TOTAL
+    assert committed_offset(kafka_broker, group, topic) == KAFKA_TOTAL
     assert model_digest(state["model"]) == _clean_digest(tmp_path, 256)

@@ -45,11 +45,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from kafka import KafkaConsumer, TopicPartition
 
 from pegasos_stream.persist.checkpoint import MAGIC, checkpoints, latest_valid, read_checkpoint
 from pegasos_stream.stream.pending import PendingLabels
-from pegasos_stream.testing.kafka_broker import kafka_source_config
+from pegasos_stream.testing.kafka_broker import committed_offset, kafka_source_config
 
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
 EVERY = 50  # events between checkpoints
@@ -617,14 +616,6 @@ def _kafka_job(directory: Path, broker: str, topic: str, group: str, total: int)
     return _job(directory, source, run={"max_events": total, "stop_when_idle": 40})
 
 
-def _committed(broker: str, group: str, topic: str) -> int | None:
-    consumer = KafkaConsumer(bootstrap_servers=broker, group_id=group, enable_auto_commit=False)
-    try:
-        return consumer.committed(TopicPartition(topic, 0))
-    finally:
-        consumer.close()
-
-
 def test_sigkill_kafka_source_resumes_exactly_and_commits_only_checkpointed_offsets(
     stream, tmp_path, kafka_broker, kafka_topic, produce
 ):
@@ -652,7 +643,7 @@ def test_sigkill_kafka_source_resumes_exactly_and_commits_only_checkpointed_offs
             _reap(proc)
         assert kill is not None, (tmp_path / f"kafka-{attempt}.err").read_text()[-3000:]
         newest = _assert_every_checkpoint_loads(directory)
-        committed = _committed(kafka_broker, group, topic)
+        committed = committed_offset(kafka_broker, group, topic)
         [[stored_topic, partition, stored]] = newest["source"]["offsets"]
         assert (stored_topic, partition) == (topic, 0)
         # Offsets are committed only once a checkpoint covering them is on disk.
@@ -667,7 +658,7 @@ def test_sigkill_kafka_source_resumes_exactly_and_commits_only_checkpointed_offs
     assert b"resuming from " in done.stderr
     _assert_same_job_result(directory, reference, done.stderr)
     assert _inspect(directory)["source"] == {"offsets": [[topic, 0, len(messages)]]}
-    assert _committed(kafka_broker, group, topic) == len(messages)
+    assert committed_offset(kafka_broker, group, topic) == len(messages)
     _assert_replayed_reference(_outputs(tmp_path / "killed" / "out.jsonl"), reference.outputs)
 
 
@@ -688,7 +679,7 @@ def test_kafka_resume_with_every_checkpoint_corrupt_reads_the_topic_from_the_beg
     assert first.returncode == 0, first.stderr.decode()[-3000:]
     uninterrupted = _inspect(directory)
     assert uninterrupted["events"] == len(messages)
-    assert _committed(kafka_broker, group, topic) == len(messages)
+    assert committed_offset(kafka_broker, group, topic) == len(messages)
     files = checkpoints(directory)
     for path in files:
         path.write_bytes(path.read_bytes()[:-1])

@@ -131,22 +131,26 @@ def _plot(report, path: str) -> None:
     figure.savefig(path, dpi=120)
 
 
-def _resume(config: dict, accept_config: bool = False) -> tuple[dict, dict] | None:
-    """(state, manifest) of the newest valid checkpoint of the configured directory, or None; one
-    written with another configuration is refused (a ConfigError) unless ``accept_config``."""
+def _resume(config: dict, accept_config: bool = False) -> tuple[dict | None, dict | None]:
+    """(state, source position) to resume from: the newest valid checkpoint's; without one, (None,
+    None) for a new learner (files from the start, Kafka at its group's committed offsets, else
+    ``source.start``), or (None, from the beginning) when checkpoints exist but none is usable (the
+    model that learned what the group committed is lost). A checkpoint written with another
+    configuration is refused (a ConfigError) unless ``accept_config``."""
     directory = config["checkpoint"]["dir"]
     if not directory:
         raise ConfigError("--resume needs checkpoint.dir in the configuration")
     found = latest_valid(directory)
     if found is None:
-        if checkpoint_files(directory) or config["source"]["type"] != "kafka":
+        lost = bool(checkpoint_files(directory))
+        if lost or config["source"]["type"] != "kafka":
             _log.info("no checkpoint in %s: starting from the beginning", directory)
         else:
             _log.info(
                 "no checkpoint in %s: starting at the consumer group's committed offsets (source.start where none)",
                 directory,
             )
-        return None
+        return None, {"from_beginning": True} if lost else None
     path, state, manifest = found
     if manifest.get("config_sha256") != config_hash(config):
         if not accept_config:
@@ -158,7 +162,7 @@ def _resume(config: dict, accept_config: bool = False) -> tuple[dict, dict] | No
     if config["source"]["type"] == "stdin":
         _log.info("standard input cannot be re-read: skipping its first %s lines", manifest["source"]["line"])
     _log.info("resuming from %s (t=%s, %s events)", path, state["model"].t, manifest["events"])
-    return state, manifest
+    return state, manifest["source"]
 
 
 def _command_inspect(args: argparse.Namespace) -> int:
@@ -184,17 +188,10 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         overrides.insert(0, "output.type=none")
     config = load_config(config_path, overrides)
     checkpoints = None if evaluate else build_checkpoints(config)
-    resumed = _resume(config, args.accept_config) if not evaluate and args.resume else None
-    runner = build_runner(config, model=resumed and resumed[0]["model"], exact_auc=True if evaluate else None)
-    if resumed:
-        runner.restore(resumed[0]["runner"])
-        position = resumed[1]["source"]
-    elif not evaluate and args.resume and checkpoint_files(config["checkpoint"]["dir"]):
-        # this learner's checkpoints are all unusable: what the group committed was learned by the
-        # model that is lost, so Kafka is read again from the beginning
-        position = {"from_beginning": True}
-    else:  # a new learner: files from the start, Kafka at the group's offsets (else source.start)
-        position = None
+    state, position = _resume(config, args.accept_config) if not evaluate and args.resume else (None, None)
+    runner = build_runner(config, model=state and state["model"], exact_auc=True if evaluate else None)
+    if state:
+        runner.restore(state["runner"])
     source = build_source(config, position)
     progress = ProgressBar() if evaluate else None
     try:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError
 
@@ -144,6 +144,15 @@ def produce(address: str, topic: str, values: Sequence[bytes | None], partition:
             future.get(timeout=10)
     finally:
         producer.close(timeout=5)
+
+
+def committed_offset(address: str, group: str, topic: str, partition: int = 0) -> int | None:
+    """The offset consumer group ``group`` committed for ``topic``/``partition`` (None: none yet)."""
+    consumer = KafkaConsumer(bootstrap_servers=address, group_id=group, enable_auto_commit=False)
+    try:
+        return consumer.committed(TopicPartition(topic, partition))
+    finally:
+        consumer.close()
 
 
 def kafka_source_config(broker: str, topic: str, group: str) -> dict:
