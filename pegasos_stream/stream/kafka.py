@@ -18,7 +18,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
 
-from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
@@ -60,9 +60,11 @@ class KafkaSource(Source):
 
     A partition starts at the offset ``seek()`` gave for it, else at the group's committed offset,
     else at ``start``; one assigned again right after its revocation continues from its next offset
-    to process. An offset given to ``seek()`` is checked against its partition's log once the
-    partition is fetched from: beyond its end (the broker lost data) or before its beginning
-    (retention removed records), ``on_offset_out_of_range`` decides.
+    to process. An offset given to ``seek()`` gives way, at the partition's assignment, to a later
+    offset committed by the group (another member processed the partition since it was stored);
+    the offset resumed from is checked against the partition's log once it is fetched from: beyond
+    its end (the broker lost data) or before its beginning (retention removed records),
+    ``on_offset_out_of_range`` decides.
 
     Parameters
     ----------
@@ -82,8 +84,11 @@ class KafkaSource(Source):
     on_revoke
         Called with the partitions about to be revoked in a rebalance (or already lost with the
         group membership), before the source commits them and forgets their offsets; the runner
-        sets it to flush what it holds. It runs on the consumer's IO thread and may call
-        ``commit()``, which then only sends the commit (it cannot wait there).
+        sets it to write a checkpoint. It runs on the consumer's IO thread, while ``read()`` waits
+        for its poll, and may call ``commit()``, which there leaves the commit to the revocation:
+        the source commits the revoked partitions before it rejoins the group, while its generation
+        is still current, so the next owner of a partition starts exactly after its last record
+        processed here.
 
     """
 
@@ -119,6 +124,7 @@ class KafkaSource(Source):
         self._reachable = True
         self._watched = -math.inf  # when _watch_broker last looked
         self._closed = False
+        self._failure: SourceError | None = None  # from a rebalance callback, raised by the next poll
         self._consumer = KafkaConsumer(
             **{**CONSUMER_DEFAULTS, **(consumer or {})},
             bootstrap_servers=bootstrap_servers,
@@ -134,7 +140,7 @@ class KafkaSource(Source):
         whatever more has already arrived (polls that do not wait), so a backlog comes in large batches
         (of ``BATCH_BYTES`` at most, beyond one poll's worth)."""
         count = self._offsets.fetched_count()
-        if not count:
+        if not count or self._rebalance_pending():
             self._poll(self._poll_ms)
             count = self._offsets.fetched_count()
         if 0 < count < n:  # drain what has arrived meanwhile, up to n records or BATCH_BYTES
@@ -173,6 +179,8 @@ class KafkaSource(Source):
                 raise
             log.warning("poll failed (%s); retrying", _describe(error))
             batches = {}
+        if self._failure is not None:
+            raise self._failure
         self._watch_broker()
         fetched = []
         for tp, messages in batches.items():
@@ -225,8 +233,7 @@ class KafkaSource(Source):
             return
         request = {TopicPartition(*p): OffsetAndMetadata(offset, "", -1) for p, offset in offsets.items()}
         if threading.get_ident() == self._listener_thread:
-            self._consumer.commit_async(request, callback=self._async_committed)
-            return
+            return  # the revocation commits, once on_revoke returns
         deadline = time.monotonic() + self._commit_timeout
         error: Exception | None = None
         for _ in range(self._commit_attempts):
@@ -300,11 +307,48 @@ class KafkaSource(Source):
         if seeks.to_beginning:
             self._consumer.seek_to_beginning(*(TopicPartition(*p) for p in seeks.to_beginning))
 
-    def _assigned(self, partitions: set[TopicPartition]) -> None:
-        """Note partitions assigned and make the seeks waiting for them."""
+    def _rebalance_pending(self) -> bool:
+        """Whether the group asked this member to rejoin (its heartbeat heard of a rebalance, or
+        that it was evicted). The member then polls before handing out more of what it fetched:
+        the poll revokes its partitions and rejoins, instead of processing records that the group
+        may give to another member if this one is late to rejoin."""
+        return bool(self._consumer._coordinator.need_rejoin())
+
+    async def _assigned(self, partitions: set[TopicPartition]) -> None:
+        """Note partitions assigned and make the seeks waiting for them. A stored offset (from a
+        checkpoint) that the group's committed offset has passed gives way to it: another member
+        processed the records between since the checkpoint was written."""
+        stored = self._offsets.pending_seeks(partitions)
+        if stored:
+            try:
+                answer = await self._consumer._coordinator.fetch_committed_offsets_async(
+                    [TopicPartition(*p) for p in stored], timeout_ms=int(self._commit_timeout * 1000)
+                )
+            except KafkaError as error:
+                self._failure = SourceError(
+                    f"cannot learn the group's committed offsets of {_positions(stored)} to resume from "
+                    f"({_describe(error)}); stopping, so that no record is learned twice"
+                )
+                return
+            later: dict[tuple[str, int], int] = {}
+            for tp, meta in answer.items():
+                partition = Partition(*tp)
+                if meta is not None and meta.offset > stored[partition]:
+                    later[partition] = meta.offset
+                    log.info(
+                        "%s/%d: the group committed offset %d, past this checkpoint's %d (another member "
+                        "processed the records between); resuming there",
+                        *partition,
+                        meta.offset,
+                        stored[partition],
+                    )
+            self._offsets.seek(later)
         self._seek(self._offsets.assign(partitions))
 
-    def _revoked(self, partitions: set[TopicPartition], lost: bool) -> None:
+    async def _revoked(self, partitions: set[TopicPartition], lost: bool) -> None:
+        """Drop what was fetched from ``partitions``, let ``on_revoke`` write what it holds, then
+        (unless they were lost) commit them and wait for the answer: the consumer sends its request to
+        rejoin the group only after this returns, so the commit still carries the current generation."""
         if self._closed or not partitions:
             return
         self._offsets.revoke(partitions, lost=lost)
@@ -312,16 +356,28 @@ class KafkaSource(Source):
         try:
             if self.on_revoke is not None:
                 self.on_revoke({Partition(*tp) for tp in partitions})
-            if not lost:
-                self.commit()
         finally:
             self._listener_thread = None
+        if not lost:
+            await self._commit_revoked()
         self._offsets.forget(partitions)
 
-    def _async_committed(self, offsets: dict[TopicPartition, OffsetAndMetadata], result: object) -> None:
-        if isinstance(result, Exception):
-            positions = _positions({Partition(*tp): meta.offset for tp, meta in offsets.items()})
-            log.warning("could not commit offsets %s on revocation (%s)", positions, _describe(result))
+    async def _commit_revoked(self) -> None:
+        offsets = self._offsets.uncommitted()
+        if not offsets:
+            return
+        request = {TopicPartition(*p): OffsetAndMetadata(offset, "", -1) for p, offset in offsets.items()}
+        try:
+            await self._consumer.commit_async(request)
+        except KafkaError as error:
+            log.warning(
+                "could not commit offsets %s on revocation (%s); the next owner reads again what was processed "
+                "since the last commit",
+                _positions(offsets),
+                _describe(error),
+            )
+        else:
+            self._offsets.committed(offsets)
 
     def _watch_broker(self) -> None:
         """Say when the consumer loses its last broker connection and when it has one again (checked
@@ -342,20 +398,21 @@ class KafkaSource(Source):
                 log.warning("broker %s is unreachable; retrying (idle until it is back)", self._servers)
 
 
-class _Listener(ConsumerRebalanceListener):
-    """Routes the consumer's rebalance callbacks to its KafkaSource."""
+class _Listener(AsyncConsumerRebalanceListener):
+    """Routes the consumer's rebalance callbacks to its KafkaSource. They are coroutines, so that
+    the revocation can wait for its commit before the consumer rejoins the group."""
 
     def __init__(self, source: KafkaSource) -> None:
         self.source = source
 
-    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        self.source._revoked(set(revoked), lost=False)
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.source._revoked(set(revoked), lost=False)
 
-    def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
-        self.source._revoked(set(lost), lost=True)
+    async def on_partitions_lost(self, lost: set[TopicPartition]) -> None:
+        await self.source._revoked(set(lost), lost=True)
 
-    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        self.source._assigned(set(assigned))
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self.source._assigned(set(assigned))
 
 
 def _describe(error: BaseException | None) -> str:

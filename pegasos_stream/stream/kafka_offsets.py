@@ -242,6 +242,11 @@ class OffsetBook:
             self._seeks.update(sought)
             return self._apply_seeks(self._assigned)
 
+    def pending_seeks(self, partitions: Iterable[tuple[str, int]]) -> dict[Partition, int]:
+        """The offsets given to ``seek()`` that wait for the assignment of some of ``partitions``."""
+        with self._lock:
+            return {Partition(*p): self._seeks[Partition(*p)] for p in partitions if Partition(*p) in self._seeks}
+
     def rewind(self) -> Seeks:
         """Start every partition not claimed from at its beginning, once: the seeks to make now, for
         the partitions assigned; the others are sought at their assignment."""
