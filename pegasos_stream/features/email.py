@@ -7,6 +7,7 @@ import email.policy
 import html
 import math
 import re
+import zlib
 from collections import Counter
 from collections.abc import Iterable
 from email.header import decode_header, make_header
@@ -15,10 +16,12 @@ from email.message import Message
 from river import base
 
 from .hashing import check_hash_bits, feature_hash
+from .mime import message_bytes
 
 __all__ = ["EmailFeatures", "message_text"]
 
 _WORD = re.compile(r"[^\W_]{2,30}")
+_ASCII_WORD = re.compile(rb"[A-Za-z0-9]{2,30}")
 _TAG = re.compile(r"<[^>]{0,2000}>")
 _SPACE = re.compile(r"\s+")
 _HEADER_LINE = re.compile(r"[!-9;-~]+:")  # RFC 5322 field name followed by a colon
@@ -100,6 +103,12 @@ class EmailFeatures(base.Transformer):
     hash_bits
         Hash features into 2^hash_bits integer buckets (`feature_hash`, as `DictHasher`: stable
         across runs and processes); None keeps the n-gram strings as keys, which grow without bound.
+    reader
+        "email": the message is read by the standard library's email package and the n-grams and
+        words are of its characters. "bytes": it is read by `message_bytes`, a light MIME reader
+        over bytes, and the n-grams are of bytes (``max_chars`` counts bytes, words are ASCII
+        letters and digits); a feature's column is CRC-32 of "c:" + its bytes, so ASCII text gets
+        the columns the "email" reader gives it.
 
     Examples
     --------
@@ -121,6 +130,7 @@ class EmailFeatures(base.Transformer):
         binary: bool = True,
         normalize: bool = True,
         hash_bits: int | None = None,
+        reader: str = "email",
     ):
         for name, value in (("parse", parse), ("words", words), ("binary", binary), ("normalize", normalize)):
             if not isinstance(value, bool):
@@ -133,6 +143,8 @@ class EmailFeatures(base.Transformer):
             check_hash_bits(hash_bits)
         if not char_ngram and not words:
             raise ValueError("char_ngram=0 and words=false: no features at all")
+        if reader not in ("email", "bytes"):
+            raise ValueError(f"reader={reader!r}: expected 'email' or 'bytes'")
         self.on = on
         self.parse = parse
         self.char_ngram = char_ngram
@@ -141,6 +153,7 @@ class EmailFeatures(base.Transformer):
         self.binary = binary
         self.normalize = normalize
         self.hash_bits = hash_bits
+        self.reader = reader
 
     def _tokens(self, text: str) -> list[str]:
         tokens: list[str] = []
@@ -151,18 +164,30 @@ class EmailFeatures(base.Transformer):
             tokens.extend("w:" + word for word in _WORD.findall(text.lower()))
         return tokens
 
+    def _byte_tokens(self, data: bytes) -> list[bytes]:
+        """The "bytes" reader's feature names of ``data``: its n-grams and words, as bytes."""
+        n = self.char_ngram
+        tokens = [b"c:" + data[i : i + n] for i in range(len(data) - n + 1)] if n else []
+        if self.words:
+            tokens.extend(b"w:" + word for word in _ASCII_WORD.findall(data.lower()))
+        return tokens
+
     def transform_one(self, x) -> dict:
         raw = x[self.on] if self.on is not None else x
-        if not isinstance(raw, str):
-            raw = bytes(raw).decode("utf-8", errors="replace")
-        text = (message_text(raw) if self.parse else raw)[: self.max_chars]
-        names = self._tokens(text)
+        names: list[str] | list[bytes]
+        if self.reader == "bytes":
+            data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
+            names = self._byte_tokens((message_bytes(data) if self.parse else data)[: self.max_chars])
+        else:
+            if not isinstance(raw, str):
+                raw = bytes(raw).decode("utf-8", errors="replace")
+            names = self._tokens((message_text(raw) if self.parse else raw)[: self.max_chars])
         if self.binary:  # each distinct name is hashed once; dict order is first appearance throughout
             present = dict.fromkeys(self._columns(dict.fromkeys(names)), 1)
             if self.normalize and present:  # every value is 1: the norm is √(number of features)
                 return dict.fromkeys(present, 1.0 / math.sqrt(len(present)))
             return present
-        name_counts = Counter(names)
+        name_counts: Counter[str | bytes] = Counter(names)
         counts: dict[str | int, int] = {}
         for column, count in zip(self._columns(name_counts), name_counts.values()):
             counts[column] = counts.get(column, 0) + count
@@ -171,9 +196,10 @@ class EmailFeatures(base.Transformer):
             return {key: c * scale for key, c in counts.items()}
         return counts
 
-    def _columns(self, names: Iterable[str]) -> Iterable[str | int]:
-        """The names, or their columns ``feature_hash(name) mod 2^hash_bits`` when hashing."""
+    def _columns(self, names: Iterable[str | bytes]) -> list[str | int]:
+        """The columns of feature names: ``feature_hash(name)`` (CRC-32 of a name's bytes, for the
+        "bytes" reader) mod 2^hash_bits when hashing, else the names themselves (as str)."""
         if self.hash_bits is None:
-            return names
+            return [name.decode("latin-1") if isinstance(name, bytes) else name for name in names]
         mask = (1 << self.hash_bits) - 1
-        return [feature_hash(name) & mask for name in names]
+        return [(zlib.crc32(name) if isinstance(name, bytes) else feature_hash(name)) & mask for name in names]
