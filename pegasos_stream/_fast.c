@@ -355,9 +355,12 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
             int64_t n_pos = is[I_N_POS] + (sign > 0), n_neg = is[I_N_NEG] + (sign < 0);
             double coef = 0.0;
             if (sign * margin < 1.0) {
-                double cost = p[P_BALANCED] != 0.0
-                    ? (double)(n_pos + n_neg) / (2.0 * (double)(sign > 0 ? n_pos : n_neg))
-                    : (sign > 0 ? p[P_COST_POS] : p[P_COST_NEG]);
+                /* the class cost; "balanced" (its pseudo-count, when not 0) takes the cost from the
+                 * counts, at most the class's cost_pos or cost_neg */
+                double cost = sign > 0 ? p[P_COST_POS] : p[P_COST_NEG], alpha = p[P_BALANCED];
+                if (alpha != 0.0)
+                    cost = py_min(((double)(n_pos + n_neg) + 2.0 * alpha)
+                                  / (2.0 * ((double)(sign > 0 ? n_pos : n_neg) + alpha)), cost);
                 coef = weight * cost * sign;
             }
             double rate = 1.0 / (lambda * (double)t_eff);

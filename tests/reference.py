@@ -8,8 +8,9 @@ the iterates (sum of the iterates divided by t).
 Binary learner, ``learn_one(x, y, w)``:
 
     s      = +1 for True/1, -1 for False/0/-1;  n_pos / n_neg += 1
-    cost   = w * class_cost(y)      1 | class_weight[y] (missing -> 1) | n / (2 n_y) ("balanced",
-                                    counts including the current example)
+    cost   = w * class_cost(y)      1 | class_weight[y] (missing -> 1) | "balanced":
+                                    min((n + 2 a) / (2 (n_y + a)), M), counts including the current
+                                    example, a = BALANCED_SMOOTHING / lambda, M = BALANCED_MAX_COST
     margin = s * (<w_r + u, x> + b)
     t += 1;  te = min(t, horizon) (or t);  eta = 1 / (lambda * te)
     u     <- (1 - 1/te) u
@@ -76,6 +77,9 @@ class _Dense:
 class DenseReference(_Dense):
     """Binary Pegasos, straight from the formulas (see the module docstring)."""
 
+    BALANCED_SMOOTHING = 0.05
+    BALANCED_MAX_COST = 5.0
+
     def __init__(
         self,
         vocab,
@@ -105,8 +109,8 @@ class DenseReference(_Dense):
         if self.class_weight is None:
             return 1.0
         if self.class_weight == "balanced":
-            n_y = self.n_pos if s > 0 else self.n_neg
-            return (self.n_pos + self.n_neg) / (2.0 * n_y)
+            a, n_y = self.BALANCED_SMOOTHING / self.lambda_, self.n_pos if s > 0 else self.n_neg
+            return min((self.n_pos + self.n_neg + 2.0 * a) / (2.0 * (n_y + a)), self.BALANCED_MAX_COST)
         by_sign = {y_sign(k): float(v) for k, v in self.class_weight.items()}
         return by_sign.get(s, 1.0)
 

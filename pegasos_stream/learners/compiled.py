@@ -62,8 +62,16 @@ ISTATE_HOMES: dict[str, tuple[str, str] | None] = {
 
 
 def params(model: PegasosClassifier) -> dict[str, float]:
-    """The settings the compiled loop reads, by the names of ``_fast.PARAMS``."""
-    costs = model._class_cost or {1.0: 1.0, -1.0: 1.0}
+    """The settings the compiled loop reads, by the names of ``_fast.PARAMS``.
+
+    With ``class_weight="balanced"``, "balanced" is the pseudo-count of each class (> 0) and "cost_pos"
+    and "cost_neg" bound the costs; otherwise "balanced" is 0 and they are the costs.
+    """
+    balanced = model.class_weight == "balanced"
+    if balanced:
+        costs = {1.0: model.BALANCED_MAX_COST, -1.0: model.BALANCED_MAX_COST}
+    else:
+        costs = model._class_cost or {1.0: 1.0, -1.0: 1.0}
     return {
         "lambda": model.lambda_,
         "horizon": model.horizon or 0,
@@ -73,7 +81,7 @@ def params(model: PegasosClassifier) -> dict[str, float]:
         "radius": model._radius,
         "cost_pos": costs[1.0],
         "cost_neg": costs[-1.0],
-        "balanced": model.class_weight == "balanced",
+        "balanced": model.BALANCED_SMOOTHING / model.lambda_ if balanced else 0.0,
         "has_prior": bool(model._prior),
         "compensated_sum": COMPENSATED_SUM,
         "platt_rate": model._platt.learning_rate,

@@ -6,6 +6,7 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from operator import mul
+from typing import ClassVar
 
 import numpy as np
 from river import base, utils
@@ -55,7 +56,10 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         Pegasos take steps of size 1/(λt) and can dominate an average taken from the start.
     class_weight
         Cost of each class in the hinge term: None (1 for both), a dict label → cost, or
-        "balanced": n/(2·n_y), from running class counts that include the current example.
+        "balanced": min((n + 2α)/(2·(n_y + α)), M), from running class counts n_y of n examples
+        that include the current one, smoothed by α = 0.05/λ pseudo-examples per class
+        (``BALANCED_SMOOTHING``/λ) and bounded by M = 5 (``BALANCED_MAX_COST``): every cost lies
+        between 1/2 and 5.
     prior
         Regularise toward these weights instead of 0: λ/2·‖w − w_prior‖² (transfer learning).
         A dict of weights, or a fitted `PegasosClassifier`, whose predicting weights are copied.
@@ -91,6 +95,17 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     1250
 
     """
+
+    #: "balanced" counts α = BALANCED_SMOOTHING/λ pseudo-examples of each class besides the real ones
+    #: (> 0). Its costs start near 1 and follow the class proportions once the stream is some α examples
+    #: long: a cost taken from a handful of counts stays in the weights (w sums every past step), for
+    #: longer the smaller λ. The first example of a class after many of the other gets a step of about
+    #: 1/(2λα) = 10 (times ‖x‖) once the stream is much longer than α, whatever λ, where the raw
+    #: counts would give 1/(2λ).
+    BALANCED_SMOOTHING: ClassVar[float] = 0.05
+    #: The largest "balanced" cost: no step is more than this many times an unweighted one, and
+    #: classes down to 1/(2·BALANCED_MAX_COST) of the stream are fully balanced.
+    BALANCED_MAX_COST: ClassVar[float] = 5.0
 
     # Declared here so that every method sees their types (all are set in __init__).
     lambda_: float
@@ -350,7 +365,9 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     def _cost(self, sign: float, n_pos: int, n_neg: int) -> float:
         """The class cost of an example of this sign, given the class counts including it."""
         if self.class_weight == "balanced":
-            return (n_pos + n_neg) / (2.0 * (n_pos if sign > 0 else n_neg))
+            alpha = self.BALANCED_SMOOTHING / self.lambda_
+            n_y = n_pos if sign > 0 else n_neg
+            return min((n_pos + n_neg + 2.0 * alpha) / (2.0 * (n_y + alpha)), self.BALANCED_MAX_COST)
         if self._class_cost is None:
             return 1.0
         return self._class_cost[sign]
