@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run the tests of the compiled module under AddressSanitizer and UndefinedBehaviorSanitizer.
 #
-# Builds pegasos_stream/_fast.c with -fsanitize=address,undefined into a temporary copy of the package
-# (the in-place build is never touched), runs tests/test_compiled.py and tests/test_compiled_boundary.py
+# Builds the compiled modules (pegasos_stream/_fast.c, pegasos_stream/features/_text.c) with
+# -fsanitize=address,undefined into a temporary copy of the package (the in-place build is never
+# touched), runs tests/test_compiled.py, tests/test_compiled_boundary.py and tests/test_text_compiled.py
 # there with the ASan runtime preloaded, and exits non-zero on any sanitizer report or test failure.
 #
 # Usage: scripts/sanitize.sh [pytest arguments...]    (PYTHON=... picks the interpreter; default:
@@ -31,9 +32,11 @@ print(s.get_config_var("EXT_SUFFIX"))')
 read -ra flags <<<"${config[0]}"
 include=${config[1]} suffix=${config[2]}
 sanitize=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g)
-"$cc" "${flags[@]}" -I"$include" -O2 -fno-fast-math -ffp-contract=off "${sanitize[@]}" \
-    -c "$root/pegasos_stream/_fast.c" -o "$work/_fast.o"
-"$cc" -shared "${sanitize[@]}" "$work/_fast.o" -o "$work/pegasos_stream/_fast$suffix"
+for module in _fast features/_text; do
+    "$cc" "${flags[@]}" -I"$include" -O2 -fno-fast-math -ffp-contract=off "${sanitize[@]}" \
+        -c "$root/pegasos_stream/$module.c" -o "$work/module.o"
+    "$cc" -shared "${sanitize[@]}" "$work/module.o" -o "$work/pegasos_stream/$module$suffix"
+done
 
 # The interpreter is not instrumented: the ASan runtime is preloaded, and Python's objects come from
 # malloc (PYTHONMALLOC=malloc) so that ASan sees their lifetimes. The reports go to files (pytest
@@ -47,7 +50,8 @@ status=0
     LD_PRELOAD="$libasan" PYTHONMALLOC=malloc \
         ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$reports/asan" \
         UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan" \
-        "$python" -m pytest -q -p no:cacheprovider tests/test_compiled.py tests/test_compiled_boundary.py "$@"
+        "$python" -m pytest -q -p no:cacheprovider tests/test_compiled.py tests/test_compiled_boundary.py \
+        tests/test_text_compiled.py "$@"
 ) || status=$?
 
 if [ -n "$(ls -A "$reports")" ]; then

@@ -50,10 +50,13 @@ def test_a_plain_message_is_its_subject_sender_and_body_with_whitespace_runs_mad
 
 def test_a_multipart_message_is_its_decoded_text_parts_without_preamble_epilogue_or_images():
     text = message_bytes(MULTIPART.encode())
-    assert text == (
-        "subject: Cheap pills = now from: Jörg <j@example.com> Buy now at a softly broken price: 3=3. "
-        "Buy now & save $5 "
-    ).encode()
+    assert (
+        text
+        == (
+            "subject: Cheap pills = now from: Jörg <j@example.com> Buy now at a softly broken price: 3=3. "
+            "Buy now & save $5 "
+        ).encode()
+    )
 
 
 @pytest.mark.parametrize("message", [PLAIN, MULTIPART], ids=["plain", "multipart"])
@@ -89,8 +92,15 @@ def test_multipart_nesting_is_read_to_a_bounded_depth():
             return b"Content-Type: text/plain\n\ndeep text\n"
         boundary = b"b%d" % depth
         return (
-            b"Content-Type: multipart/mixed; boundary=" + boundary + b"\n\n--" + boundary + b"\n"
-            + nest(depth - 1) + b"--" + boundary + b"--\n"
+            b"Content-Type: multipart/mixed; boundary="
+            + boundary
+            + b"\n\n--"
+            + boundary
+            + b"\n"
+            + nest(depth - 1)
+            + b"--"
+            + boundary
+            + b"--\n"
         )
 
     assert message_bytes(b"Subject: s\n" + nest(MAX_DEPTH)) == b"subject: s deep text"

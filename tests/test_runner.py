@@ -28,7 +28,7 @@ from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.cli.main import process_wide
 from pegasos_stream.features import EmailFeatures
-from pegasos_stream.persist.checkpoint import Checkpoints, latest_valid
+from pegasos_stream.persist.checkpoint import Checkpoints, latest_valid, model_digest
 from pegasos_stream.stream.pending import PendingLabels
 from pegasos_stream.stream.records import Record, RecordBatch
 from pegasos_stream.stream.runner import StopRun
@@ -920,3 +920,22 @@ def test_the_report_state_keeps_the_layout_of_earlier_checkpoints(tmp_path, kind
     restored.restore({**snapshot, "report": earlier_layout})
     assert restored.snapshot()["report"] == earlier_layout
     assert restored.report.summary() == runner.report.summary()
+
+
+@pytest.mark.parametrize("reader", ["bytes", "email"])
+def test_text_events_learned_in_batches_give_the_model_and_predictions_of_one_at_a_time(tmp_path, reader):
+    """The bundled spam sample through the shipped spam configuration: a batch's texts become rows
+    at once (compiled for the "bytes" reader), and the run is bit-for-bit the one-at-a-time run."""
+    results = []
+    for batch_size in (0, 7, 4096):
+        output = tmp_path / f"predictions-{batch_size}.jsonl"
+        overrides = [
+            f"features.reader={reader}",
+            f"run.batch_size={batch_size}",
+            "output.type=file",
+            f"output.path={output}",
+        ]
+        runner = _in_process(load_config(Path(__file__).parents[1] / "configs" / "spam.yaml", overrides))
+        results.append((model_digest(runner.model), output.read_text(encoding="utf-8"), runner.model.t))
+    assert results[0][2] > 100
+    assert results[1] == results[0] and results[2] == results[0]

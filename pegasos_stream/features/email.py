@@ -9,16 +9,23 @@ import math
 import re
 import zlib
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from email.header import decode_header, make_header
 from email.message import Message
+from typing import NamedTuple
 
+import numpy as np
 from river import base
 
 from .hashing import check_hash_bits, feature_hash
 from .mime import message_bytes
 
-__all__ = ["EmailFeatures", "message_text"]
+try:
+    from ._text import rows as _compiled_rows
+except ImportError:  # not compiled: EmailFeatures.transform_texts builds its rows in Python
+    _compiled_rows = None  # type: ignore[assignment]
+
+__all__ = ["EmailFeatures", "TextRows", "message_text"]
 
 _WORD = re.compile(r"[^\W_]{2,30}")
 _ASCII_WORD = re.compile(rb"[A-Za-z0-9]{2,30}")
@@ -27,6 +34,16 @@ _SPACE = re.compile(r"\s+")
 _HEADER_LINE = re.compile(r"[!-9;-~]+:")  # RFC 5322 field name followed by a colon
 #: Headers of which at least one tells a real message from a text that merely starts with "Word:".
 _MESSAGE_HEADERS = ("from", "to", "subject", "date", "received", "message-id", "return-path", "mime-version")
+
+
+class TextRows(NamedTuple):
+    """Feature dicts of a batch as CSR rows over columns numbered by first appearance: row i holds
+    ``keys[indices[k]]: data[k]`` for k in ``indptr[i]:indptr[i+1]``, in the dict's order."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    keys: list
 
 
 def _decoded_payload(part: Message) -> str:
@@ -106,9 +123,10 @@ class EmailFeatures(base.Transformer):
     reader
         "email": the message is read by the standard library's email package and the n-grams and
         words are of its characters. "bytes": it is read by `message_bytes`, a light MIME reader
-        over bytes, and the n-grams are of bytes (``max_chars`` counts bytes, words are ASCII
-        letters and digits); a feature's column is CRC-32 of "c:" + its bytes, so ASCII text gets
-        the columns the "email" reader gives it.
+        over bytes (a str is taken as its UTF-8 bytes), and the n-grams are of bytes (``max_chars``
+        counts bytes, words are ASCII letters and digits); a feature's column is CRC-32 of "c:" +
+        its bytes, so ASCII text gets the columns the "email" reader gives it. With ``hash_bits``,
+        `transform_texts` does the "bytes" reading and hashing in compiled code.
 
     Examples
     --------
@@ -176,7 +194,7 @@ class EmailFeatures(base.Transformer):
         raw = x[self.on] if self.on is not None else x
         names: list[str] | list[bytes]
         if self.reader == "bytes":
-            data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else bytes(raw)
+            data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
             names = self._byte_tokens((message_bytes(data) if self.parse else data)[: self.max_chars])
         else:
             if not isinstance(raw, str):
@@ -196,6 +214,32 @@ class EmailFeatures(base.Transformer):
             return {key: c * scale for key, c in counts.items()}
         return counts
 
+    @property
+    def compiled(self) -> bool:
+        """Whether `transform_texts` runs compiled (the "bytes" reader, with ``hash_bits``)."""
+        return _compiled_rows is not None and self.reader == "bytes" and self.hash_bits is not None
+
+    def transform_texts(self, texts: Sequence[str | bytes]) -> TextRows:
+        """``transform_one`` of each text, as CSR rows (compiled when `compiled`, the rows the
+        dicts of ``transform_one`` make otherwise)."""
+        if self.compiled and self.hash_bits is not None:
+            data = [text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text) for text in texts]
+            indptr, indices, values, keys = _compiled_rows(
+                data,
+                self.parse,
+                self.char_ngram,
+                self.words,
+                self.max_chars,
+                self.hash_bits,
+                self.binary,
+                self.normalize,
+            )
+            int64 = np.dtype(np.int64)
+            return TextRows(
+                np.frombuffer(indptr, int64), np.frombuffer(indices, int64), np.frombuffer(values, np.float64), keys
+            )
+        return rows_of([self.transform_one(text) for text in texts])
+
     def _columns(self, names: Iterable[str | bytes]) -> list[str | int]:
         """The columns of feature names: ``feature_hash(name)`` (CRC-32 of a name's bytes, for the
         "bytes" reader) mod 2^hash_bits when hashing, else the names themselves (as str)."""
@@ -203,3 +247,17 @@ class EmailFeatures(base.Transformer):
             return [name.decode("latin-1") if isinstance(name, bytes) else name for name in names]
         mask = (1 << self.hash_bits) - 1
         return [(zlib.crc32(name) if isinstance(name, bytes) else feature_hash(name)) & mask for name in names]
+
+
+def rows_of(dicts: Sequence[dict]) -> TextRows:
+    """Feature dicts as CSR rows, the columns numbered by first appearance."""
+    vocabulary: dict = {}
+    indptr, indices, values = [0], [], []
+    for x in dicts:
+        for key, value in x.items():
+            indices.append(vocabulary.setdefault(key, len(vocabulary)))
+            values.append(float(value))
+        indptr.append(len(indices))
+    return TextRows(
+        np.array(indptr, dtype=np.int64), np.array(indices, dtype=np.int64), np.array(values), list(vocabulary)
+    )

@@ -13,6 +13,7 @@ from typing import TypeAlias
 
 import numpy as np
 
+from ..features import EmailFeatures
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
 from .fastparse import name_table, parse_json_events, parse_svmlight
@@ -52,8 +53,9 @@ class BatchParser:
     """Parses the batches of one run of a binary stream (the compiled parsers keep their tables of
     feature names from batch to batch)."""
 
-    def __init__(self, parser: EventParser) -> None:
+    def __init__(self, parser: EventParser, features: EmailFeatures | None = None) -> None:
         self.parser = parser
+        self.features = features  # text events become rows of these (a batch's texts at once)
         self._svmlight_names: list[str] = []  # the str of each numbered svmlight name, made once per run
         self._json_names = name_table()  # the JSON feature names, likewise
         self._label_signs = parser.label_signs()
@@ -64,7 +66,8 @@ class BatchParser:
         try:
             if parser.format == "svmlight" and not parser.labels:
                 return self._svmlight(records)
-            parsed = self._json(records) if parser.format == "json" else None
+            # a text stream's records go through EventParser: the C JSON parser takes feature events only
+            parsed = self._json(records) if parser.format == "json" and self.features is None else None
         except Exception:  # a C parser that failed on the batch (a MemoryError, say): each record in Python
             parsed = None
         return self._events(records) if parsed is None else parsed
@@ -92,22 +95,33 @@ class BatchParser:
         return ParsedBatch(records, rows, signs, np.flatnonzero(status == 0).tolist(), ids, others)
 
     def _events(self, records: RecordBatch) -> ParsedBatch:
-        """The batch through `EventParser`, one record at a time."""
-        dicts: list[dict] = []
-        signs: list[float] = []
-        indices: list[int] = []
-        ids: list[Hashable | None] = []
+        """The batch through `EventParser`, one record at a time. The labelled feature events become
+        rows, and so do the labelled text events when there are features for them and the batch has
+        no feature event (a batch that has both takes its text events one at a time)."""
+        labelled: list[tuple[int, Event, float]] = []
         others: dict[int, Parsed] = {}
         for index in range(len(records)):
             parsed = parse_record(self.parser, records[index])
-            if isinstance(parsed, Event) and parsed.x is not None and (sign := _sign(parsed.label)) is not None:
-                dicts.append(parsed.x)
-                signs.append(sign)
-                indices.append(index)
-                ids.append(parsed.id)
+            if isinstance(parsed, Event) and parsed.has_input and (sign := _sign(parsed.label)) is not None:
+                labelled.append((index, parsed, sign))
             else:
                 others[index] = parsed
-        return ParsedBatch(records, Rows.from_dicts(dicts), np.array(signs), indices, ids, others)
+        features = self.features
+        texts = features is not None and all(event.x is None for _, event, _ in labelled)
+        rows: list[tuple[int, Event, float]] = []
+        for entry in labelled:
+            if entry[1].x is not None or texts:
+                rows.append(entry)
+            else:
+                others[entry[0]] = entry[1]
+        indices, ids, signs = [i for i, _, _ in rows], [e.id for _, e, _ in rows], np.array([s for _, _, s in rows])
+        if texts and features is not None and features.compiled:
+            batch_rows = Rows(*features.transform_texts([event.text or "" for _, event, _ in rows]))
+        elif texts and features is not None:
+            batch_rows = Rows.from_dicts([features.transform_one(event.text) for _, event, _ in rows])
+        else:
+            batch_rows = Rows.from_dicts([event.x or {} for _, event, _ in rows])
+        return ParsedBatch(records, batch_rows, signs, indices, ids, others)
 
 
 def _sign(label: object) -> float | None:

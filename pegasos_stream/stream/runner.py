@@ -262,7 +262,7 @@ class Runner:
         self.batch_size = batch_size if batched else 0
         self.stats = RunStats()
         self._emits = not isinstance(sink, NullSink)
-        self._batches = BatchParser(parser)
+        self._batches = BatchParser(parser, features if isinstance(features, EmailFeatures) else None)
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
 

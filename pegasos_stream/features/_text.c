@@ -1,0 +1,820 @@
+/* The compiled twin of EmailFeatures(reader="bytes", hash_bits=...) over a batch of texts.
+ *
+ * rows(texts, parse, n, words, max_bytes, hash_bits, binary, normalize) reads each text (bytes) as
+ * pegasos_stream.features.mime.message_bytes does (when parse), keeps its first max_bytes bytes,
+ * and hashes its byte n-grams ("c:" + n bytes) and ASCII words ("w:" + word) to CRC-32 mod
+ * 2^hash_bits, exactly as EmailFeatures.transform_one; it returns the batch as CSR rows over
+ * columns numbered by first appearance: (indptr bytes of int64, indices bytes of int64, data bytes
+ * of float64, keys: list of the hashed columns), the rows Rows.from_dicts makes of the dicts.
+ * Every step is the one of features/mime.py, on bytes; tests/test_text_compiled.py holds them equal.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* -- growable byte buffers, and the writer of the reader's output ------------------------------ */
+
+typedef struct {
+    unsigned char *p;
+    Py_ssize_t len, cap;
+} Buf;
+
+static int buf_reserve(Buf *b, Py_ssize_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + extra) {
+        if (cap > PY_SSIZE_T_MAX / 2) { PyErr_NoMemory(); return -1; }
+        cap *= 2;
+    }
+    unsigned char *p = PyMem_Realloc(b->p, (size_t)cap);
+    if (!p) { PyErr_NoMemory(); return -1; }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(Buf *b, const unsigned char *s, Py_ssize_t n) {
+    if (buf_reserve(b, n) < 0) return -1;
+    if (n) memcpy(b->p + b->len, s, (size_t)n);
+    b->len += n;
+    return 0;
+}
+
+static int buf_byte(Buf *b, unsigned char c) { return buf_put(b, &c, 1); }
+
+static void buf_free(Buf *b) {
+    PyMem_Free(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+static int is_space(unsigned char c) { /* Python's bytes \s and bytes.strip(): space \t \n \r \v \f */
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/* The output of the reader: texts joined by newlines, each whitespace run written as one space,
+ * cut at max bytes (what the Python reader's output, sliced, holds). */
+typedef struct {
+    unsigned char *out;
+    Py_ssize_t len, max;
+    int space, texts;
+} Writer;
+
+static void w_put(Writer *w, const unsigned char *s, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n && w->len < w->max; i++) {
+        if (is_space(s[i])) {
+            if (!w->space) w->out[w->len++] = ' ';
+            w->space = 1;
+        } else {
+            w->out[w->len++] = s[i];
+            w->space = 0;
+        }
+    }
+}
+
+static void w_text(Writer *w, const unsigned char *s, Py_ssize_t n) {
+    if (w->texts++) w_put(w, (const unsigned char *)"\n", 1);
+    w_put(w, s, n);
+}
+
+static int w_full(const Writer *w) { return w->len >= w->max; }
+
+/* -- header fields ------------------------------------------------------------------------------ */
+
+enum { F_SUBJECT, F_FROM, F_CTYPE, F_CTE, F_TO, F_DATE, F_RECEIVED, F_MESSAGE_ID, F_RETURN_PATH, F_MIME, N_FIELDS };
+static const char *FIELD_NAMES[N_FIELDS] = {
+    "subject", "from", "content-type", "content-transfer-encoding", "to",
+    "date", "received", "message-id", "return-path", "mime-version"};
+#define N_OUTPUT 2       /* subject, from: the headers written, in this order */
+#define FIRST_MESSAGE 0  /* FIELD_NAMES[F_SUBJECT..] except the two MIME ones tell a message */
+#define MAX_DEPTH 8
+
+typedef struct {
+    Buf value[N_FIELDS];
+    int present[N_FIELDS];
+} Fields;
+
+static void fields_free(Fields *f) {
+    for (int i = 0; i < N_FIELDS; i++) buf_free(&f->value[i]);
+}
+
+static int name_byte(unsigned char c) { return c >= '!' && c <= '~' && c != ':'; }
+
+static void strip(const unsigned char **s, Py_ssize_t *n) {
+    while (*n && is_space((*s)[0])) { (*s)++; (*n)--; }
+    while (*n && is_space((*s)[*n - 1])) (*n)--;
+}
+
+static unsigned char lower(unsigned char c) { return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c; }
+
+static int field_index(const unsigned char *name, Py_ssize_t n) {
+    for (int i = 0; i < N_FIELDS; i++) {
+        const char *known = FIELD_NAMES[i];
+        if ((Py_ssize_t)strlen(known) != n) continue;
+        Py_ssize_t k = 0;
+        while (k < n && lower(name[k]) == (unsigned char)known[k]) k++;
+        if (k == n) return i;
+    }
+    return -1;
+}
+
+/* The header fields of data[0:n] (first of each name, unfolded) and where its body starts. */
+static int split(const unsigned char *data, Py_ssize_t n, Fields *f, Py_ssize_t *body) {
+    memset(f, 0, sizeof(*f));
+    int current = -1;
+    Py_ssize_t start = 0;
+    while (start < n) {
+        const unsigned char *nl = memchr(data + start, '\n', (size_t)(n - start));
+        Py_ssize_t end = nl ? nl - data : n;
+        const unsigned char *line = data + start;
+        Py_ssize_t len = end - start;
+        start = end + 1;
+        if (len && line[len - 1] == '\r') len--;
+        if (!len) {
+            *body = start < n ? start : n;
+            return 0;
+        }
+        if (line[0] == ' ' || line[0] == '\t') {
+            if (current >= 0) {
+                strip(&line, &len);
+                if (buf_byte(&f->value[current], ' ') < 0 || buf_put(&f->value[current], line, len) < 0) return -1;
+            }
+            continue;
+        }
+        current = -1;
+        const unsigned char *colon = memchr(line, ':', (size_t)len);
+        if (!colon || colon == line) continue;
+        Py_ssize_t name_len = colon - line, k = 0;
+        while (k < name_len && name_byte(line[k])) k++;
+        if (k < name_len) continue;
+        int index = field_index(line, name_len);
+        if (index < 0 || f->present[index]) continue;
+        const unsigned char *value = colon + 1;
+        Py_ssize_t value_len = len - name_len - 1;
+        strip(&value, &value_len);
+        f->present[index] = 1;
+        if (buf_put(&f->value[index], value, value_len) < 0) return -1;
+        current = index;
+    }
+    *body = n;
+    return 0;
+}
+
+/* -- decoders ----------------------------------------------------------------------------------- */
+
+static int b64_value(unsigned char c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+}
+
+/* Base64, every byte outside the alphabet ignored; a last group of 2 or 3 letters gives 1 or 2
+ * bytes, a last single letter nothing. */
+static int base64(const unsigned char *s, Py_ssize_t n, Buf *out) {
+    if (buf_reserve(out, n / 4 * 3 + 3) < 0) return -1;
+    uint32_t acc = 0;
+    int have = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int v = b64_value(s[i]);
+        if (v < 0) continue;
+        acc = (acc << 6) | (uint32_t)v;
+        if (++have == 4) {
+            out->p[out->len++] = (unsigned char)(acc >> 16);
+            out->p[out->len++] = (unsigned char)(acc >> 8);
+            out->p[out->len++] = (unsigned char)acc;
+            acc = 0;
+            have = 0;
+        }
+    }
+    if (have == 2) out->p[out->len++] = (unsigned char)(acc >> 4);
+    if (have == 3) {
+        out->p[out->len++] = (unsigned char)(acc >> 10);
+        out->p[out->len++] = (unsigned char)(acc >> 2);
+    }
+    return 0;
+}
+
+static int hex_value(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Quoted-printable: "=XX" is that byte, "=" before a line end joins the lines, else as is; with
+ * underscores (an encoded word's Q), "_" is a space. */
+static int quoted_printable(const unsigned char *s, Py_ssize_t n, int underscores, Buf *out) {
+    if (buf_reserve(out, n) < 0) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c == '=') {
+            if (i + 2 < n && s[i + 1] == '\r' && s[i + 2] == '\n') { i += 2; continue; }
+            if (i + 1 < n && s[i + 1] == '\n') { i += 1; continue; }
+            if (i + 2 < n && hex_value(s[i + 1]) >= 0 && hex_value(s[i + 2]) >= 0) {
+                out->p[out->len++] = (unsigned char)(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
+                i += 2;
+                continue;
+            }
+        }
+        out->p[out->len++] = (underscores && c == '_') ? ' ' : c;
+    }
+    return 0;
+}
+
+/* The length of the run of bytes at s (at most limit + 1 counted) that are neither "?" nor space. */
+static Py_ssize_t word_run(const unsigned char *s, Py_ssize_t n, Py_ssize_t limit) {
+    Py_ssize_t k = 0;
+    while (k < n && k <= limit && s[k] != '?' && !is_space(s[k])) k++;
+    return k;
+}
+
+/* A header value with its RFC 2047 encoded words =?charset?B|Q?text?= decoded (charset not applied). */
+static int decode_words(const unsigned char *v, Py_ssize_t n, Buf *out) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (v[i] == '=' && i + 1 < n && v[i + 1] == '?') {
+            Py_ssize_t cs = word_run(v + i + 2, n - i - 2, 40), k = i + 2 + cs;
+            if (cs >= 1 && cs <= 40 && k + 2 < n && v[k] == '?' && strchr("bBqQ", v[k + 1]) && v[k + 1] && v[k + 2] == '?') {
+                Py_ssize_t t0 = k + 3, tl = word_run(v + t0, n - t0, 1000), e = t0 + tl;
+                if (tl <= 1000 && e + 1 < n && v[e] == '?' && v[e + 1] == '=') {
+                    int r = (v[k + 1] == 'b' || v[k + 1] == 'B') ? base64(v + t0, tl, out)
+                                                                   : quoted_printable(v + t0, tl, 1, out);
+                    if (r < 0) return -1;
+                    i = e + 2;
+                    continue;
+                }
+            }
+        }
+        if (buf_byte(out, v[i]) < 0) return -1;
+        i++;
+    }
+    return 0;
+}
+
+/* HTML to text: every "<" + at most 2,000 bytes other than ">" + ">" made a space. */
+static int strip_tags(const unsigned char *s, Py_ssize_t n, Buf *out) {
+    if (buf_reserve(out, n) < 0) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] == '<') {
+            Py_ssize_t limit = n - i - 1 < 2001 ? n - i - 1 : 2001;
+            const unsigned char *gt = memchr(s + i + 1, '>', (size_t)limit);
+            if (gt) {
+                out->p[out->len++] = ' ';
+                i = gt - s;
+                continue;
+            }
+        }
+        out->p[out->len++] = s[i];
+    }
+    return 0;
+}
+
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+static int is_letter(unsigned char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+static Py_ssize_t run_of(const unsigned char *s, Py_ssize_t n, int (*in)(unsigned char), Py_ssize_t limit) {
+    Py_ssize_t k = 0;
+    while (k < n && k <= limit && in(s[k])) k++;
+    return k;
+}
+
+static int is_hex(unsigned char c) { return hex_value(c) >= 0; }
+
+static int put_utf8(Buf *out, uint32_t code) {
+    unsigned char b[4];
+    int len;
+    if (code < 0x80) { b[0] = (unsigned char)code; len = 1; }
+    else if (code < 0x800) { b[0] = (unsigned char)(0xC0 | code >> 6); b[1] = (unsigned char)(0x80 | (code & 0x3F)); len = 2; }
+    else if (code < 0x10000) {
+        b[0] = (unsigned char)(0xE0 | code >> 12); b[1] = (unsigned char)(0x80 | ((code >> 6) & 0x3F));
+        b[2] = (unsigned char)(0x80 | (code & 0x3F)); len = 3;
+    } else {
+        b[0] = (unsigned char)(0xF0 | code >> 18); b[1] = (unsigned char)(0x80 | ((code >> 12) & 0x3F));
+        b[2] = (unsigned char)(0x80 | ((code >> 6) & 0x3F)); b[3] = (unsigned char)(0x80 | (code & 0x3F)); len = 4;
+    }
+    return buf_put(out, b, len);
+}
+
+static const char *NAMED[][2] = {{"nbsp", " "}, {"amp", "&"}, {"lt", "<"}, {"gt", ">"}, {"quot", "\""}, {"apos", "'"}};
+
+/* HTML character references: numeric ones as UTF-8 (a space for no character), six named ones. */
+static int entities(const unsigned char *s, Py_ssize_t n, Buf *out) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (s[i] == '&' && i + 1 < n) {
+            const unsigned char *p = s + i + 1;
+            Py_ssize_t left = n - i - 1, run = 0, skip = 0;
+            if (p[0] == '#' && left > 1 && is_digit(p[1])) {
+                run = run_of(p + 1, left - 1, is_digit, 7);
+                if (run <= 7 && 1 + run < left && p[1 + run] == ';') {
+                    uint32_t code = 0;
+                    for (Py_ssize_t k = 0; k < run; k++) code = code * 10 + (uint32_t)(p[1 + k] - '0');
+                    skip = 2 + run + 1;
+                    if (code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF) ? buf_byte(out, ' ') : put_utf8(out, code)) return -1;
+                }
+            } else if (p[0] == '#' && left > 2 && (p[1] == 'x' || p[1] == 'X') && is_hex(p[2])) {
+                run = run_of(p + 2, left - 2, is_hex, 6);
+                if (run <= 6 && 2 + run < left && p[2 + run] == ';') {
+                    uint32_t code = 0;
+                    for (Py_ssize_t k = 0; k < run; k++) code = code * 16 + (uint32_t)hex_value(p[2 + k]);
+                    skip = 3 + run + 1;
+                    if (code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF) ? buf_byte(out, ' ') : put_utf8(out, code)) return -1;
+                }
+            } else if (is_letter(p[0])) {
+                run = run_of(p, left, is_letter, 6);
+                if (run >= 2 && run <= 6 && run < left && p[run] == ';') {
+                    skip = 1 + run + 1;
+                    const char *value = NULL;
+                    for (size_t k = 0; k < sizeof(NAMED) / sizeof(NAMED[0]) && !value; k++) {
+                        const char *name = NAMED[k][0];
+                        Py_ssize_t m = 0;
+                        if ((Py_ssize_t)strlen(name) != run) continue;
+                        while (m < run && lower(p[m]) == (unsigned char)name[m]) m++;
+                        if (m == run) value = NAMED[k][1];
+                    }
+                    if (value ? buf_put(out, (const unsigned char *)value, 1) : buf_put(out, s + i, skip)) return -1;
+                }
+            }
+            if (skip) {
+                i += skip;
+                continue;
+            }
+        }
+        if (buf_byte(out, s[i]) < 0) return -1;
+        i++;
+    }
+    return 0;
+}
+
+/* -- the reader --------------------------------------------------------------------------------- */
+
+static int equals_lower(const unsigned char *s, Py_ssize_t n, const char *word) {
+    Py_ssize_t m = (Py_ssize_t)strlen(word);
+    if (n != m) return 0;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (lower(s[k]) != (unsigned char)word[k]) return 0;
+    return 1;
+}
+
+/* The boundary parameter of a Content-Type value (quotes removed); length 0 when there is none. */
+static void boundary_of(const unsigned char *v, Py_ssize_t n, const unsigned char **b, Py_ssize_t *bn) {
+    *b = v;
+    *bn = 0;
+    const unsigned char *semi = memchr(v, ';', (size_t)n);
+    while (semi) {
+        const unsigned char *p = semi + 1;
+        Py_ssize_t left = n - (p - v);
+        const unsigned char *next = memchr(p, ';', (size_t)left);
+        Py_ssize_t len = next ? next - p : left;
+        const unsigned char *eq = memchr(p, '=', (size_t)len);
+        if (eq) {
+            const unsigned char *key = p, *value = eq + 1;
+            Py_ssize_t key_len = eq - p, value_len = len - key_len - 1;
+            strip(&key, &key_len);
+            if (equals_lower(key, key_len, "boundary")) {
+                strip(&value, &value_len);
+                if (value_len >= 2 && value[0] == '"' && value[value_len - 1] == '"') {
+                    value++;
+                    value_len -= 2;
+                }
+                *b = value;
+                *bn = value_len;
+                return;
+            }
+        }
+        semi = next;
+    }
+}
+
+static int collect(const unsigned char *data, Py_ssize_t n, const Fields *f, Py_ssize_t body, int depth, Writer *w);
+
+static int starts_with(const unsigned char *s, Py_ssize_t n, const unsigned char *prefix, Py_ssize_t m) {
+    return n >= m && memcmp(s, prefix, (size_t)m) == 0;
+}
+
+/* One part of a multipart body (part[0:n], its own headers and body), read at depth. */
+static int read_part(const unsigned char *part, Py_ssize_t n, int depth, Writer *w) {
+    Fields inner;
+    Py_ssize_t inner_body;
+    int r = split(part, n, &inner, &inner_body);
+    if (r == 0 && !w_full(w)) r = collect(part, n, &inner, inner_body, depth, w);
+    fields_free(&inner);
+    return r;
+}
+
+/* The parts of a multipart body (between the lines starting with "--" + boundary), each read. */
+static int parts(const unsigned char *body, Py_ssize_t n, const unsigned char *b, Py_ssize_t bn, int depth, Writer *w) {
+    Py_ssize_t part = -1, start = 0;  /* where the part being read starts; -1 before the first */
+    for (;;) {
+        const unsigned char *nl = start <= n ? memchr(body + start, '\n', (size_t)(n - start)) : NULL;
+        Py_ssize_t end = nl ? nl - body : n;
+        const unsigned char *line = body + start;
+        Py_ssize_t len = end - start;
+        if (len >= bn + 2 && line[0] == '-' && line[1] == '-' && starts_with(line + 2, len - 2, b, bn)) {
+            Py_ssize_t stop = start - 1 > part ? start - 1 : part;  /* the part's last newline left out */
+            if (part >= 0 && read_part(body + part, stop - part, depth + 1, w) < 0) return -1;
+            if (len >= bn + 4 && line[bn + 2] == '-' && line[bn + 3] == '-') return 0;
+            part = end + 1 < n ? end + 1 : n;
+        }
+        if (!nl) break;
+        start = end + 1;
+    }
+    return part >= 0 ? read_part(body + part, n - part, depth + 1, w) : 0;
+}
+
+static int collect(const unsigned char *data, Py_ssize_t n, const Fields *f, Py_ssize_t body, int depth, Writer *w) {
+    const unsigned char *ct = f->value[F_CTYPE].p ? f->value[F_CTYPE].p : (const unsigned char *)"";
+    Py_ssize_t ct_len = f->value[F_CTYPE].len;
+    const unsigned char *semi = memchr(ct, ';', (size_t)ct_len);
+    const unsigned char *kind = ct;
+    Py_ssize_t kind_len = semi ? semi - ct : ct_len;
+    strip(&kind, &kind_len);
+    if (kind_len >= 10 && equals_lower(kind, 10, "multipart/")) {
+        const unsigned char *b;
+        Py_ssize_t bn;
+        boundary_of(ct, ct_len, &b, &bn);
+        if (bn && depth < MAX_DEPTH) return parts(data + body, n - body, b, bn, depth, w);
+        return 0;
+    }
+    if (kind_len && !(kind_len >= 5 && equals_lower(kind, 5, "text/"))) return 0;
+    const unsigned char *cte = f->value[F_CTE].p;
+    Py_ssize_t cte_len = f->value[F_CTE].len;
+    if (cte) strip(&cte, &cte_len);
+    Buf decoded = {0}, tags = {0}, text = {0};
+    const unsigned char *s = data + body;
+    Py_ssize_t len = n - body;
+    int r = 0;
+    if (cte && equals_lower(cte, cte_len, "base64")) {
+        r = base64(s, len, &decoded);
+        s = decoded.p;
+        len = decoded.len;
+    } else if (cte && equals_lower(cte, cte_len, "quoted-printable")) {
+        r = quoted_printable(s, len, 0, &decoded);
+        s = decoded.p;
+        len = decoded.len;
+    }
+    if (r == 0 && equals_lower(kind, kind_len, "text/html")) {
+        r = strip_tags(s, len, &tags);
+        if (r == 0) r = entities(tags.p, tags.len, &text);
+        s = text.p;
+        len = text.len;
+    }
+    if (r == 0) w_text(w, s ? s : (const unsigned char *)"", len);
+    buf_free(&decoded);
+    buf_free(&tags);
+    buf_free(&text);
+    return r;
+}
+
+/* message_bytes(raw)[:w->max] into the writer (in raw mode when raw is not a message). */
+static int read_message(const unsigned char *raw, Py_ssize_t n, Writer *w) {
+    const unsigned char *data = raw;
+    Py_ssize_t len = n;
+    if (n >= 5 && memcmp(raw, "From ", 5) == 0) {
+        const unsigned char *nl = memchr(raw, '\n', (size_t)n);
+        data = nl ? nl + 1 : raw;
+        len = n - (data - raw);
+    }
+    Py_ssize_t k = 0;
+    while (k < len && name_byte(data[k])) k++;
+    int message = k > 0 && k < len && data[k] == ':';
+    Fields f;
+    Py_ssize_t body = 0;
+    if (message) {
+        if (split(data, len, &f, &body) < 0) { fields_free(&f); return -1; }
+        message = 0;
+        for (int i = 0; i < N_FIELDS; i++)
+            if (f.present[i] && i != F_CTYPE && i != F_CTE) message = 1;
+    }
+    if (!message) {
+        if (k > 0 && k < len && data[k] == ':') fields_free(&f);
+        Py_ssize_t m = n < w->max ? n : w->max;
+        memcpy(w->out, raw, (size_t)m);
+        w->len = m;
+        return 0;
+    }
+    int r = 0;
+    for (int i = 0; i < N_OUTPUT && r == 0; i++) {
+        if (!f.present[i] || !f.value[i].len) continue;
+        Buf value = {0};
+        const char *name = FIELD_NAMES[i];
+        r = decode_words(f.value[i].p, f.value[i].len, &value);
+        if (r == 0) {
+            w_text(w, (const unsigned char *)name, (Py_ssize_t)strlen(name));
+            w_put(w, (const unsigned char *)": ", 2);
+            w_put(w, value.p ? value.p : (const unsigned char *)"", value.len);
+        }
+        buf_free(&value);
+    }
+    if (r == 0 && !w_full(w)) r = collect(data, len, &f, body, 0, w);
+    fields_free(&f);
+    return r;
+}
+
+/* -- hashing, and the rows ---------------------------------------------------------------------- */
+
+static uint32_t CRC[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        CRC[i] = c;
+    }
+}
+
+static uint32_t crc_update(uint32_t c, const unsigned char *s, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) c = CRC[(c ^ s[i]) & 0xFF] ^ (c >> 8);
+    return c;
+}
+
+/* An open-addressing map from a column to a slot number (first appearance), and a count per slot. */
+typedef struct {
+    uint64_t *keys;  /* column + 1; 0 when empty */
+    Py_ssize_t *slots;
+    Py_ssize_t *where;  /* the table position of each slot, to empty the map in O(used) */
+    Py_ssize_t size, used;
+} Map;
+
+static int map_init(Map *m, Py_ssize_t want) {
+    Py_ssize_t size = 16;
+    while (size < 2 * want + 2) size *= 2;
+    m->keys = PyMem_Calloc((size_t)size, sizeof(uint64_t));
+    m->slots = PyMem_Malloc((size_t)size * sizeof(Py_ssize_t));
+    m->where = PyMem_Malloc((size_t)size * sizeof(Py_ssize_t));
+    m->size = size;
+    m->used = 0;
+    if (!m->keys || !m->slots || !m->where) { PyErr_NoMemory(); return -1; }
+    return 0;
+}
+
+static void map_free(Map *m) {
+    PyMem_Free(m->keys);
+    PyMem_Free(m->slots);
+    PyMem_Free(m->where);
+    m->keys = NULL;
+    m->slots = NULL;
+    m->where = NULL;
+    m->size = m->used = 0;
+}
+
+/* Empty the map, keeping its table when it holds ``want`` entries at half load. */
+static int map_reset(Map *m, Py_ssize_t want) {
+    if (m->keys && m->size >= 2 * want + 2) {
+        for (Py_ssize_t s = 0; s < m->used; s++) m->keys[m->where[s]] = 0;
+        m->used = 0;
+        return 0;
+    }
+    map_free(m);
+    return map_init(m, want);
+}
+
+static int map_grow(Map *m);
+
+/* The slot of column, made the next one (used) when absent; -1 on no memory. */
+static Py_ssize_t map_slot(Map *m, uint64_t column, int *added) {
+    if (2 * (m->used + 1) > m->size && map_grow(m) < 0) return -1;
+    uint64_t key = column + 1, mask = (uint64_t)m->size - 1, h = (column * 0x9E3779B97F4A7C15ull) >> 17;
+    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+        if (m->keys[i] == key) { *added = 0; return m->slots[i]; }
+        if (!m->keys[i]) {
+            m->keys[i] = key;
+            m->slots[i] = m->used;
+            m->where[m->used] = (Py_ssize_t)i;
+            *added = 1;
+            return m->used++;
+        }
+    }
+}
+
+static int map_grow(Map *m) {
+    Map bigger;
+    if (map_init(&bigger, m->size) < 0) { map_free(&bigger); return -1; }
+    for (Py_ssize_t i = 0; i < m->size; i++) {
+        if (!m->keys[i]) continue;
+        uint64_t mask = (uint64_t)bigger.size - 1, h = ((m->keys[i] - 1) * 0x9E3779B97F4A7C15ull) >> 17;
+        uint64_t j = h & mask;
+        while (bigger.keys[j]) j = (j + 1) & mask;
+        bigger.keys[j] = m->keys[i];
+        bigger.slots[j] = m->slots[i];
+        bigger.where[m->slots[i]] = (Py_ssize_t)j;
+    }
+    bigger.used = m->used;
+    map_free(m);
+    *m = bigger;
+    return 0;
+}
+
+typedef struct {
+    int parse, n, words, binary, normalize;
+    Py_ssize_t max_bytes;
+    uint32_t mask;
+} Options;
+
+typedef struct {
+    Buf indptr, indices, data;  /* int64, int64, float64 */
+    int32_t *local;              /* column -> local column number + 1 (0: not seen), below 2^DIRECT_BITS */
+    Map batch;                   /* the same, for wider columns */
+    PyObject *keys;
+} Batch;
+
+#define DIRECT_BITS 24
+
+/* The local column number of ``column`` in the batch, numbered (and its key listed) when new. */
+static Py_ssize_t batch_column(Batch *batch, uint64_t column) {
+    int added = 0;
+    Py_ssize_t local;
+    if (batch->local) {
+        local = batch->local[column] - 1;
+        if (local < 0) {
+            local = PyList_GET_SIZE(batch->keys);
+            batch->local[column] = (int32_t)(local + 1);
+            added = 1;
+        }
+    } else {
+        local = map_slot(&batch->batch, column, &added);
+        if (local < 0) return -1;
+    }
+    if (added) {
+        PyObject *key = PyLong_FromUnsignedLongLong(column);
+        if (!key || PyList_Append(batch->keys, key) < 0) {
+            Py_XDECREF(key);
+            return -1;
+        }
+        Py_DECREF(key);
+    }
+    return local;
+}
+
+/* One more occurrence of ``column`` in the row: cols lists the row's columns by first appearance,
+ * cnt their counts. */
+static int count(Map *row, uint64_t column, uint64_t *cols, Py_ssize_t *cnt) {
+    int added;
+    Py_ssize_t s = map_slot(row, column, &added);
+    if (s < 0) return -1;
+    if (added) {
+        cols[s] = column;
+        cnt[s] = 0;
+    }
+    cnt[s]++;
+    return 0;
+}
+
+/* The features of one text (its distinct columns, first appearance first, with their counts) into the batch. */
+static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ssize_t len, Map *row,
+                   uint64_t **columns, Py_ssize_t **counts, Py_ssize_t *capacity) {
+    Py_ssize_t tokens = (o->n && len >= o->n ? len - o->n + 1 : 0) + (o->words ? len / 2 + 1 : 0);
+    if (tokens > *capacity) {
+        uint64_t *c = PyMem_Realloc(*columns, (size_t)tokens * sizeof(uint64_t));
+        if (c) *columns = c;
+        Py_ssize_t *k = c ? PyMem_Realloc(*counts, (size_t)tokens * sizeof(Py_ssize_t)) : NULL;
+        if (k) *counts = k;
+        if (!c || !k) { PyErr_NoMemory(); return -1; }
+        *capacity = tokens;
+    }
+    if (map_reset(row, tokens) < 0) return -1;
+    uint64_t *cols = *columns;
+    Py_ssize_t *cnt = *counts;
+    uint32_t start_c = crc_update(0xFFFFFFFFu, (const unsigned char *)"c:", 2);
+    uint32_t start_w = crc_update(0xFFFFFFFFu, (const unsigned char *)"w:", 2);
+    for (Py_ssize_t i = 0; o->n && i + o->n <= len; i++)
+        if (count(row, (~crc_update(start_c, t + i, o->n)) & o->mask, cols, cnt) < 0) return -1;
+    if (o->words) {
+        unsigned char word[30];
+        Py_ssize_t i = 0;
+        while (i < len) {
+            Py_ssize_t k = 0;
+            while (i + k < len && k < 30) {
+                unsigned char c = lower(t[i + k]);
+                if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) break;
+                word[k++] = c;
+            }
+            if (k >= 2 && count(row, (~crc_update(start_w, word, k)) & o->mask, cols, cnt) < 0) return -1;
+            i += k ? k : 1;
+        }
+    }
+    Py_ssize_t distinct = row->used;
+    double scale = 1.0;
+    if (o->normalize && distinct) {
+        if (o->binary) {
+            scale = 1.0 / sqrt((double)distinct);
+        } else {
+            double squares = 0.0;  /* exact: an integer below 2^53 */
+            for (Py_ssize_t s = 0; s < distinct; s++) squares += (double)cnt[s] * (double)cnt[s];
+            scale = 1.0 / sqrt(squares);
+        }
+    }
+    if (buf_reserve(&batch->indices, distinct * 8) < 0 || buf_reserve(&batch->data, distinct * 8) < 0) return -1;
+    for (Py_ssize_t s = 0; s < distinct; s++) {
+        Py_ssize_t local = batch_column(batch, cols[s]);
+        if (local < 0) return -1;
+        int64_t index = local;
+        double value = o->binary ? (o->normalize ? scale : 1.0) : (o->normalize ? (double)cnt[s] * scale : (double)cnt[s]);
+        memcpy(batch->indices.p + batch->indices.len, &index, 8);
+        memcpy(batch->data.p + batch->data.len, &value, 8);
+        batch->indices.len += 8;
+        batch->data.len += 8;
+    }
+    int64_t end = (int64_t)(batch->indices.len / 8);
+    return buf_put(&batch->indptr, (const unsigned char *)&end, 8);
+}
+
+static PyObject *rows(PyObject *self, PyObject *args) {
+    PyObject *texts;
+    Options o;
+    int hash_bits;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!pipnipp:rows", &PyList_Type, &texts, &o.parse, &o.n, &o.words, &o.max_bytes,
+                          &hash_bits, &o.binary, &o.normalize))
+        return NULL;
+    if (o.n < 0 || o.max_bytes < 1 || hash_bits < 1 || hash_bits > 32 || (!o.n && !o.words)) {
+        PyErr_SetString(PyExc_ValueError, "rows: n >= 0, max_bytes >= 1, 1 <= hash_bits <= 32, and n or words");
+        return NULL;
+    }
+    o.mask = hash_bits == 32 ? 0xFFFFFFFFu : (uint32_t)((1u << hash_bits) - 1);
+    Batch batch = {{0}, {0}, {0}, NULL, {0}, NULL};
+    Map row = {0};
+    uint64_t *columns = NULL;
+    Py_ssize_t *counts = NULL, capacity = 0;
+    unsigned char *out = PyMem_Malloc((size_t)o.max_bytes);
+    PyObject *result = NULL;
+    int64_t zero = 0;
+    batch.keys = PyList_New(0);
+    Py_ssize_t count = PyList_GET_SIZE(texts);
+    /* a table of every column for a batch large enough to pay for it; a map otherwise */
+    int direct = hash_bits <= DIRECT_BITS && ((size_t)1 << hash_bits) <= (size_t)count * 4096;
+    if (direct) batch.local = PyMem_Calloc((size_t)1 << hash_bits, sizeof(int32_t));
+    if (!out || !batch.keys || (direct && !batch.local) || map_init(&batch.batch, 16) < 0 ||
+        buf_put(&batch.indptr, (const unsigned char *)&zero, 8) < 0) {
+        if (!out || (direct && !batch.local)) PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *text = PyList_GET_ITEM(texts, i);
+        if (!PyBytes_Check(text)) {
+            PyErr_Format(PyExc_TypeError, "rows: texts[%zd] is a %.80s, not bytes", i, Py_TYPE(text)->tp_name);
+            goto done;
+        }
+        const unsigned char *raw = (const unsigned char *)PyBytes_AS_STRING(text);
+        Py_ssize_t len = PyBytes_GET_SIZE(text);
+        Writer w = {out, 0, o.max_bytes, 0, 0};
+        if (o.parse) {
+            if (read_message(raw, len, &w) < 0) goto done;
+        } else {
+            w.len = len < o.max_bytes ? len : o.max_bytes;
+            memcpy(out, raw, (size_t)w.len);
+        }
+        if (add_row(&batch, &o, out, w.len, &row, &columns, &counts, &capacity) < 0) goto done;
+    }
+    result = Py_BuildValue("(y#y#y#O)", batch.indptr.p, batch.indptr.len, batch.indices.p ? (const char *)batch.indices.p : "",
+                           batch.indices.len, batch.data.p ? (const char *)batch.data.p : "", batch.data.len, batch.keys);
+done:
+    PyMem_Free(out);
+    PyMem_Free(batch.local);
+    PyMem_Free(columns);
+    PyMem_Free(counts);
+    map_free(&row);
+    map_free(&batch.batch);
+    buf_free(&batch.indptr);
+    buf_free(&batch.indices);
+    buf_free(&batch.data);
+    Py_XDECREF(batch.keys);
+    return result;
+}
+
+static PyObject *message(PyObject *self, PyObject *args) {
+    const unsigned char *raw;
+    Py_ssize_t len, max_bytes;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y#n:message", &raw, &len, &max_bytes)) return NULL;
+    if (max_bytes < 1) {
+        PyErr_SetString(PyExc_ValueError, "message: max_bytes >= 1");
+        return NULL;
+    }
+    unsigned char *out = PyMem_Malloc((size_t)max_bytes);
+    if (!out) return PyErr_NoMemory();
+    Writer w = {out, 0, max_bytes, 0, 0};
+    PyObject *result = read_message(raw, len, &w) < 0 ? NULL : PyBytes_FromStringAndSize((const char *)out, w.len);
+    PyMem_Free(out);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"rows", rows, METH_VARARGS,
+     "rows(texts, parse, n, words, max_bytes, hash_bits, binary, normalize) -> (indptr, indices, data, keys)"},
+    {"message", message, METH_VARARGS, "message(raw, max_bytes) -> message_bytes(raw)[:max_bytes]"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_text", "The compiled reader and n-grams of EmailFeatures(reader='bytes').", -1, methods,
+    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__text(void) {
+    crc_init();
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,14 @@
+"""The compiled reader and n-grams of EmailFeatures(reader="bytes") (pegasos_stream/features/_text.c)."""
+
+def rows(
+    texts: list[bytes],
+    parse: bool,
+    n: int,
+    words: bool,
+    max_bytes: int,
+    hash_bits: int,
+    binary: bool,
+    normalize: bool,
+    /,
+) -> tuple[bytes, bytes, bytes, list[int]]: ...
+def message(raw: bytes, max_bytes: int, /) -> bytes: ...

@@ -1,0 +1,138 @@
+"""The compiled "bytes" reader and n-gram hashing (`pegasos_stream.features._text`) against their
+Python reference (`features.mime.message_bytes`, `EmailFeatures.transform_one`), exactly."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pegasos_stream.features import EmailFeatures
+from pegasos_stream.features.email import rows_of
+from pegasos_stream.features.mime import message_bytes
+
+_text = pytest.importorskip("pegasos_stream.features._text")
+
+SPAMASSASSIN = Path(__file__).resolve().parents[2] / "shared" / "data" / "spamassassin.jsonl.gz"
+
+_PIECES = st.sampled_from(
+    [
+        b"From alice Mon Jan  1 00:00:00 2002",
+        b"Subject: =?utf-8?B?w6k=?= =?x?Q?a_b=3F?= =?bad?B?***?= =?q?Q?=4=?=",
+        b"From: =?iso-8859-1?q?J=F6rg?= <j@x>",
+        b"Received: from x",
+        b"subject: second",
+        b"Content-Type: multipart/mixed; boundary=zz",
+        b'Content-Type: multipart/alternative; charset=x; BOUNDARY="zz"',
+        b"Content-Type: Multipart/Related; boundary=",
+        b"Content-Type: text/html; charset=utf-8",
+        b"Content-Type: TEXT/plain",
+        b"Content-Type: image/gif",
+        b"Content-Transfer-Encoding: base64",
+        b"Content-Transfer-Encoding:  Quoted-Printable ",
+        b"--zz",
+        b"--zz--",
+        b"--zzz",
+        b" folded continuation",
+        b"\tmore",
+        b"",
+        b"\r",
+        b"<p>a<br/>b</p><a href='x'>&amp;&AMP;&nbsp;&#9;&#x41;&#xd800;&#99999999;&#1114111;&foo;&;</a>",
+        b"=41=4a=zz=\r",
+        b"=",
+        b"QUJDRA==",
+        b"Q",
+        b"<" + b"x" * 2001 + b">",
+        b"<" + b"x" * 2000 + b">",
+        b"no colon here",
+        b"X-Junk : spaced name",
+        b":empty name",
+    ]
+)
+_MESSAGES = st.lists(st.one_of(_PIECES, st.binary(max_size=12)), max_size=40).map(b"\n".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_MESSAGES, st.integers(1, 400))
+def test_the_compiled_reader_reads_what_message_bytes_reads(message, max_bytes):
+    expected = message_bytes(message)
+    assert _text.message(message, 10**6) == expected
+    assert _text.message(message, max_bytes) == expected[:max_bytes]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_the_compiled_reader_reads_any_bytes_as_message_bytes_does(data):
+    for raw in (data, b"Subject: s\n" + data, b"Subject: s\nContent-Type: text/html\n\n" + data):
+        assert _text.message(raw, 10**6) == message_bytes(raw)
+
+
+_HTML = b"Subject: s\nContent-Type: text/html\n\n"
+_EDGES = [
+    _HTML + b"<" + b"x" * 2000 + b">after",  # a tag of 2,000 bytes: removed
+    _HTML + b"<" + b"x" * 2001 + b">after",  # of 2,001: kept
+    _HTML + b"&#1234567;&#12345678;&#x10FFFF;&#x1234567;&abcdef;&abcdefg;&a;&#;&#x;",
+    b"Subject: =?" + b"c" * 40 + b"?Q?ok?= =?" + b"c" * 41 + b"?Q?no?=",
+    b"Subject: =?c?B?" + b"Q" * 1000 + b"?= =?c?B?" + b"Q" * 1001 + b"?=",
+    b"Subject: s\nContent-Type: text/plain\nContent-Transfer-Encoding: quoted-printable\n\nsoft=\r\nbreak=\nend=\r",
+    b'Subject: s\nContent-Type: multipart/mixed; boundary="a b"\n\n--a b\n\none\n--a b\n\ntwo\n--a b--\nepilogue',
+    b"From nobody",
+    b"From nobody\nSubject: enveloped\n\nbody",
+    b"Subject: s\r\n\r\nCRLF body\r\n",
+    b"Subject: s\nContent-Type: multipart/mixed; boundary=b\n\n--b",
+]
+
+
+@pytest.mark.parametrize("message", _EDGES)
+def test_the_compiled_reader_on_the_edges_of_each_rule(message):
+    assert _text.message(message, 10**6) == message_bytes(message)
+
+
+def _assert_same_rows(features: EmailFeatures, texts: list) -> None:
+    indptr, indices, data, keys = features.transform_texts(texts)
+    want = rows_of([features.transform_one(text) for text in texts])  # the reference: the dicts, numbered
+    assert indptr.tolist() == want[0].tolist()
+    assert indices.tolist() == want[1].tolist()
+    assert data.tobytes() == want[2].astype(np.float64).tobytes()  # bit for bit
+    assert keys == want[3]
+
+
+_OPTIONS = st.fixed_dictionaries(
+    {
+        "parse": st.booleans(),
+        "char_ngram": st.integers(0, 6),
+        "words": st.booleans(),
+        "max_chars": st.integers(1, 300),
+        "hash_bits": st.integers(1, 32),
+        "binary": st.booleans(),
+        "normalize": st.booleans(),
+    }
+).filter(lambda options: options["char_ngram"] or options["words"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(_OPTIONS, st.lists(st.one_of(_MESSAGES, st.text(max_size=60)), max_size=6))
+def test_compiled_rows_are_the_rows_of_transform_one(options, texts):
+    _assert_same_rows(EmailFeatures(reader="bytes", **options), texts)
+
+
+def test_a_batch_of_one_and_an_empty_batch():
+    features = EmailFeatures(reader="bytes", hash_bits=20)
+    _assert_same_rows(features, ["Subject: one\n\nbody"])
+    indptr, indices, data, keys = features.transform_texts([])
+    assert indptr.tolist() == [0] and not len(indices) and not len(data) and keys == []
+
+
+@pytest.mark.skipif(not SPAMASSASSIN.exists(), reason="the shared SpamAssassin data is not here")
+def test_every_spamassassin_message_reads_and_hashes_as_the_reference():
+    with gzip.open(SPAMASSASSIN, "rt", encoding="utf-8") as lines:
+        texts = [json.loads(line)["text"] for line in lines]
+    for text in texts:
+        raw = text.encode("utf-8", "surrogatepass")
+        assert _text.message(raw, 10**9) == message_bytes(raw)
+    _assert_same_rows(EmailFeatures(reader="bytes", hash_bits=20), texts[:1500])
