@@ -528,7 +528,7 @@ static void crc_init(void) {
     }
 }
 
-static uint32_t crc_update(uint32_t c, const unsigned char *s, Py_ssize_t n) {
+static inline uint32_t crc_update(uint32_t c, const unsigned char *s, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) c = CRC[(c ^ s[i]) & 0xFF] ^ (c >> 8);
     return c;
 }
@@ -577,7 +577,7 @@ static int map_reset(Map *m, Py_ssize_t want) {
 static int map_grow(Map *m);
 
 /* The slot of column, made the next one (used) when absent; -1 on no memory. */
-static Py_ssize_t map_slot(Map *m, uint64_t column, int *added) {
+static inline Py_ssize_t map_slot(Map *m, uint64_t column, int *added) {
     if (2 * (m->used + 1) > m->size && map_grow(m) < 0) return -1;
     uint64_t key = column + 1, mask = (uint64_t)m->size - 1, h = (column * 0x9E3779B97F4A7C15ull) >> 17;
     for (uint64_t i = h & mask;; i = (i + 1) & mask) {
@@ -745,11 +745,17 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     int64_t zero = 0;
     batch.keys = PyList_New(0);
-    Py_ssize_t count = PyList_GET_SIZE(texts);
+    Py_ssize_t count = PyList_GET_SIZE(texts), entries = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {  /* room for about every entry at once */
+        PyObject *text = PyList_GET_ITEM(texts, i);
+        Py_ssize_t len = PyBytes_Check(text) ? PyBytes_GET_SIZE(text) + 64 : 0;
+        entries += len < o.max_bytes ? len : o.max_bytes;
+    }
     /* a table of every column for a batch large enough to pay for it; a map otherwise */
     int direct = hash_bits <= DIRECT_BITS && ((size_t)1 << hash_bits) <= (size_t)count * 4096;
     if (direct) batch.local = PyMem_Calloc((size_t)1 << hash_bits, sizeof(int32_t));
     if (!out || !batch.keys || (direct && !batch.local) || map_init(&batch.batch, 16) < 0 ||
+        buf_reserve(&batch.indices, entries * 8) < 0 || buf_reserve(&batch.data, entries * 8) < 0 ||
         buf_put(&batch.indptr, (const unsigned char *)&zero, 8) < 0) {
         if (!out || (direct && !batch.local)) PyErr_NoMemory();
         goto done;
