@@ -10,16 +10,17 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .learners import KernelPegasosClassifier, PegasosClassifier, PegasosMulticlass
+    from .learners import KernelPegasosClassifier, PegasosClassifier, PegasosGrid, PegasosMulticlass
     from .persist import load, save
 
-__all__ = ["KernelPegasosClassifier", "PegasosClassifier", "PegasosMulticlass", "load", "save"]
+__all__ = ["KernelPegasosClassifier", "PegasosClassifier", "PegasosGrid", "PegasosMulticlass", "load", "save"]
 
 __version__ = "0.1.0"
 
 _WHERE = {
     "KernelPegasosClassifier": ".learners",
     "PegasosClassifier": ".learners",
+    "PegasosGrid": ".learners",
     "PegasosMulticlass": ".learners",
     "load": ".persist",
     "save": ".persist",

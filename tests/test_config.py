@@ -72,8 +72,10 @@ def test_spam_config_points_at_the_bundled_sample():
     assert Path(config["source"]["path"]).resolve() == SAMPLE.resolve()
     assert Path(config["source"]["path"]).is_absolute()
     assert config["source"]["labels"] == {"positive": "spam", "negative": "ham"}
+    assert config["model"] == {"kind": "grid", "lambdas": [1e-4, 3e-4, 1e-3, 3e-3], "discount": 0.999}
     assert config["features"] == {
         "type": "email",
+        "reader": "bytes",
         "char_ngram": 4,
         "max_chars": 3000,
         "binary": True,
@@ -122,7 +124,7 @@ REFUSED = [
     ({"source": {"fields": "id"}}, "source.fields", "a mapping"),
     ({"evaluation": {"stats_every_seconds": -1}}, "evaluation.stats_every_seconds", "a number >= 0"),
     ({"model": {"lambda_": -1}}, "model.lambda_", "> 0"),
-    ({"model": {"kind": "forest"}}, "model.kind", "linear | multiclass | kernel"),
+    ({"model": {"kind": "forest"}}, "model.kind", "linear | grid | multiclass | kernel"),
     ({"features": {"type": "email", "char_ngram": "x"}}, "features.char_ngram", "an integer >= 0"),
 ]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from river import checks, compose, feature_extraction, multiclass, preprocessing
 
-from pegasos_stream import PegasosClassifier, PegasosMulticlass
+from pegasos_stream import PegasosClassifier, PegasosGrid, PegasosMulticlass
 
 SAMPLE = Path(__file__).resolve().parents[1] / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
 
@@ -19,6 +19,8 @@ def _variants():
         yield PegasosClassifier(**params)
     for params in PegasosMulticlass._unit_test_params():
         yield PegasosMulticlass(**params)
+    for params in PegasosGrid._unit_test_params():
+        yield PegasosGrid(**params)
     yield preprocessing.StandardScaler() | PegasosClassifier()
     yield multiclass.OneVsRestClassifier(PegasosClassifier())
 

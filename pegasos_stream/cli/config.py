@@ -26,13 +26,19 @@ from typing import Any, cast
 import yaml
 
 from ..features import DictHasher, EmailFeatures
+from ..learners.grid import PegasosGrid
 from ..learners.kernel import KernelPegasosClassifier
 from ..learners.linear import PegasosClassifier
 from ..learners.multiclass import PegasosMulticlass
 
 __all__ = ["LEARNERS", "ConfigError", "config_hash", "load_config", "parse_override"]
 
-LEARNERS = {"linear": PegasosClassifier, "multiclass": PegasosMulticlass, "kernel": KernelPegasosClassifier}
+LEARNERS = {
+    "linear": PegasosClassifier,
+    "grid": PegasosGrid,
+    "multiclass": PegasosMulticlass,
+    "kernel": KernelPegasosClassifier,
+}
 
 
 class ConfigError(ValueError):

@@ -4,6 +4,7 @@ Nothing here knows about files, streams or the command line.
 """
 
 from .calibration import OnlinePlatt
+from .grid import PegasosGrid
 from .kernel import KernelPegasosClassifier
 from .kernels import RBF, Linear, Polynomial
 from .linear import PegasosClassifier
@@ -11,10 +12,17 @@ from .multiclass import PegasosMulticlass
 from .svstore import SupportVectorStore
 from .weights import SharedScaleWeights, WeightVector
 
-__all__ = ["LEARNERS", "STATE_CLASSES", "KernelPegasosClassifier", "PegasosClassifier", "PegasosMulticlass"]
+__all__ = [
+    "LEARNERS",
+    "STATE_CLASSES",
+    "KernelPegasosClassifier",
+    "PegasosClassifier",
+    "PegasosGrid",
+    "PegasosMulticlass",
+]
 
 #: The learners of this package.
-LEARNERS = (PegasosClassifier, PegasosMulticlass, KernelPegasosClassifier)
+LEARNERS = (PegasosClassifier, PegasosGrid, PegasosMulticlass, KernelPegasosClassifier)
 
 #: Every class a learner's state is made of (its attributes are plain data or objects of these).
 STATE_CLASSES = (
