@@ -618,37 +618,49 @@ typedef struct {
 
 typedef struct {
     Buf indptr, indices, data;  /* int64, int64, float64 */
-    int32_t *local;              /* column -> local column number + 1 (0: not seen), below 2^DIRECT_BITS */
-    Map batch;                   /* the same, for wider columns */
+    uint8_t *seen;              /* a bit per column below 2^DIRECT_BITS: the batch holds it */
+    uint32_t *local;            /* the local column number of each column seen */
+    Map batch;                  /* column -> local column number, when not direct */
     PyObject *keys;
 } Batch;
 
 #define DIRECT_BITS 24
 
-/* The local column number of ``column`` in the batch, numbered (and its key listed) when new. */
+static int add_key(Batch *batch, uint64_t column) {
+    PyObject *key = PyLong_FromUnsignedLongLong(column);
+    if (!key || PyList_Append(batch->keys, key) < 0) {
+        Py_XDECREF(key);
+        return -1;
+    }
+    Py_DECREF(key);
+    return 0;
+}
+
+/* The local column number of ``column`` in the batch (the map), numbered and listed when new. */
 static Py_ssize_t batch_column(Batch *batch, uint64_t column) {
     int added = 0;
-    Py_ssize_t local;
-    if (batch->local) {
-        local = batch->local[column] - 1;
-        if (local < 0) {
-            local = PyList_GET_SIZE(batch->keys);
-            batch->local[column] = (int32_t)(local + 1);
-            added = 1;
-        }
-    } else {
-        local = map_slot(&batch->batch, column, &added);
-        if (local < 0) return -1;
-    }
-    if (added) {
-        PyObject *key = PyLong_FromUnsignedLongLong(column);
-        if (!key || PyList_Append(batch->keys, key) < 0) {
-            Py_XDECREF(key);
-            return -1;
-        }
-        Py_DECREF(key);
-    }
+    Py_ssize_t local = map_slot(&batch->batch, column, &added);
+    if (local >= 0 && added && add_key(batch, column) < 0) return -1;
     return local;
+}
+
+/* The direct way, once every row is in: the entries hold columns; number the columns by first
+ * appearance (a pass over the entries with a bit per column), then replace each column by its
+ * number (loads that do not wait on each other). */
+static int number_columns(Batch *batch) {
+    int64_t *entries = (int64_t *)batch->indices.p;
+    Py_ssize_t n = batch->indices.len / 8;
+    uint32_t next = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        uint64_t column = (uint64_t)entries[k];
+        if (!(batch->seen[column >> 3] & (1u << (column & 7)))) {
+            batch->seen[column >> 3] |= (uint8_t)(1u << (column & 7));
+            batch->local[column] = next++;
+            if (add_key(batch, column) < 0) return -1;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n; k++) entries[k] = batch->local[entries[k]];
+    return 0;
 }
 
 /* One more occurrence of ``column`` in the row: cols lists the row's columns by first appearance,
@@ -711,9 +723,8 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
     }
     if (buf_reserve(&batch->indices, distinct * 8) < 0 || buf_reserve(&batch->data, distinct * 8) < 0) return -1;
     for (Py_ssize_t s = 0; s < distinct; s++) {
-        Py_ssize_t local = batch_column(batch, cols[s]);
-        if (local < 0) return -1;
-        int64_t index = local;
+        int64_t index = batch->seen ? (int64_t)cols[s] : (int64_t)batch_column(batch, cols[s]);
+        if (index < 0) return -1;
         double value = o->binary ? (o->normalize ? scale : 1.0) : (o->normalize ? (double)cnt[s] * scale : (double)cnt[s]);
         memcpy(batch->indices.p + batch->indices.len, &index, 8);
         memcpy(batch->data.p + batch->data.len, &value, 8);
@@ -737,7 +748,7 @@ static PyObject *rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     o.mask = hash_bits == 32 ? 0xFFFFFFFFu : (uint32_t)((1u << hash_bits) - 1);
-    Batch batch = {{0}, {0}, {0}, NULL, {0}, NULL};
+    Batch batch = {{0}, {0}, {0}, NULL, NULL, {0}, NULL};
     Map row = {0};
     uint64_t *columns = NULL;
     Py_ssize_t *counts = NULL, capacity = 0;
@@ -753,11 +764,14 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     }
     /* a table of every column for a batch large enough to pay for it; a map otherwise */
     int direct = hash_bits <= DIRECT_BITS && ((size_t)1 << hash_bits) <= (size_t)count * 4096;
-    if (direct) batch.local = PyMem_Calloc((size_t)1 << hash_bits, sizeof(int32_t));
-    if (!out || !batch.keys || (direct && !batch.local) || map_init(&batch.batch, 16) < 0 ||
+    if (direct) {
+        batch.seen = PyMem_Calloc(((size_t)1 << hash_bits) / 8 + 1, 1);
+        batch.local = PyMem_Malloc(((size_t)1 << hash_bits) * sizeof(uint32_t));
+    }
+    if (!out || !batch.keys || (direct && (!batch.seen || !batch.local)) || map_init(&batch.batch, 16) < 0 ||
         buf_reserve(&batch.indices, entries * 8) < 0 || buf_reserve(&batch.data, entries * 8) < 0 ||
         buf_put(&batch.indptr, (const unsigned char *)&zero, 8) < 0) {
-        if (!out || (direct && !batch.local)) PyErr_NoMemory();
+        if (!out || (direct && (!batch.seen || !batch.local))) PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -777,11 +791,13 @@ static PyObject *rows(PyObject *self, PyObject *args) {
         }
         if (add_row(&batch, &o, out, w.len, &row, &columns, &counts, &capacity) < 0) goto done;
     }
+    if (direct && number_columns(&batch) < 0) goto done;
     result = Py_BuildValue("(y#y#y#O)", batch.indptr.p, batch.indptr.len, batch.indices.p ? (const char *)batch.indices.p : "",
                            batch.indices.len, batch.data.p ? (const char *)batch.data.p : "", batch.data.len, batch.keys);
 done:
     PyMem_Free(out);
     PyMem_Free(batch.local);
+    PyMem_Free(batch.seen);
     PyMem_Free(columns);
     PyMem_Free(counts);
     map_free(&row);
