@@ -39,7 +39,7 @@
     X(S_SQ_GRAD_OFFSET, "platt_sq_grad_offset")
 #define ISTATE_FIELDS(X) X(I_T, "t") X(I_N_AVERAGED, "n_averaged") X(I_N_POS, "n_pos") X(I_N_NEG, "n_neg") \
     X(I_PLATT_POS, "platt_n_pos") X(I_PLATT_NEG, "platt_n_neg") X(I_NEW_V, "n_new_v") X(I_NEW_OFFSET, "n_new_offset")
-#define PARAMS_FIELDS(X) X(P_LAMBDA, "lambda") X(P_HORIZON, "horizon") X(P_AVERAGE_FROM, "average_from") \
+#define PARAMS_FIELDS(X) X(P_LAMBDA, "lambda") X(P_HORIZON, "horizon") X(P_T0, "t0") X(P_AVERAGE_FROM, "average_from") \
     X(P_INTERCEPT, "fit_intercept") X(P_PROJECTION, "projection") X(P_RADIUS, "radius") X(P_COST_POS, "cost_pos") \
     X(P_COST_NEG, "cost_neg") X(P_BALANCED, "balanced") X(P_HAS_PRIOR, "has_prior") \
     X(P_COMPENSATED, "compensated_sum") X(P_PLATT_RATE, "platt_rate") X(P_TAIL_START, "tail_start") \
@@ -265,8 +265,8 @@ static int check_learn_rows(const Buf *b, Py_ssize_t start) {
     for (size_t k = 0; k < sizeof per_column / sizeof *per_column; k++)
         if (check_length(b, per_column[k], m, "one per column, as v")) return -1;
     const double *p = b[A_PARAMS].view.buf;
-    if (!whole(p[P_HORIZON]) || !whole(p[P_AVERAGE_FROM])) {
-        PyErr_SetString(PyExc_ValueError, "learn_rows: params: horizon and average_from must be whole numbers >= 0");
+    if (!whole(p[P_HORIZON]) || !whole(p[P_T0]) || !whole(p[P_AVERAGE_FROM])) {
+        PyErr_SetString(PyExc_ValueError, "learn_rows: params: horizon, t0 and average_from must be whole numbers >= 0");
         return -1;
     }
     const int64_t *is = b[A_ISTATE].view.buf;
@@ -319,7 +319,7 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
     double *decisions = b[A_DECISIONS].view.buf, *probas = b[A_PROBAS].view.buf;
     Py_ssize_t n = length(&b[A_SIGNS]);
     int comp = p[P_COMPENSATED] != 0.0, has_prior = p[P_HAS_PRIOR] != 0.0, averaged = p[P_AVERAGE_FROM] != 0.0;
-    int64_t horizon = (int64_t)p[P_HORIZON], average_from = (int64_t)p[P_AVERAGE_FROM];
+    int64_t horizon = (int64_t)p[P_HORIZON], t0 = (int64_t)p[P_T0], average_from = (int64_t)p[P_AVERAGE_FROM];
     double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
     Py_ssize_t i;
 
@@ -330,7 +330,7 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
             Py_ssize_t a = indptr[i], e = indptr[i + 1];
             double sign = signs[i], weight = weights[i];
             int64_t t = is[I_T] + 1;
-            int64_t t_eff = (horizon > 0 && t > horizon) ? horizon : t;
+            int64_t t_eff = ((horizon > 0 && t > horizon) ? horizon : t) + t0;
             if (t_eff == 1) break;  /* the shrink clears the weights: learn_one's business */
 
             /* margins, as _margins computes them */

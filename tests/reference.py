@@ -12,7 +12,7 @@ Binary learner, ``learn_one(x, y, w)``:
                                     min((n + 2 a) / (2 (n_y + a)), M), counts including the current
                                     example, a = BALANCED_SMOOTHING / lambda, M = BALANCED_MAX_COST
     margin = s * (<w_r + u, x> + b)
-    t += 1;  te = min(t, horizon) (or t);  eta = 1 / (lambda * te)
+    t += 1;  te = min(t, horizon) (or t) + t0;  eta = 1 / (lambda * te)
     u     <- (1 - 1/te) u
     if margin < 1:  u <- u + eta cost s x;   b <- b + eta cost s   (fit_intercept only)
     projection:     u <- min(1, (1/sqrt(lambda)) / ||u||) u        (b never shrunk nor projected)
@@ -49,10 +49,11 @@ def y_sign(y) -> int:
 class _Dense:
     """Shared helpers: vocabulary, dict <-> dense vector."""
 
-    def __init__(self, vocab: dict, lambda_: float, horizon):
+    def __init__(self, vocab: dict, lambda_: float, horizon, t0: int = 0):
         self.vocab = dict(vocab)
         self.lambda_ = float(lambda_)
         self.horizon = horizon
+        self.t0 = t0
         self.t = 0
 
     def vec(self, x) -> np.ndarray:
@@ -70,7 +71,7 @@ class _Dense:
     def _tick(self):
         """t += 1 and return (te, eta)."""
         self.t += 1
-        te = min(self.t, self.horizon) if self.horizon else self.t
+        te = (min(self.t, self.horizon) if self.horizon else self.t) + self.t0
         return te, 1.0 / (self.lambda_ * te)
 
 
@@ -90,8 +91,9 @@ class DenseReference(_Dense):
         class_weight=None,
         prior=None,
         horizon=None,
+        t0=0,
     ):
-        super().__init__(vocab, lambda_, horizon)
+        super().__init__(vocab, lambda_, horizon, t0)
         self.fit_intercept = fit_intercept
         self.projection = projection
         self.average = average

@@ -37,6 +37,7 @@ PARAMS = st.fixed_dictionaries(
         "class_weight": st.sampled_from([None, "balanced", {True: 3.0, False: 0.5}]),
         "prior": st.sampled_from([None, {0: 0.5, 3: -1.0, 9: 0.25}]),
         "horizon": st.sampled_from([None, 1, 2, 5, 30]),  # small horizons fold the scale often
+        "t0": st.sampled_from([0, 1, 10, 1000]),
     },
 )
 

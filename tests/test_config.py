@@ -72,7 +72,7 @@ def test_spam_config_points_at_the_bundled_sample():
     assert Path(config["source"]["path"]).resolve() == SAMPLE.resolve()
     assert Path(config["source"]["path"]).is_absolute()
     assert config["source"]["labels"] == {"positive": "spam", "negative": "ham"}
-    assert config["model"] == {"kind": "grid", "lambdas": [1e-4, 3e-4, 1e-3, 3e-3], "discount": 0.999}
+    assert config["model"] == {"kind": "linear", "lambda_": 1e-5, "t0": 30000}
     assert config["features"] == {
         "type": "email",
         "reader": "bytes",

@@ -215,6 +215,7 @@ BINARY_VARIANTS = {
     "class_weight_balanced": {"class_weight": "balanced"},
     "prior_dict": {"prior": True},
     "horizon": {"horizon": True},
+    "t0": {"t0": True},
     "sample_weight": {"sample_weight": True},
     "learn_many": {"batches": True},
     "average_horizon_projection": {"average": True, "horizon": True, "projection": True},
@@ -231,6 +232,7 @@ BINARY_VARIANTS = {
     "everything": {
         "average": True,
         "horizon": True,
+        "t0": True,
         "projection": True,
         "prior": True,
         "fit_intercept": True,
@@ -246,7 +248,7 @@ def draw_binary_case(data, variant):
     if variant == "random":
         variant = {
             name: data.draw(st.booleans(), label=name)
-            for name in ("average", "horizon", "projection", "prior", "fit_intercept", "sample_weight", "batches")
+            for name in ("average", "horizon", "t0", "projection", "prior", "fit_intercept", "sample_weight", "batches")
         }
         variant["class_weight"] = "any"
     params = {}
@@ -260,6 +262,8 @@ def draw_binary_case(data, variant):
         params["average"] = data.draw(st.sampled_from([True, 1, 2, 5]), label="average")
     if variant.get("horizon"):
         params["horizon"] = data.draw(st.sampled_from([1, 2, 3, 7]), label="horizon")
+    if variant.get("t0"):
+        params["t0"] = data.draw(st.sampled_from([1, 5, 100]), label="t0")
     cw = variant.get("class_weight")
     if cw == "balanced":
         params["class_weight"] = "balanced"

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pegasos_stream import PegasosClassifier, PegasosGrid, PegasosMulticlass, cli
+from pegasos_stream import PegasosClassifier, PegasosMulticlass, cli
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.cli.main import process_wide
@@ -111,7 +111,7 @@ def _pairwise_auc(scores, positives) -> float:
 def _spam_prequential():
     """A hand-written prequential loop over the bundled sample, as configs/spam.yaml describes it."""
     features = EmailFeatures(reader="bytes", char_ngram=4, max_chars=3000, binary=True, normalize=True, hash_bits=20)
-    model = PegasosGrid(lambdas=(1e-4, 3e-4, 1e-3, 3e-3), discount=0.999)
+    model = PegasosClassifier(lambda_=1e-5, t0=30000)
     rows = []
     with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines:
         for line in lines:

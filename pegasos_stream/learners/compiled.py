@@ -75,6 +75,7 @@ def params(model: PegasosClassifier) -> dict[str, float]:
     return {
         "lambda": model.lambda_,
         "horizon": model.horizon or 0,
+        "t0": model.t0,
         "average_from": model._average_from or 0,
         "fit_intercept": model.fit_intercept,
         "projection": model.projection,

@@ -37,6 +37,8 @@ class PegasosGrid(PlattScaledMargin, base.Classifier):
         As `PegasosClassifier`'s, for every member.
     horizon
         As `PegasosClassifier`'s, for every member.
+    t0
+        As `PegasosClassifier`'s, for every member.
 
     Examples
     --------
@@ -61,6 +63,7 @@ class PegasosGrid(PlattScaledMargin, base.Classifier):
         discount: float = 0.999,
         class_weight: str | dict | None = None,
         horizon: int | None = None,
+        t0: int = 0,
     ):
         if isinstance(lambdas, (str, bytes, Mapping)) or not isinstance(lambdas, Sequence) or not lambdas:
             raise ValueError(f"lambdas={lambdas!r}: expected a non-empty list of numbers > 0")
@@ -72,8 +75,10 @@ class PegasosGrid(PlattScaledMargin, base.Classifier):
         self.discount = float(discount)
         self.class_weight = class_weight
         self.horizon = horizon
+        self.t0 = t0
         self._members = [
-            PegasosClassifier(lambda_=lambda_, class_weight=class_weight, horizon=horizon) for lambda_ in self.lambdas
+            PegasosClassifier(lambda_=lambda_, class_weight=class_weight, horizon=horizon, t0=t0)
+            for lambda_ in self.lambdas
         ]
         self._losses = [0.0] * len(self.lambdas)
         self._platt = OnlinePlatt()
@@ -81,7 +86,7 @@ class PegasosGrid(PlattScaledMargin, base.Classifier):
     @classmethod
     def _unit_test_params(cls):
         yield {}
-        yield {"lambdas": (1e-2, 1e-1), "discount": 0.9, "class_weight": "balanced", "horizon": 20}
+        yield {"lambdas": (1e-2, 1e-1), "discount": 0.9, "class_weight": "balanced", "horizon": 20, "t0": 10}
 
     @property
     def t(self) -> int:

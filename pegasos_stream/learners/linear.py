@@ -21,6 +21,7 @@ from .validation import (
     check_horizon,
     check_lambda,
     check_sample_weight,
+    check_t0,
     reject_features,
 )
 from .weights import WeightVector, sparse_dot
@@ -66,6 +67,11 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     horizon
         None for the textbook schedule. An integer H saturates the step counter used for η at H,
         so η never falls below 1/(λ·H) and the model keeps adapting on a long, drifting stream.
+    t0
+        Start the step counter η uses at t0: η = 1/(λ·(t + t0)), with ``horizon`` saturating t.
+        Pegasos's first steps (η = 1/λ, then 1/(2λ), ...) let the first examples dominate the weights
+        and leave them too large to see most margin violations; an offset tempers them, as the t0 of
+        Bottou's SGD schedule does. The regularised objective is the same.
     seed
         Accepted for a uniform interface with the other learners; learning is deterministic,
         so the same stream always gives the same model.
@@ -114,6 +120,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     average: bool | int
     class_weight: str | dict | None
     horizon: int | None
+    t0: int = 0  # a class default: states saved before t0 existed load with 0
     _class_cost: dict[float, float] | None
     _prior: dict
     _radius: float
@@ -134,10 +141,12 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         class_weight: str | dict | None = None,
         prior: dict | PegasosClassifier | None = None,
         horizon: int | None = None,
+        t0: int = 0,
         seed: int | None = None,
     ):
         check_lambda(lambda_)
         check_horizon(horizon)
+        check_t0(t0)
         if not isinstance(average, numbers.Integral) or average < 0:
             raise ValueError(f"average={average!r}: expected a bool or an integer >= 1")
         if isinstance(prior, PegasosClassifier):
@@ -149,6 +158,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         self.class_weight = class_weight
         self.prior = prior
         self.horizon = horizon
+        self.t0 = int(t0)
         self.seed = seed
 
         self._class_cost = self._parse_class_weight(class_weight)
@@ -190,7 +200,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         yield {}
         yield {"fit_intercept": True, "lambda_": 1e-2}
         yield {"projection": True, "average": True}
-        yield {"class_weight": "balanced", "horizon": 50}
+        yield {"class_weight": "balanced", "horizon": 50, "t0": 100}
         yield {"class_weight": {True: 2.0, False: 0.5}, "fit_intercept": True, "average": 10}
         yield {"prior": {"empty_server_form_handler": 0.5, "popup_window": -0.25}, "projection": True}
 
@@ -336,7 +346,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         Everything that can fail is checked first, so a refused step leaves the model untouched.
         """
         t = self._t + 1
-        t_eff = effective_step(t, self.horizon)
+        t_eff = effective_step(t, self.horizon, self.t0)
         rate = 1.0 / (self.lambda_ * t_eff * k)
         shrink = 1.0 - 1.0 / t_eff
         u = self._u

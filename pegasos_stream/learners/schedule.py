@@ -8,9 +8,9 @@ __all__ = ["MAX_NORM", "effective_step", "refuse_overflow"]
 MAX_NORM = 1e140
 
 
-def effective_step(t: int, horizon: int | None) -> int:
-    """The step counter η = 1/(λ·t) uses: t, saturated at ``horizon`` when one is set."""
-    return t if horizon is None else min(t, horizon)
+def effective_step(t: int, horizon: int | None, t0: int = 0) -> int:
+    """The step counter η = 1/(λ·t) uses: t, saturated at ``horizon`` when one is set, plus ``t0``."""
+    return (t if horizon is None else min(t, horizon)) + t0
 
 
 def refuse_overflow(bound: float) -> None:

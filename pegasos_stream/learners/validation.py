@@ -18,6 +18,7 @@ __all__ = [
     "check_horizon",
     "check_lambda",
     "check_sample_weight",
+    "check_t0",
     "reject_features",
 ]
 
@@ -85,3 +86,9 @@ def check_horizon(horizon: int | None) -> None:
     """Refuse a horizon that is neither None nor an integer >= 1."""
     if horizon is not None and (isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1):
         raise ValueError(f"horizon={horizon!r}: expected None or an integer >= 1")
+
+
+def check_t0(t0: int) -> None:
+    """Refuse a t0 that is not an integer >= 0."""
+    if isinstance(t0, bool) or not isinstance(t0, numbers.Integral) or t0 < 0:
+        raise ValueError(f"t0={t0!r}: expected an integer >= 0")
