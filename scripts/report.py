@@ -51,7 +51,8 @@ class Benchmark(NamedTuple):
 
 #: Benchmark scripts (``scripts/<name>.py``), in the order they run and appear in the report.
 BENCHMARKS = {
-    "bench_spam": Benchmark("spam.json", {"--limit": ["1500"]}),
+    "bench_spam": Benchmark("spam.json", {"--limit": ["1500"], "--quick": []}),
+    "models_spam": Benchmark("models.json", {"--limit": ["1500"]}),
     "bench_learners": Benchmark("learners.json", {"--n": ["2000"], "--repeat": ["1"], "--memory-weights": ["100000"]}),
     "horizon_spam": Benchmark("horizon.json", {"--horizons": ["none,2000"], "--lambdas": ["1e-4"]}),
     "bench_scale": Benchmark(
