@@ -677,8 +677,33 @@ static int count(Map *row, uint64_t column, uint64_t *cols, Py_ssize_t *cnt) {
     return 0;
 }
 
+/* The distinct columns of the row being read, in first-appearance order (cols, with their counts
+ * cnt): a bit per column when the features are binary and the columns few enough, else the map. */
+typedef struct {
+    Map *map;
+    uint8_t *bits;
+    uint64_t *cols;
+    Py_ssize_t *cnt;
+    Py_ssize_t used;
+} RowState;
+
+static inline int add_column(RowState *r, uint64_t column) {
+    if (r->bits) {
+        uint8_t bit = (uint8_t)(1u << (column & 7));
+        if (!(r->bits[column >> 3] & bit)) {
+            r->bits[column >> 3] |= bit;
+            r->cols[r->used] = column;
+            r->cnt[r->used++] = 1;
+        }
+        return 0;
+    }
+    if (count(r->map, column, r->cols, r->cnt) < 0) return -1;
+    r->used = r->map->used;
+    return 0;
+}
+
 /* The features of one text (its distinct columns, first appearance first, with their counts) into the batch. */
-static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ssize_t len, Map *row,
+static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ssize_t len, Map *row, uint8_t *bits,
                    uint64_t **columns, Py_ssize_t **counts, Py_ssize_t *capacity) {
     Py_ssize_t tokens = (o->n && len >= o->n ? len - o->n + 1 : 0) + (o->words ? len / 2 + 1 : 0);
     if (tokens > *capacity) {
@@ -689,13 +714,14 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
         if (!c || !k) { PyErr_NoMemory(); return -1; }
         *capacity = tokens;
     }
-    if (map_reset(row, tokens) < 0) return -1;
+    if (!bits && map_reset(row, tokens) < 0) return -1;
     uint64_t *cols = *columns;
     Py_ssize_t *cnt = *counts;
+    RowState r = {row, bits, cols, cnt, 0};
     uint32_t start_c = crc_update(0xFFFFFFFFu, (const unsigned char *)"c:", 2);
     uint32_t start_w = crc_update(0xFFFFFFFFu, (const unsigned char *)"w:", 2);
     for (Py_ssize_t i = 0; o->n && i + o->n <= len; i++)
-        if (count(row, (~crc_update(start_c, t + i, o->n)) & o->mask, cols, cnt) < 0) return -1;
+        if (add_column(&r, (~crc_update(start_c, t + i, o->n)) & o->mask) < 0) return -1;
     if (o->words) {
         unsigned char word[30];
         Py_ssize_t i = 0;
@@ -706,11 +732,12 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
                 if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) break;
                 word[k++] = c;
             }
-            if (k >= 2 && count(row, (~crc_update(start_w, word, k)) & o->mask, cols, cnt) < 0) return -1;
+            if (k >= 2 && add_column(&r, (~crc_update(start_w, word, k)) & o->mask) < 0) return -1;
             i += k ? k : 1;
         }
     }
-    Py_ssize_t distinct = row->used;
+    Py_ssize_t distinct = r.used;
+    for (Py_ssize_t k = 0; bits && k < distinct; k++) bits[cols[k] >> 3] = 0;  /* empty for the next row */
     double scale = 1.0;
     if (o->normalize && distinct) {
         if (o->binary) {
@@ -764,14 +791,16 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     }
     /* a table of every column for a batch large enough to pay for it; a map otherwise */
     int direct = hash_bits <= DIRECT_BITS && ((size_t)1 << hash_bits) <= (size_t)count * 4096;
+    uint8_t *row_bits = o.binary && direct ? PyMem_Calloc(((size_t)1 << hash_bits) / 8 + 1, 1) : NULL;
     if (direct) {
         batch.seen = PyMem_Calloc(((size_t)1 << hash_bits) / 8 + 1, 1);
         batch.local = PyMem_Malloc(((size_t)1 << hash_bits) * sizeof(uint32_t));
     }
-    if (!out || !batch.keys || (direct && (!batch.seen || !batch.local)) || map_init(&batch.batch, 16) < 0 ||
+    if (!out || !batch.keys || (direct && (!batch.seen || !batch.local || (o.binary && !row_bits))) ||
+        map_init(&batch.batch, 16) < 0 ||
         buf_reserve(&batch.indices, entries * 8) < 0 || buf_reserve(&batch.data, entries * 8) < 0 ||
         buf_put(&batch.indptr, (const unsigned char *)&zero, 8) < 0) {
-        if (!out || (direct && (!batch.seen || !batch.local))) PyErr_NoMemory();
+        if (!out || (direct && (!batch.seen || !batch.local || (o.binary && !row_bits)))) PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -789,7 +818,7 @@ static PyObject *rows(PyObject *self, PyObject *args) {
             w.len = len < o.max_bytes ? len : o.max_bytes;
             memcpy(out, raw, (size_t)w.len);
         }
-        if (add_row(&batch, &o, out, w.len, &row, &columns, &counts, &capacity) < 0) goto done;
+        if (add_row(&batch, &o, out, w.len, &row, row_bits, &columns, &counts, &capacity) < 0) goto done;
     }
     if (direct && number_columns(&batch) < 0) goto done;
     result = Py_BuildValue("(y#y#y#O)", batch.indptr.p, batch.indptr.len, batch.indices.p ? (const char *)batch.indices.p : "",
@@ -798,6 +827,7 @@ done:
     PyMem_Free(out);
     PyMem_Free(batch.local);
     PyMem_Free(batch.seen);
+    PyMem_Free(row_bits);
     PyMem_Free(columns);
     PyMem_Free(counts);
     map_free(&row);
