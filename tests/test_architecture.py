@@ -32,7 +32,8 @@ LOADED = """
 import importlib, json, pkgutil, sys
 package = importlib.import_module("pegasos_stream.{name}")
 for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-    importlib.import_module(module.name)
+    if not module.name.endswith(".__main__"):  # an entry point runs its command when imported
+        importlib.import_module(module.name)
 print(json.dumps(sorted({{m.split(".")[1] for m in sys.modules if m.startswith("pegasos_stream.")}})))
 """
 

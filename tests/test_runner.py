@@ -939,3 +939,15 @@ def test_text_events_learned_in_batches_give_the_model_and_predictions_of_one_at
         results.append((model_digest(runner.model), output.read_text(encoding="utf-8"), runner.model.t))
     assert results[0][2] > 100
     assert results[1] == results[0] and results[2] == results[0]
+
+
+def test_python_dash_m_runs_the_command_line():
+    """``python -m pegasos_stream.cli`` is the ``pegasos-stream`` command (what ``-m cProfile`` needs)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pegasos_stream.cli", "eval", "--json", "--max-events", "20"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["events"] == 20
