@@ -266,12 +266,18 @@ def test_record_at_the_size_limit_is_accepted():
 # -- file source ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
-def test_file_source_positions_and_resume(tmp_path, suffix):
-    lines = [b'{"id": 1, "x": {}}', b"", b'{"id": 2, "x": {}}\r', b"   ", b'{"id": 3, "x": {}}']
+def _events_file(tmp_path, lines: list[bytes], suffix: str):
+    """``lines`` as the file tmp_path/events<suffix>, one per line, gzip-compressed for ".gz"."""
     data = b"\n".join(lines) + b"\n"
     path = tmp_path / ("events" + suffix)
     path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_file_source_positions_and_resume(tmp_path, suffix):
+    lines = [b'{"id": 1, "x": {}}', b"", b'{"id": 2, "x": {}}\r', b"   ", b'{"id": 3, "x": {}}']
+    path = _events_file(tmp_path, lines, suffix)
     source = FileSource(path)
     records = list(source)
     source.close()
@@ -361,9 +367,7 @@ def test_a_file_line_of_max_bytes_and_its_crlf_is_whole(tmp_path):
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
 def test_an_unclaimed_file_batch_is_read_again(tmp_path, suffix):
     lines = [b'{"id": 1}', b"", b'{"id": 2}', b'{"id": 3}', b'{"id": 4}']
-    data = b"\n".join(lines) + b"\n"
-    path = tmp_path / ("events" + suffix)
-    path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    path = _events_file(tmp_path, lines, suffix)
     source = FileSource(path)
     source.claim(source.read(1))
     batch = source.claim(source.read(4))  # lines 2 to 5, the blank one left out

@@ -5,7 +5,6 @@ offsets) at the last record processed, so that ``--resume`` learns every event e
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,11 @@ from pegasos_stream.persist import model_digest
 from pegasos_stream.persist.checkpoint import latest_valid
 from pegasos_stream.testing.kafka_broker import committed_offset, kafka_source_config
 
+try:  # tests/ as a package
+    from .streams import binary_events, jsonl
+except ImportError:  # tests/ as a plain directory: pytest puts it on sys.path
+    from streams import binary_events, jsonl
+
 GOOD = 1000
 POISON_AT = 450  # the 1-based line number of the bad record in a file
 
@@ -29,14 +33,7 @@ MALFORMED = b'{"id": "malformed", "x": {"f1": 1.0}'
 
 
 def _good_lines(n: int = GOOD, seed: int = 5) -> list[bytes]:
-    rng = random.Random(seed)
-    truth = {f"f{j}": rng.uniform(-1, 1) for j in range(20)}
-    lines = []
-    for i in range(n):
-        x = {name: round(rng.gauss(0, 1), 4) for name in rng.sample(sorted(truth), 5)}
-        label = sum(truth[k] * v for k, v in x.items()) + rng.gauss(0, 0.1) > 0
-        lines.append(json.dumps({"id": f"e{i}", "x": x, "label": label}).encode())
-    return lines
+    return jsonl(binary_events(n, seed))
 
 
 def _with_bad(bad: bytes, at: int = POISON_AT) -> list[bytes]:

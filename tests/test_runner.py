@@ -33,6 +33,11 @@ from pegasos_stream.stream.pending import PendingLabels
 from pegasos_stream.stream.records import Record, RecordBatch
 from pegasos_stream.stream.runner import StopRun
 from pegasos_stream.stream.sinks import JsonLinesSink
+
+try:  # tests/ as a package
+    from .streams import binary_events, jsonl
+except ImportError:  # tests/ as a plain directory: pytest puts it on sys.path
+    from streams import binary_events, jsonl
 from pegasos_stream.stream.sources import FileSource, Source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,25 +49,9 @@ BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or s
 # -- helpers -------------------------------------------------------------------------------
 
 
-def _binary_events(n: int, seed: int = 0, prefix: str = "e") -> list[dict]:
-    """Linearly separable-ish sparse events {"id", "x", "label"}."""
-    rng = random.Random(seed)
-    truth = {f"f{j}": rng.uniform(-1, 1) for j in range(20)}
-    events = []
-    for i in range(n):
-        x = {name: round(rng.gauss(0, 1), 4) for name in rng.sample(sorted(truth), 5)}
-        label = sum(truth[k] * v for k, v in x.items()) + rng.gauss(0, 0.1) > 0
-        events.append({"id": f"{prefix}{i}", "x": x, "label": label})
-    return events
-
-
 def _write_lines(path: Path, lines: list[bytes]) -> Path:
     path.write_bytes(b"".join(line + b"\n" for line in lines))
     return path
-
-
-def _jsonl(events: list[dict]) -> list[bytes]:
-    return [json.dumps(event).encode("utf-8") for event in events]
 
 
 def _write_config(path: Path, config: dict) -> Path:
@@ -84,7 +73,7 @@ def _in_process(config: dict, source=None, max_events=None):
     return runner
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _readjsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
@@ -190,7 +179,7 @@ BAD_LINES = [
 
 def _interleaved(tmp_path: Path):
     """A stream of 40 good events with the bad lines interleaved, and the same without them."""
-    good = _jsonl(_binary_events(40, seed=1))
+    good = jsonl(binary_events(40, seed=1))
     lines, bad_at = [], {}
     bad = iter(BAD_LINES)
     for i, line in enumerate(good):
@@ -237,7 +226,7 @@ def test_bad_records_are_skipped_reported_and_dead_lettered(tmp_path):
     assert summary["learned"] == summary["n"] == summary["t"] == len(good)
 
     # each is in the dead-letter file, its bytes intact
-    dead = _read_jsonl(tmp_path / "rejected.jsonl")
+    dead = _readjsonl(tmp_path / "rejected.jsonl")
     assert [entry["position"] for entry in dead] == [f"{full}:{n}" for n in sorted(bad_at)]
     for entry, line_no in zip(dead, sorted(bad_at)):
         value = base64.b64decode(entry["value_b64"])
@@ -262,14 +251,14 @@ def test_bad_records_are_skipped_reported_and_dead_lettered(tmp_path):
         assert any(fragment in reason for reason in reasons), fragment
 
     # the run went on: every good event predicted, with the scores of a run over the clean stream
-    predictions = _read_jsonl(tmp_path / "predictions.jsonl")
+    predictions = _readjsonl(tmp_path / "predictions.jsonl")
     assert [p["id"] for p in predictions] == [json.loads(line)["id"] for line in good]
     clean_config = load_config(
         job,
         [f"source.path={clean}", f"output.path={tmp_path / 'clean-predictions.jsonl'}", "errors.dead_letter.type=none"],
     )
     _in_process(clean_config)
-    assert predictions == _read_jsonl(tmp_path / "clean-predictions.jsonl")
+    assert predictions == _readjsonl(tmp_path / "clean-predictions.jsonl")
 
 
 def test_bad_records_leave_the_model_identical_to_the_clean_stream(tmp_path, caplog):
@@ -304,15 +293,15 @@ def test_on_error_stop_exits_1_naming_the_position(tmp_path):
     first_bad = min(bad_at)
     assert f"stopped: {full}:{first_bad}: malformed JSON" in done.stderr
     # it stopped there: only the good events before it were predicted
-    assert len(_read_jsonl(tmp_path / "predictions.jsonl")) == first_bad - 1
+    assert len(_readjsonl(tmp_path / "predictions.jsonl")) == first_bad - 1
 
 
 def test_on_error_stop_learns_nothing_from_the_bad_record(tmp_path):
     """A record that parses and is predicted, but whose update the learner refuses (a value so large
     the norm of w would blow up): the run stops at it and the model is that of the events before."""
-    good = _binary_events(30, seed=2)
+    good = binary_events(30, seed=2)
     bad = {"id": "huge", "x": {"unseen": 1e200}, "label": True}  # margin 0: a violation, a giant step
-    lines = _jsonl(good[:14]) + _jsonl([bad]) + _jsonl(good[14:])
+    lines = jsonl(good[:14]) + jsonl([bad]) + jsonl(good[14:])
     path = _write_lines(tmp_path / "events.jsonl", lines)
     config = load_config(_job(tmp_path, path), ["errors.on_error=stop", "output.type=none"])
     runner = build_runner(config)
@@ -331,7 +320,7 @@ def test_on_error_stop_learns_nothing_from_the_bad_record(tmp_path):
 
 def test_out_of_range_integer_is_rejected_and_the_run_goes_on(tmp_path, caplog):
     """A JSON integer too large for a float must be a bad record like NaN, not crash the run."""
-    good = _jsonl(_binary_events(3, seed=3))
+    good = jsonl(binary_events(3, seed=3))
     huge = b'{"id": "huge-int", "x": {"f1": 1' + b"0" * 400 + b'}, "label": true}'
     path = _write_lines(tmp_path / "events.jsonl", [good[0], huge, good[1], good[2]])
     config = load_config(
@@ -349,7 +338,7 @@ def test_out_of_range_integer_is_rejected_and_the_run_goes_on(tmp_path, caplog):
 def _delayed_stream():
     """Labeled events, unlabeled ones, and later label-only events (shuffled, some unmatched)."""
     rng = random.Random(4)
-    events = _binary_events(60, seed=4)
+    events = binary_events(60, seed=4)
     stream, later = [], []
     for event in events:
         if rng.random() < 0.5:
@@ -370,7 +359,7 @@ def _delayed_stream():
 
 def test_delayed_labels_learn_from_the_stored_features(tmp_path):
     stream, never = _delayed_stream()
-    path = _write_lines(tmp_path / "events.jsonl", _jsonl(stream))
+    path = _write_lines(tmp_path / "events.jsonl", jsonl(stream))
     out = tmp_path / "predictions.jsonl"
     config = load_config(
         None,
@@ -412,7 +401,7 @@ def test_delayed_labels_learn_from_the_stored_features(tmp_path):
     assert runner.model.weights == model.weights
     assert vars(runner.model._platt) == vars(model._platt)
     # every event with features predicted once, with the score of that moment
-    predictions = _read_jsonl(out)
+    predictions = _readjsonl(out)
     assert [(p["id"], p["score"]) for p in predictions] == predicted
     # the metrics count each example once, with the score it had when predicted
     assert list(runner.report.scores) == learned_scores
@@ -423,9 +412,9 @@ def test_delayed_labels_learn_from_the_stored_features(tmp_path):
 
 
 def test_max_pending_drops_the_oldest(tmp_path, capsys):
-    events = _binary_events(5, seed=5, prefix="u")
+    events = binary_events(5, seed=5, prefix="u")
     stream = [{"id": e["id"], "x": e["x"]} for e in events] + [{"id": e["id"], "label": e["label"]} for e in events]
-    path = _write_lines(tmp_path / "events.jsonl", _jsonl(stream))
+    path = _write_lines(tmp_path / "events.jsonl", jsonl(stream))
     overrides = [
         "model.lambda_=0.01",
         "source.type=file",
@@ -464,7 +453,7 @@ def test_max_age_expires_with_an_injected_clock():
     runner = build_runner(config)
     now = [0.0]
     runner.pending = PendingLabels(max_pending=100, max_age_seconds=10.0, clock=lambda: now[0])
-    events = {e["id"]: e for e in _binary_events(3, seed=6, prefix="m")}
+    events = {e["id"]: e for e in binary_events(3, seed=6, prefix="m")}
 
     def feed(at: float, obj: dict, line: int) -> None:
         now[0] = at
@@ -539,7 +528,7 @@ def test_stdin_stops_by_itself_when_idle():
     events = _kernel_events(40)
     proc = _spawn("run", "--config", "configs/kernel-rbf.yaml", "--input", "-", "--stop-when-idle", "1")
     try:
-        proc.stdin.write(b"\n".join(_jsonl(events)) + b"\n")
+        proc.stdin.write(b"\n".join(jsonl(events)) + b"\n")
         proc.stdin.flush()  # and the pipe stays open
         lines = _read_lines(proc, len(events), timeout=30)
         last_prediction = time.monotonic()
@@ -568,7 +557,7 @@ def test_signal_stops_a_run_waiting_on_open_stdin(sig):
     events = _kernel_events(2)
     proc = _spawn("run", "--config", "configs/kernel-rbf.yaml", "--input", "-")
     try:
-        proc.stdin.write(b"\n".join(_jsonl(events)) + b"\n")
+        proc.stdin.write(b"\n".join(jsonl(events)) + b"\n")
         proc.stdin.flush()
         lines = _read_lines(proc, 2, timeout=30)  # the runner is in its loop, waiting for more
         assert [json.loads(line)["id"] for line in lines] == ["s0", "s1"]
@@ -661,7 +650,7 @@ def test_max_events_and_output_file(tmp_path, capsys):
     assert captured.out == ""  # predictions went to the file
     summary = _summary(captured.err)
     assert summary["events"] == summary["t"] == 25
-    predictions = _read_jsonl(out)
+    predictions = _readjsonl(out)
     assert len(predictions) == 25
     rows, _ = _spam_prequential()
     assert [p["id"] for p in predictions] == [row[0] for row in rows[:25]]
@@ -675,7 +664,7 @@ def test_max_events_and_output_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("batch_size", [0, 64])
 def test_max_events_zero_processes_no_event(tmp_path, batch_size):
-    path = _write_lines(tmp_path / "events.jsonl", _jsonl(_binary_events(5)))
+    path = _write_lines(tmp_path / "events.jsonl", jsonl(binary_events(5)))
     config = load_config(_job(tmp_path, path), [f"run.batch_size={batch_size}"])
     runner = _in_process(config, max_events=0)
     assert (runner.stats.events, runner.model.t) == (0, 0)
@@ -709,8 +698,8 @@ def test_the_json_lines_sink_writes_a_non_finite_number_as_null(tmp_path):
 
 
 def test_run_reads_stdin_redirected_from_a_file(tmp_path):
-    events = _binary_events(30, seed=4)
-    path = _write_lines(tmp_path / "events.jsonl", _jsonl(events))
+    events = binary_events(30, seed=4)
+    path = _write_lines(tmp_path / "events.jsonl", jsonl(events))
     job = _job(tmp_path, path)
     with path.open("rb") as stdin:
         args = ["run", "--config", str(job), "--input", "-", "--output", "-"]
@@ -724,7 +713,7 @@ def test_eval_max_events_one_with_output_file(tmp_path, capsys):
     out = tmp_path / "predictions.jsonl"
     assert cli.main(["eval", "--json", "--max-events", "1", "--output", str(out)]) == 0
     assert json.loads(capsys.readouterr().out)["events"] == 1
-    assert len(_read_jsonl(out)) == 1
+    assert len(_readjsonl(out)) == 1
 
 
 # -- multiclass ----------------------------------------------------------------------------
@@ -740,7 +729,7 @@ def test_multiclass_config_runs_and_reports_accuracy(tmp_path, capsys):
         events.append(
             {"id": i, "x": {"a": cx + rng.gauss(0, 0.5), "b": cy + rng.gauss(0, 0.5), "bias": 1.0}, "label": label}
         )
-    _write_lines(tmp_path / "colours.jsonl", _jsonl(events))
+    _write_lines(tmp_path / "colours.jsonl", jsonl(events))
     job = _write_config(
         tmp_path / "multiclass.yaml",
         {
@@ -764,7 +753,7 @@ def test_multiclass_config_runs_and_reports_accuracy(tmp_path, capsys):
     out = tmp_path / "predictions.jsonl"
     assert cli.main(["run", "--config", str(job), "--output", str(out), "--max-events", "100"]) == 0
     capsys.readouterr()
-    predictions = _read_jsonl(out)
+    predictions = _readjsonl(out)
     assert len(predictions) == 100
     assert predictions[0]["label"] is None  # no class known yet
     assert {p["label"] for p in predictions[1:]} <= set(centres)
@@ -850,7 +839,7 @@ def test_a_source_that_cannot_give_records_back_is_neither_checkpointed_nor_comm
     cover records never processed, so there is none (and an error says so)."""
     runner = build_runner(load_config(None, ["model.lambda_=0.01", "run.batch_size=16", "output.type=none"]))
     runner.dead_letters = _BrokenSink()
-    lines = _jsonl(_binary_events(20, seed=9))
+    lines = jsonl(binary_events(20, seed=9))
     lines[4] = b"not JSON"  # its dead letter fails: records 5 to 16 of the first batch are not processed
     directory = tmp_path / "ck"
     checkpoints = Checkpoints(directory)
@@ -866,13 +855,13 @@ def test_a_source_that_cannot_give_records_back_is_neither_checkpointed_nor_comm
 def test_run_works_in_a_worker_thread_and_stops_on_request():
     """``Runner.run`` leaves signals to the command line, so it runs in any thread; ``request_stop``
     from another thread ends the run."""
-    events = _binary_events(50, seed=9)
+    events = binary_events(50, seed=9)
     runner = build_runner(load_config(None, ["model.lambda_=0.01", "output.type=none"]))
     outcome: dict = {}
 
     def work() -> None:
         try:
-            outcome["stats"] = runner.run(_EndlessSource(_jsonl(events)))
+            outcome["stats"] = runner.run(_EndlessSource(jsonl(events)))
         except Exception as error:
             outcome["error"] = error
 
@@ -906,7 +895,7 @@ def test_the_command_line_settings_of_a_run_last_as_long_as_it():
 def test_the_report_state_keeps_the_layout_of_earlier_checkpoints(tmp_path, kind):
     """A snapshot holds the report as checkpoints written before reports had a state of their own
     (every field but the window, deques as lists), and a runner restored from it reports the same."""
-    path = _write_lines(tmp_path / "events.jsonl", _jsonl(_binary_events(60, seed=10)))
+    path = _write_lines(tmp_path / "events.jsonl", jsonl(binary_events(60, seed=10)))
     config = load_config(_job(tmp_path, path), [f"model.kind={kind}", "output.type=none"])
     runner = _in_process(config)
     earlier_layout = {
