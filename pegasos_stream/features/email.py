@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from email.header import decode_header, make_header
 from email.message import Message
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 from river import base
@@ -240,13 +240,15 @@ class EmailFeatures(base.Transformer):
             )
         return rows_of([self.transform_one(text) for text in texts])
 
-    def _columns(self, names: Iterable[str | bytes]) -> list[str | int]:
+    def _columns(self, names: Iterable[str | bytes]) -> Iterable[str | int]:
         """The columns of feature names: ``feature_hash(name)`` (CRC-32 of a name's bytes, for the
         "bytes" reader) mod 2^hash_bits when hashing, else the names themselves (as str)."""
-        if self.hash_bits is None:
-            return [name.decode("latin-1") if isinstance(name, bytes) else name for name in names]
-        mask = (1 << self.hash_bits) - 1
-        return [(zlib.crc32(name) if isinstance(name, bytes) else feature_hash(name)) & mask for name in names]
+        mask = None if self.hash_bits is None else (1 << self.hash_bits) - 1
+        if self.reader == "bytes":  # the names are bytes
+            grams = cast(Iterable[bytes], names)
+            return [gram.decode("latin-1") for gram in grams] if mask is None else [zlib.crc32(g) & mask for g in grams]
+        words = cast(Iterable[str], names)
+        return words if mask is None else [feature_hash(word) & mask for word in words]
 
 
 def rows_of(dicts: Sequence[dict]) -> TextRows:
