@@ -10,16 +10,34 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .learners import KernelPegasosClassifier, PegasosClassifier, PegasosGrid, PegasosMulticlass
+    from .learners import (
+        AdaGradLogistic,
+        KernelPegasosClassifier,
+        PegasosClassifier,
+        PegasosCommittee,
+        PegasosGrid,
+        PegasosMulticlass,
+    )
     from .persist import load, save
 
-__all__ = ["KernelPegasosClassifier", "PegasosClassifier", "PegasosGrid", "PegasosMulticlass", "load", "save"]
+__all__ = [
+    "AdaGradLogistic",
+    "KernelPegasosClassifier",
+    "PegasosClassifier",
+    "PegasosCommittee",
+    "PegasosGrid",
+    "PegasosMulticlass",
+    "load",
+    "save",
+]
 
 __version__ = "0.1.0"
 
 _WHERE = {
+    "AdaGradLogistic": ".learners",
     "KernelPegasosClassifier": ".learners",
     "PegasosClassifier": ".learners",
+    "PegasosCommittee": ".learners",
     "PegasosGrid": ".learners",
     "PegasosMulticlass": ".learners",
     "load": ".persist",

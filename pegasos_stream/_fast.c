@@ -8,6 +8,7 @@
  *     structure) before anything is learned, and the loop runs without the GIL.
  * PARAMS, STATE, ISTATE: the names of the entries of learn_rows' parameter, state and integer state arrays,
  *     in their order (the Python side builds and reads the arrays by these names).
+ * learn_logistic_rows: AdaGradLogistic.learn_one over the rows of a CSR batch, bit-identical likewise.
  * check_rows: the CSR checks of learn_rows, naming the repeated column by its key.
  * sparse_dot, axpy_sq_norm: learn_one's passes over one example, as its Python expressions compute them.
  * gather, scatter: the weights a batch touches, out of the learner's dicts and back.
@@ -427,6 +428,105 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     release(b, N_ARRAYS);
     return PyLong_FromSsize_t(i);
+}
+
+/* -- AdaGrad logistic regression ------------------------------------------------------------------- */
+
+enum { L_INDPTR, L_INDICES, L_DATA, L_SIGNS, L_WEIGHTS, L_COLUMNS, L_W, L_G2, L_PRESENT, L_NEW, L_DECISIONS,
+       N_LOGISTIC };
+static const struct { const char *name; Kind kind; int writable; } LOGISTIC_ARRAYS[N_LOGISTIC] = {
+    {"indptr", I64, 0}, {"indices", I64, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
+    {"columns", I64, 0}, {"w", F64, 1}, {"g2", F64, 1}, {"present", BOOL, 1}, {"new", I64, 1}, {"decisions", F64, 1},
+};
+
+/* learn_logistic_rows(indptr, indices, data, signs, weights, columns, w, g2, present, new, decisions,
+ *                     learning_rate, initial_accumulator, compensated, start) -> (stop row, columns first written)
+ * AdaGradLogistic.learn_one over CSR rows from ``start``, with the same floating-point operations in the same
+ * order. The rows' column j is the weights' column columns[j] (w, g2 and present have one entry per weight
+ * column: the gathered weights of a dict learner, or a dense learner's arrays). Each row's margin m = <w, x>
+ * (summed as sum() sums) goes into decisions[i]; then, with c = -weight*sign/(1 +
+ * exp(clamp(sign*m, ±700))), for each feature in row order g = c*x, g2 += g*g (from initial_accumulator for a column
+ * not present), w -= rate*g/sqrt(g2).
+ * A column first written is marked present and appended to ``new``. The loop stops before a row whose margin or
+ * squared gradient is not finite (learn_one refuses it). Every array is checked first; the loop runs without the GIL. */
+static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
+    PyObject *o[N_LOGISTIC];
+    double rate, initial;
+    int comp;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOddpn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &rate, &initial, &comp, &start))
+        return NULL;
+    Buf b[N_LOGISTIC];
+    memset(b, 0, sizeof b);
+    for (int a = 0; a < N_LOGISTIC; a++)
+        if (get_buffer(o[a], &b[a], LOGISTIC_ARRAYS[a].writable, LOGISTIC_ARRAYS[a].kind, "learn_logistic_rows",
+                       LOGISTIC_ARRAYS[a].name) < 0) {
+            release(b, N_LOGISTIC);
+            return NULL;
+        }
+    Py_ssize_t n = length(&b[L_SIGNS]), nnz = length(&b[L_INDICES]), m = length(&b[L_COLUMNS]), M = length(&b[L_W]);
+    const Py_ssize_t want[N_LOGISTIC] = {n + 1, nnz, nnz, n, n, m, M, M, M, m, n};
+    for (int a = 0; a < N_LOGISTIC; a++) {
+        if (length(&b[a]) != want[a]) {
+            PyErr_Format(PyExc_ValueError, "learn_logistic_rows: %s: %zd items, expected %zd", LOGISTIC_ARRAYS[a].name,
+                         length(&b[a]), want[a]);
+            release(b, N_LOGISTIC);
+            return NULL;
+        }
+    }
+    if (!(rate > 0.0 && isfinite(rate) && initial > 0.0 && isfinite(initial))) {
+        PyErr_Format(PyExc_ValueError, "learn_logistic_rows: learning_rate = %R, initial_accumulator = %R: expected "
+                     "finite numbers > 0", PyTuple_GET_ITEM(args, 11), PyTuple_GET_ITEM(args, 12));
+        release(b, N_LOGISTIC);
+        return NULL;
+    }
+    if (check_csr("learn_logistic_rows: ", b[L_INDPTR].view.buf, n, b[L_INDICES].view.buf, nnz, m, start, NULL) < 0) {
+        release(b, N_LOGISTIC);
+        return NULL;
+    }
+    const int64_t *indptr = b[L_INDPTR].view.buf, *idx = b[L_INDICES].view.buf, *columns = b[L_COLUMNS].view.buf;
+    for (Py_ssize_t j = 0; j < m; j++)
+        if (columns[j] < 0 || columns[j] >= M) {
+            PyErr_Format(PyExc_ValueError, "learn_logistic_rows: columns[%zd] = %lld is outside 0..%zd (the weights)",
+                         j, (long long)columns[j], M - 1);
+            release(b, N_LOGISTIC);
+            return NULL;
+        }
+    const double *x = b[L_DATA].view.buf, *signs = b[L_SIGNS].view.buf, *weights = b[L_WEIGHTS].view.buf;
+    double *w = b[L_W].view.buf, *g2 = b[L_G2].view.buf, *decisions = b[L_DECISIONS].view.buf;
+    char *present = b[L_PRESENT].view.buf;
+    int64_t *new = b[L_NEW].view.buf;
+    Py_ssize_t i, n_new = 0;
+    Py_BEGIN_ALLOW_THREADS
+        for (i = start; i < n; i++) {
+            Py_ssize_t a = indptr[i], e = indptr[i + 1];
+            Sum sum = {0.0, 0.0, comp};
+            for (Py_ssize_t k = a; k < e; k++) sum_add(&sum, w[columns[idx[k]]] * x[k]);
+            double margin = sum_result(&sum);
+            if (!isfinite(margin)) break;
+            decisions[i] = margin;
+            double sign = signs[i];
+            double coef = -weights[i] * sign / (1.0 + exp(py_max(py_min(sign * margin, 700.0), -700.0)));
+            double largest = 0.0;
+            for (Py_ssize_t k = a; k < e; k++) largest = py_max(largest, fabs(x[k]));
+            double steepest = coef * largest;
+            if (e > a && !isfinite(steepest * steepest)) break;  /* a gradient whose square overflows: refused */
+            for (Py_ssize_t k = a; k < e; k++) {
+                int64_t c = columns[idx[k]];
+                double g = coef * x[k];
+                double acc = (present[c] ? g2[c] : initial) + g * g;
+                g2[c] = acc;
+                w[c] = w[c] - rate * g / sqrt(acc);
+                if (!present[c]) {
+                    present[c] = 1;
+                    new[n_new++] = c;
+                }
+            }
+        }
+    Py_END_ALLOW_THREADS
+    release(b, N_LOGISTIC);
+    return Py_BuildValue("nn", i, n_new);
 }
 
 /* -- one example at a time ------------------------------------------------------------------------ */
@@ -1462,6 +1562,8 @@ fail:
 
 static PyMethodDef methods[] = {
     {"learn_rows", learn_rows, METH_VARARGS, "PegasosClassifier.learn_one over CSR rows; returns the stop row."},
+    {"learn_logistic_rows", learn_logistic_rows, METH_VARARGS,
+     "AdaGradLogistic.learn_one over CSR rows; returns (stop row, columns first written)."},
     {"check_rows", check_rows, METH_VARARGS, "Check CSR rows (bounds, columns, no repeat), naming columns by keys."},
     {"rows_from_dicts", rows_from_dicts, METH_VARARGS, "Feature dicts to CSR bytes (indptr, indices, data)."},
     {"parse_svmlight", parse_svmlight, METH_VARARGS, "svmlight lines to (status, indptr, indices, data, labels)."},

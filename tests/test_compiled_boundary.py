@@ -2,12 +2,14 @@
 code run from inside a compiled pass (a key's __eq__ or __hash__, a value's __float__) neither breaks it
 nor changes what the Python expression it stands for gives.
 
-``learn_csr`` and the raw ``_fast.learn_rows`` entry get each malformed input in turn: each is a
-ValueError saying what is wrong, and the model (or every array the raw entry writes) is left as it was.
+``learn_csr`` and the raw ``_fast.learn_rows`` and ``_fast.learn_logistic_rows`` entries get each malformed input
+in turn: each is a ValueError saying what is wrong, and the model (or every array the raw entry writes) is left as
+it was.
 """
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Callable
 from itertools import repeat
@@ -16,7 +18,7 @@ from operator import add, mul
 import numpy as np
 import pytest
 
-from pegasos_stream import PegasosClassifier, _fast
+from pegasos_stream import AdaGradLogistic, PegasosClassifier, _fast
 from pegasos_stream.learners import compiled, weights
 from pegasos_stream.learners.rows import Rows
 
@@ -198,16 +200,103 @@ def test_the_raw_arguments_are_learned():
     assert arguments["istate"][_fast.ISTATE.index("t")] == 4
 
 
+def _refused_writing_nothing(
+    call: Callable[[dict], object],
+    arguments: dict,
+    names: tuple[str, ...],
+    change: Callable[[dict], None],
+    message: str,
+) -> None:
+    """``call`` on the changed ``arguments`` raises a ValueError matching ``message``; no array of ``names`` changed."""
+    change(arguments)
+    before = {name: np.array(arguments[name], copy=True) for name in names}
+    with pytest.raises(ValueError, match=message):
+        call(arguments)
+    for name in names:
+        assert np.array_equal(np.asarray(arguments[name]), before[name]), name
+
+
 @pytest.mark.parametrize("case", RAW_CASES, ids=list(RAW_CASES))
 def test_the_raw_entry_refuses_malformed_arrays_and_writes_nothing(case):
     change, message = RAW_CASES[case]
-    arguments = _raw_arguments()
-    change(arguments)
-    before = {name: np.array(arguments[name], copy=True) for name in ARRAYS}
-    with pytest.raises(ValueError, match=r"^learn_rows: " + message):
-        _call(arguments)
-    for name in ARRAYS:
-        assert np.array_equal(np.asarray(arguments[name]), before[name]), name
+    _refused_writing_nothing(_call, _raw_arguments(), ARRAYS, change, r"^learn_rows: " + message)
+
+
+# -- learn_logistic_rows: AdaGradLogistic's loop --------------------------------------------------
+
+LOGISTIC_ARRAYS = ("indptr", "indices", "data", "signs", "weights", "columns", "w", "g2", "present", "new", "decisions")
+
+
+def _logistic_arguments() -> dict:
+    """Valid arguments of ``_fast.learn_logistic_rows``: three rows over three local columns mapped to weight
+    columns 4, 0 and 2 of five, the first two present."""
+    return {
+        "indptr": np.array([0, 2, 3, 5], dtype=np.int64),
+        "indices": np.array([0, 1, 2, 0, 2], dtype=np.int64),
+        "data": np.array([1.0, -0.5, 2.0, 0.25, 1.0]),
+        "signs": np.array([1.0, -1.0, 1.0]),
+        "weights": np.ones(3),
+        "columns": np.array([4, 0, 2], dtype=np.int64),
+        "w": np.array([0.1, 0.0, 0.0, 0.0, -0.2]),
+        "g2": np.array([0.5, 1e-6, 1e-6, 1e-6, 0.25]),
+        "present": np.array([True, False, False, False, True]),
+        "new": np.zeros(3, dtype=np.int64),
+        "decisions": np.zeros(3),
+        "learning_rate": 0.5,
+        "initial_accumulator": 1e-6,
+        "start": 0,
+    }
+
+
+def _logistic_call(arguments: dict) -> tuple[int, int]:
+    return _fast.learn_logistic_rows(
+        *(arguments[name] for name in LOGISTIC_ARRAYS),
+        arguments["learning_rate"], arguments["initial_accumulator"], False, arguments["start"],
+    )  # fmt: skip
+
+
+def test_the_logistic_loop_learns_the_raw_arguments_as_learn_one():
+    arguments = _logistic_arguments()
+    assert _logistic_call(arguments) == (3, 1)  # column 2 first written
+    assert arguments["new"][0] == 2 and arguments["present"].tolist() == [True, False, True, False, True]
+    model = AdaGradLogistic(learning_rate=0.5, n_features=5)
+    model._w, model._g2 = _logistic_arguments()["w"], _logistic_arguments()["g2"]
+    model._g2[2] = 1e-6
+    expected = []
+    for x, y in (({4: 1.0, 0: -0.5}, True), ({2: 2.0}, False), ({4: 0.25, 2: 1.0}, True)):
+        expected.append(model.decision_function_one(x))
+        model.learn_one(x, y)
+    assert arguments["decisions"].tolist() == expected
+    assert arguments["w"].tolist() == model._w.tolist() and arguments["g2"].tolist() == model._g2.tolist()
+
+
+LOGISTIC_CASES = {
+    "int32 columns": (_replace("columns", lambda a: a.astype(np.int32)), r"columns: expected .* int64 array"),
+    "read-only g2": (_replace("g2", _read_only), r"g2: expected a writable 1-d"),
+    "uint8 presence": (_replace("present", lambda a: a.astype(np.uint8)), r"present: expected .* bool array"),
+    "short g2": (_replace("g2", lambda a: a[:-1]), r"g2: 4 items, expected 5"),
+    "short new": (_replace("new", lambda a: a[:-1]), r"new: 2 items, expected 3"),
+    "fewer weights than rows": (_replace("weights", lambda a: a[:-1]), r"weights: 2 items, expected 3"),
+    "column past the weights": (_set("columns", 1, 5), r"columns\[1\] = 5 is outside 0\.\.4 \(the weights\)"),
+    "negative column": (_set("columns", 0, -1), r"columns\[0\] = -1 is outside"),
+    "local column past columns": (_set("indices", 4, 3), r"row 2: column 3 is out of range"),
+    "repeated column": (_set("indices", 1, 0), r"row 0: column 0 appears more than once"),
+    "decreasing indptr": (_set("indptr", 2, 1), r"row 1: indptr\[2\] = 1 decreases"),
+    "no learning rate": (_replace("learning_rate", lambda _: 0.0), r"learning_rate = 0\.0, .*: expected finite"),
+    "infinite accumulator": (
+        _replace("initial_accumulator", lambda _: math.inf),
+        r"learning_rate = 0\.5, initial_accumulator = inf",
+    ),
+    "start past the rows": (_replace("start", lambda _: 4), r"start = 4 is outside 0\.\.3"),
+}
+
+
+@pytest.mark.parametrize("case", LOGISTIC_CASES, ids=list(LOGISTIC_CASES))
+def test_the_logistic_loop_refuses_malformed_arrays_and_writes_nothing(case):
+    change, message = LOGISTIC_CASES[case]
+    _refused_writing_nothing(
+        _logistic_call, _logistic_arguments(), LOGISTIC_ARRAYS, change, r"^learn_logistic_rows: " + message
+    )
 
 
 # -- names of the arrays -----------------------------------------------------------------------

@@ -72,7 +72,14 @@ def test_spam_config_points_at_the_bundled_sample():
     assert Path(config["source"]["path"]).resolve() == SAMPLE.resolve()
     assert Path(config["source"]["path"]).is_absolute()
     assert config["source"]["labels"] == {"positive": "spam", "negative": "ham"}
-    assert config["model"] == {"kind": "linear", "lambda_": 1e-5, "t0": 30000}
+    assert config["model"] == {
+        "kind": "committee",
+        "lambda_": 1e-5,
+        "t0": 30000,
+        "learning_rate": 0.7,
+        "n_features": 2**20,
+        "initial_accumulator": 1e-6,
+    }
     assert config["features"] == {
         "type": "email",
         "reader": "bytes",
@@ -124,7 +131,7 @@ REFUSED = [
     ({"source": {"fields": "id"}}, "source.fields", "a mapping"),
     ({"evaluation": {"stats_every_seconds": -1}}, "evaluation.stats_every_seconds", "a number >= 0"),
     ({"model": {"lambda_": -1}}, "model.lambda_", "> 0"),
-    ({"model": {"kind": "forest"}}, "model.kind", "linear | grid | multiclass | kernel"),
+    ({"model": {"kind": "forest"}}, "model.kind", "linear | grid | committee | adagrad | multiclass | kernel"),
     ({"features": {"type": "email", "char_ngram": "x"}}, "features.char_ngram", "an integer >= 0"),
 ]
 

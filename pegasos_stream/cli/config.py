@@ -26,6 +26,8 @@ from typing import Any, cast
 import yaml
 
 from ..features import DictHasher, EmailFeatures
+from ..learners.adagrad import AdaGradLogistic
+from ..learners.committee import PegasosCommittee
 from ..learners.grid import PegasosGrid
 from ..learners.kernel import KernelPegasosClassifier
 from ..learners.linear import PegasosClassifier
@@ -36,6 +38,8 @@ __all__ = ["LEARNERS", "ConfigError", "config_hash", "load_config", "parse_overr
 LEARNERS = {
     "linear": PegasosClassifier,
     "grid": PegasosGrid,
+    "committee": PegasosCommittee,
+    "adagrad": AdaGradLogistic,
     "multiclass": PegasosMulticlass,
     "kernel": KernelPegasosClassifier,
 }
@@ -356,6 +360,12 @@ def _check_requirements(config: dict, where: str) -> None:
     labels = config["source"]["labels"]
     if (labels["positive"] is None) != (labels["negative"] is None):
         raise ConfigError(f"{where}: source.labels: give both positive and negative, or neither")
+    columns, bits = config["model"].get("n_features"), config["features"].get("hash_bits")
+    if columns is not None and (bits is None or columns < 2**bits):
+        raise ConfigError(
+            f"{where}: model.n_features: {columns} weight columns need features hashed into at most as many "
+            f"(features.hash_bits: {bits}; 2**hash_bits must not exceed n_features)"
+        )
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -30,7 +30,7 @@ from .weights import COMPENSATED_SUM, MAX_AVERAGE_CANCELLATION, MIN_SCALE
 if TYPE_CHECKING:
     from .linear import PegasosClassifier
 
-__all__ = ["ISTATE_HOMES", "STATE_HOMES", "learn_csr", "learn_rows", "params"]
+__all__ = ["ISTATE_HOMES", "STATE_HOMES", "Stored", "gather", "learn_csr", "learn_rows", "params", "scatter"]
 
 #: Where the model keeps each entry of ``_fast.STATE``: (its holder: "" the model, "_u" its weights,
 #: "_platt" its calibration; the attribute).
@@ -182,14 +182,14 @@ def _learn_compiled(
     """
     u, keys = model._u, rows.keys
     m = len(keys)
-    v, present_v = _gather(u.v, keys)
-    stored_v = _Stored(v, present_v)
+    v, present_v = gather(u.v, keys)
+    stored_v = Stored(v, present_v)
     if u.average:
-        offset, present_offset = _gather(u.avg_offset, keys)
-        stored_offset = _Stored(offset, present_offset)
+        offset, present_offset = gather(u.avg_offset, keys)
+        stored_offset = Stored(offset, present_offset)
     else:
         offset, present_offset = np.zeros(m), np.ones(m, dtype=bool)
-    prior = _gather(model._prior, keys)[0] if model._prior else np.zeros(m)
+    prior = gather(model._prior, keys)[0] if model._prior else np.zeros(m)
     new_v, new_offset = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
     state = np.array(_read(model, STATE_HOMES, _fast.STATE), dtype=np.float64)
     istate = np.array(_read(model, ISTATE_HOMES, _fast.ISTATE), dtype=np.int64)
@@ -200,9 +200,9 @@ def _learn_compiled(
         decisions, probas, start,
     )  # fmt: skip
     counts = dict(zip(_fast.ISTATE, istate.tolist()))
-    _scatter(u.v, keys, v, stored_v, new_v[: counts["n_new_v"]])
+    scatter(u.v, keys, v, stored_v, new_v[: counts["n_new_v"]])
     if u.average:
-        _scatter(u.avg_offset, keys, offset, stored_offset, new_offset[: counts["n_new_offset"]])
+        scatter(u.avg_offset, keys, offset, stored_offset, new_offset[: counts["n_new_offset"]])
     _write(model, STATE_HOMES, _fast.STATE, state.tolist())
     _write(model, ISTATE_HOMES, _fast.ISTATE, istate.tolist())
     model._last_scored = None
@@ -225,14 +225,14 @@ def _holder(model: PegasosClassifier, attribute: str) -> object:
     return getattr(model, attribute) if attribute else model
 
 
-def _gather(weights: dict, keys: list) -> tuple[np.ndarray, np.ndarray]:
+def gather(weights: dict, keys: list) -> tuple[np.ndarray, np.ndarray]:
     """(the values of ``keys``, 0.0 where absent; whether each is present)."""
     values, present = np.empty(len(keys)), np.empty(len(keys), dtype=bool)
     _fast.gather(weights, keys, values, present)
     return values, present
 
 
-class _Stored:
+class Stored:
     """The columns of the keys a weight dict held when gathered, and the bits of their values then."""
 
     def __init__(self, values: np.ndarray, present: np.ndarray) -> None:
@@ -244,7 +244,7 @@ class _Stored:
         return self.columns[values[self.columns].view(np.int64) != self.bits]
 
 
-def _scatter(weights: dict, keys: list, values: np.ndarray, stored: _Stored, new: np.ndarray) -> None:
+def scatter(weights: dict, keys: list, values: np.ndarray, stored: Stored, new: np.ndarray) -> None:
     """Store the changed values of the ``stored`` keys (as new floats: a float in the dict is never written
     into), then add the ``new`` ones in the order they were first written (the order ``learn_one`` inserts
     them in)."""
