@@ -8,7 +8,9 @@ Each stream is a list of ``(text, is_spam)`` pairs:
 - ``body``: the decoded body text only (``message_text(raw, headers=())``), no headers;
 - ``spam13``, ``spam3``: every ham and a seeded sample of the spam, so that spam is about 13% and about 3%
   of the stream, time order kept;
-- ``shuffled``: a seeded permutation of the messages; ``reversed``: newest first.
+- ``shuffled``: a seeded permutation of the messages; ``reversed``: newest first;
+- ``hard``: the hard ham (mail that resembles spam) and all the spam, time order kept: spam is the
+  majority (88%) and the ham is the kind a filter most often gets wrong.
 """
 
 from __future__ import annotations
@@ -80,6 +82,10 @@ STREAMS: dict[str, tuple[Callable[[Sequence[Message]], Stream], str]] = {
     "spam3": (lambda ms: spam_fraction(ms, 0.03), "all ham, seeded spam sample to ~3% spam, chronological"),
     "shuffled": (shuffled, "raw messages in a seeded random order"),
     "reversed": (lambda ms: [(m.text, m.is_spam) for m in reversed(ms)], "raw messages, newest first"),
+    "hard": (
+        lambda ms: [(m.text, m.is_spam) for m in ms if m.is_spam or m.id.startswith("hard-ham")],
+        "the hard ham and all spam, chronological (88% spam)",
+    ),
 }
 
 
