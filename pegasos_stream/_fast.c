@@ -18,6 +18,8 @@
  * parse_json_events: labelled JSON feature events ({id, x, label} in the plain grammar: ASCII, no escapes,
  *     distinct names, numbers as json gives them) to CSR rows, ids and labels; any other value is
  *     marked for the Python parser.
+ * parse_json_texts: labelled JSON text events ({id, text, label} and members of plain values) to their texts
+ *     in UTF-8, ids and labels; any other value is marked for the Python parser.
  *
  * The one-example passes and rows_from_dicts only take dicts whose keys are exact str or int and whose
  * values are exact float, exact int or bool: hashing, comparing and converting those runs no Python code.
@@ -1433,6 +1435,33 @@ static inline int is_field(const char *s, Py_ssize_t len, const Field *field) {
     return len == field->len && !memcmp(s, field->name, len);
 }
 
+/* The member name at s[k], a plain string (see json_string) and a colon: its start and length into *start and
+ * *len; the index of the member's value, or -1. */
+static inline Py_ssize_t member_name(const char *s, Py_ssize_t k, Py_ssize_t *start, Py_ssize_t *len) {
+    if (s[k] != '"') return -1;
+    *start = k + 1;
+    k = json_string(s, k);
+    if (k < 0) return -1;
+    *len = k - 1 - *start;
+    k = skip_space(s, k);
+    return s[k] == ':' ? skip_space(s, k + 1) : -1;
+}
+
+/* The UTF-8 spelling of the four member names (id, x, label, text) into ``fields``; whether they are distinct. */
+static int read_fields(PyObject *const *field_names, Field *fields) {
+    int distinct = 1;
+    for (int i = 0; i < 4; i++) {
+        fields[i].name = PyUnicode_AsUTF8AndSize(field_names[i], &fields[i].len);
+        if (!fields[i].name) {  /* a lone surrogate: no plain member can carry it */
+            PyErr_Clear();
+            fields[i].name = "";
+            fields[i].len = -1;
+        }
+        for (int j = 0; j < i; j++) distinct &= PyUnicode_Compare(field_names[i], field_names[j]) != 0;
+    }
+    return distinct;
+}
+
 /* One JSON value into the CSR buffers, its id and its label; LINE_PYTHON leaves the buffers as they
  * were (but for new columns). */
 static int json_line(const char *s, Py_ssize_t len, const Field *fields, Names *names, PyObject *keys,
@@ -1443,14 +1472,9 @@ static int json_line(const char *s, Py_ssize_t len, const Field *fields, Names *
     if (s[k] != '{') return LINE_PYTHON;
     k = skip_space(s, k + 1);
     for (;;) {
-        if (s[k] != '"') goto python;
-        Py_ssize_t start = k + 1;
-        k = json_string(s, k);
+        Py_ssize_t start, name_len;
+        k = member_name(s, k, &start, &name_len);
         if (k < 0) goto python;
-        Py_ssize_t name_len = k - 1 - start;
-        k = skip_space(s, k);
-        if (s[k] != ':') goto python;
-        k = skip_space(s, k + 1);
         if (is_field(s + start, name_len, &fields[1])) {
             if (has_x || s[k] != '{') goto python;
             has_x = 1;
@@ -1495,16 +1519,7 @@ static PyObject *parse_json_events(PyObject *self, PyObject *args) {
     }
     names->call++;
     Field fields[4];  /* id, x, label, text */
-    int distinct = 1;
-    for (int i = 0; i < 4; i++) {
-        fields[i].name = PyUnicode_AsUTF8AndSize(field_names[i], &fields[i].len);
-        if (!fields[i].name) {  /* a lone surrogate: no plain member can carry it */
-            PyErr_Clear();
-            fields[i].name = "";
-            fields[i].len = -1;
-        }
-        for (int j = 0; j < i; j++) distinct &= PyUnicode_Compare(field_names[i], field_names[j]) != 0;
-    }
+    int distinct = read_fields(field_names, fields);
     Growing status = {.in_bytes = 1}, indptr = {.in_bytes = 1}, indices = {.in_bytes = 1}, data = {.in_bytes = 1};
     PyObject *ids = PyList_New(0), *labels = PyList_New(0);
     int64_t nnz = 0;
@@ -1560,6 +1575,199 @@ fail:
     return NULL;
 }
 
+/* -- JSON text events --------------------------------------------------------------------------- */
+
+/* The length of the UTF-8 sequence at s (a first byte >= 0x80) if it is one Python's strict decoder takes
+ * (no overlong form, no surrogate, nothing past U+10FFFF); 0 otherwise. s is read up to its NUL at most. */
+static inline int utf8_sequence(const unsigned char *s) {
+    unsigned char c = s[0], lo = 0x80, hi = 0xBF;
+    int n;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { n = 3; if (c == 0xE0) lo = 0xA0; else if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { n = 4; if (c == 0xF0) lo = 0x90; else if (c == 0xF4) hi = 0x8F; }
+    else return 0;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (int i = 2; i < n; i++) if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    return n;
+}
+
+static inline int hex_value(unsigned char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The value of the four hex digits at s; -1 if they are not four hex digits. */
+static inline int hex4(const unsigned char *s) {
+    int code = 0;
+    for (int i = 0; i < 4; i++) {
+        int digit = hex_value(s[i]);
+        if (digit < 0) return -1;
+        code = code * 16 + digit;
+    }
+    return code;
+}
+
+/* The JSON string at s[k] == '"' as json.loads reads it (strict: no raw control character), its value
+ * appended to ``out`` in UTF-8 when ``out`` is given: the index past its closing quote. -1 for anything the
+ * Python parser must take: invalid UTF-8, a bad escape, or a \u escape of a surrogate that is not the high half
+ * of a pair of escapes (json keeps those alone, and only surrogatepass encodes them). -2 on a memory error. */
+static Py_ssize_t json_text(const char *s, Py_ssize_t k, Growing *out) {
+    const unsigned char *u = (const unsigned char *)s;
+    k++;
+    for (;;) {
+        Py_ssize_t run = k;
+        while (u[k] >= 0x20 && u[k] < 0x80 && u[k] != '"' && u[k] != '\\') k++;
+        if (out && k > run && grow(out, s + run, k - run) < 0) return -2;
+        unsigned char c = u[k];
+        if (c == '"') return k + 1;
+        if (c >= 0x80) {
+            int n = utf8_sequence(u + k);
+            if (!n) return -1;
+            if (out && grow(out, s + k, n) < 0) return -2;
+            k += n;
+            continue;
+        }
+        if (c != '\\') return -1;  /* a raw control character, or the end of the input */
+        char one;
+        switch (u[k + 1]) {
+        case '"': one = '"'; break;
+        case '\\': one = '\\'; break;
+        case '/': one = '/'; break;
+        case 'b': one = '\b'; break;
+        case 'f': one = '\f'; break;
+        case 'n': one = '\n'; break;
+        case 'r': one = '\r'; break;
+        case 't': one = '\t'; break;
+        case 'u': {
+            int code = hex4(u + k + 2), low = -1;
+            if (code < 0) return -1;
+            k += 6;
+            if (code >= 0xD800 && code <= 0xDBFF && u[k] == '\\' && u[k + 1] == 'u') {
+                low = hex4(u + k + 2);  /* a high surrogate escape and a low one make one code point, as in json */
+                if (low < 0xDC00 || low > 0xDFFF) return -1;
+                code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+                k += 6;
+            }
+            if (code >= 0xD800 && code <= 0xDFFF) return -1;  /* a lone surrogate: encoded by surrogatepass */
+            char utf8[4];
+            int n;
+            if (code < 0x80) { utf8[0] = (char)code; n = 1; }
+            else if (code < 0x800) { utf8[0] = (char)(0xC0 | (code >> 6)); utf8[1] = (char)(0x80 | (code & 0x3F)); n = 2; }
+            else if (code < 0x10000) {
+                utf8[0] = (char)(0xE0 | (code >> 12));
+                utf8[1] = (char)(0x80 | ((code >> 6) & 0x3F));
+                utf8[2] = (char)(0x80 | (code & 0x3F));
+                n = 3;
+            } else {
+                utf8[0] = (char)(0xF0 | (code >> 18));
+                utf8[1] = (char)(0x80 | ((code >> 12) & 0x3F));
+                utf8[2] = (char)(0x80 | ((code >> 6) & 0x3F));
+                utf8[3] = (char)(0x80 | (code & 0x3F));
+                n = 4;
+            }
+            if (out && grow(out, utf8, n) < 0) return -2;
+            continue;
+        }
+        default: return -1;
+        }
+        if (out && grow(out, &one, 1) < 0) return -2;
+        k += 2;
+    }
+}
+
+/* One JSON value: a labelled text event in the grammar the Python parser agrees with, its id, label and
+ * text (into ``text``, emptied first). Members other than the id, label and text are skipped when they hold
+ * a string, a number of at most 18 digits, true, false or null; anything else (the features member, nested
+ * values, a repeated member, no text or no label) is LINE_PYTHON. -2 on a memory error. */
+static int json_text_line(const char *s, Py_ssize_t len, const Field *fields, Growing *text, Scalar *id,
+                          Scalar *label) {
+    Py_ssize_t k = skip_space(s, 0);
+    int has_text = 0;
+    id->kind = label->kind = V_NONE;
+    text->len = 0;
+    if (s[k] != '{') return LINE_PYTHON;
+    k = skip_space(s, k + 1);
+    for (;;) {
+        Py_ssize_t start, name_len;
+        k = member_name(s, k, &start, &name_len);
+        if (k < 0) return LINE_PYTHON;
+        if (is_field(s + start, name_len, &fields[3])) {
+            if (has_text || s[k] != '"') return LINE_PYTHON;
+            has_text = 1;
+            k = json_text(s, k, text);
+            if (k == -2) return -2;
+        } else if (is_field(s + start, name_len, &fields[0])) {
+            if (id->kind != V_NONE) return LINE_PYTHON;
+            k = json_scalar(s, k, s + len + 1, id);
+            if (id->kind == V_TRUE || id->kind == V_FALSE) return LINE_PYTHON;
+        } else if (is_field(s + start, name_len, &fields[2])) {
+            if (label->kind != V_NONE) return LINE_PYTHON;
+            k = json_scalar(s, k, s + len + 1, label);
+        } else if (is_field(s + start, name_len, &fields[1])) {
+            return LINE_PYTHON;  /* a feature event */
+        } else {  /* a member the event does not use; a repeat of one goes unnoticed, as json keeps the last */
+            Scalar skipped;
+            if (s[k] == '"') k = json_text(s, k, NULL);
+            else if (!strncmp(s + k, "null", 4)) k += 4;
+            else k = json_scalar(s, k, s + len + 1, &skipped);
+        }
+        if (k < 0) return LINE_PYTHON;
+        k = skip_space(s, k);
+        if (s[k] == '}') break;
+        if (s[k] != ',') return LINE_PYTHON;
+        k = skip_space(s, k + 1);
+    }
+    if (skip_space(s, k + 1) != len || !has_text || label->kind == V_NONE) return LINE_PYTHON;
+    return LINE_ROW;
+}
+
+/* parse_json_texts(values, id_field, x_field, label_field, text_field, max_bytes) -> (status, texts, ids,
+ * labels): status per value as bytes (0 a labelled text event, 2 for the Python parser); per status-0 value
+ * its text in UTF-8 (bytes, as json.loads(value)[text_field].encode("utf-8") gives it), its id (None when
+ * absent) and its label, as json.loads gives them. */
+static PyObject *parse_json_texts(PyObject *self, PyObject *args) {
+    PyObject *values, *field_names[4];
+    Py_ssize_t max_bytes;
+    if (!PyArg_ParseTuple(args, "O!UUUUn", &PyList_Type, &values, &field_names[0], &field_names[1], &field_names[2],
+                          &field_names[3], &max_bytes))
+        return NULL;
+    Field fields[4];  /* id, x, label, text */
+    int distinct = read_fields(field_names, fields);
+    Growing status = {.in_bytes = 1}, text = {0};
+    PyObject *texts = PyList_New(0), *ids = PyList_New(0), *labels = PyList_New(0);
+    if (!texts || !ids || !labels) goto fail;
+    for (Py_ssize_t r = 0; r < PyList_GET_SIZE(values); r++) {
+        PyObject *value = PyList_GET_ITEM(values, r);
+        if (!PyBytes_Check(value)) { PyErr_SetString(PyExc_TypeError, "parse_json_texts: expected bytes"); goto fail; }
+        Py_ssize_t len = PyBytes_GET_SIZE(value);
+        const char *s = PyBytes_AS_STRING(value);
+        Scalar id, label;
+        Py_INCREF(value);  /* read while new objects are made, which may run a finalizer that drops it from the list */
+        int kind = (len > max_bytes || !distinct) ? LINE_PYTHON : json_text_line(s, len, fields, &text, &id, &label);
+        char code = (char)kind;
+        int failed = kind == -2 || grow(&status, &code, 1) < 0;
+        if (!failed && kind == LINE_ROW) {
+            PyObject *objects[3] = {PyBytes_FromStringAndSize(text.data ? text.data : "", text.len),
+                                    scalar_object(s, &id), scalar_object(s, &label)};
+            PyObject *lists[3] = {texts, ids, labels};
+            for (int i = 0; i < 3; i++) {
+                failed = failed || !objects[i] || PyList_Append(lists[i], objects[i]) < 0;
+                Py_XDECREF(objects[i]);
+            }
+        }
+        Py_DECREF(value);
+        if (failed) goto fail;
+    }
+    discard(&text);
+    return Py_BuildValue("NNNN", take_bytes(&status), texts, ids, labels);
+fail:
+    discard(&status);
+    discard(&text);
+    Py_XDECREF(texts);
+    Py_XDECREF(ids);
+    Py_XDECREF(labels);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"learn_rows", learn_rows, METH_VARARGS, "PegasosClassifier.learn_one over CSR rows; returns the stop row."},
     {"learn_logistic_rows", learn_logistic_rows, METH_VARARGS,
@@ -1569,6 +1777,8 @@ static PyMethodDef methods[] = {
     {"parse_svmlight", parse_svmlight, METH_VARARGS, "svmlight lines to (status, indptr, indices, data, labels)."},
     {"parse_json_events", parse_json_events, METH_VARARGS,
      "JSON feature events to (status, indptr, indices, data, ids, labels)."},
+    {"parse_json_texts", parse_json_texts, METH_VARARGS,
+     "Labelled JSON text events to (status, texts as UTF-8 bytes, ids, labels)."},
     {"name_table", name_table, METH_NOARGS, "An empty table of feature names for parse_json_events."},
     {"sparse_dot", sparse_dot, METH_VARARGS, "<v, x> of two dicts, summed as sum() sums; None if not floats."},
     {"axpy_sq_norm", axpy_sq_norm, METH_VARARGS, "v += c*x in place; the change of the squared norm."},

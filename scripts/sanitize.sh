@@ -17,9 +17,10 @@ cc=${CC:-gcc}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# The package and the tests, without any compiled module or cache.
+# The package, its configurations and the tests, without any compiled module or cache.
 mkdir -p "$work/tests"
 cp "$root/pyproject.toml" "$work/"
+cp -r "$root/configs" "$work/"
 cp -r "$root/pegasos_stream" "$work/"
 find "$work/pegasos_stream" \( -name '*.so' -o -name '*.pyd' -o -name '__pycache__' \) -prune -exec rm -rf {} +
 cp "$root"/tests/*.py "$work/tests/"

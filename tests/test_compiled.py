@@ -23,7 +23,7 @@ from pegasos_stream import PegasosClassifier, cli
 from pegasos_stream.learners import weights
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.persist.checkpoint import checkpoints, model_digest, read_checkpoint
-from pegasos_stream.stream.fastparse import name_table, parse_json_events, parse_svmlight
+from pegasos_stream.stream.fastparse import name_table, parse_json_events, parse_json_texts, parse_svmlight
 from pegasos_stream.stream.parsing import BadRecord, EventParser
 from pegasos_stream.stream.records import Record
 
@@ -366,6 +366,103 @@ def test_plain_json_events_take_the_compiled_path(fields, events, indent):
     for row, event in enumerate(events):
         assert list(rows.row(row).items()) == [(k, float(v)) for k, v in event["x"].items()]
         assert _same(ids[row], event.get("id")) and _same(labels[row], event["label"])
+
+
+# -- the JSON text parser --------------------------------------------------------------------
+
+PLAIN_TEXTS = st.one_of(
+    st.text(max_size=40),  # any code point but a surrogate, control characters included
+    st.sampled_from(["", "Subject: hi\r\n\r\nbody\n", "caf\u00e9 \u20ac 1\U0001f600", "\x00\x1f\x7f", '"\\/']),
+)
+OTHER_MEMBERS = st.lists(
+    st.tuples(
+        st.sampled_from(["time", "corpus", "n", "flag", "note"]),
+        st.one_of(
+            st.text(max_size=12).map(json.dumps),
+            st.text(max_size=12).map(lambda t: json.dumps(t, ensure_ascii=False)),
+            st.integers(-(10**15) + 1, 10**15 - 1).map(str),
+            st.floats(allow_nan=False, allow_infinity=False).map(repr),
+            st.sampled_from(["true", "false", "null"]),
+        ),
+    ),
+    max_size=3,
+    unique_by=lambda member: member[0],
+)
+ODD_TEXT_LINES = [
+    b'{"text": "caf\xc3", "label": 1}',  # invalid UTF-8 in the text
+    b'{"text": "a\xed\xa0\x80b", "label": 1}',  # a surrogate encoded in UTF-8
+    b'{"text": "\xc0\xafx", "label": 1}',  # an overlong form
+    b'{"text": "a\tb", "label": 1}',  # a raw control character
+    b'{"text": "a\\qb", "label": 1}',  # a bad escape
+    b'{"text": "a\\u12g4", "label": 1}',  # a bad \\u escape
+    b'{"text": "\\ud83d\\u0041", "label": 1}',  # a high surrogate and no low one
+    b'{"text": "\\udc00", "label": 1}',  # a lone surrogate
+    b'{"text": "t", "label": null}',  # unlabelled
+    b'{"text": "t", "label": 1, "x": {}}',  # a feature event
+    b'{"text": "t", "label": 1, "text": "u"}',  # a repeated text
+    b'{"text": "t", "label": 1, "meta": {"a": 1}}',  # a nested member
+    b'{"text": "t", "label": 1, "n": 1e999}',  # a number json reads as inf
+    b'{"text": "t", "label": 1, "n": NaN}',
+    b'{"text": "t", "label": 1} x',
+    b'{"text": "t", "label": 1',
+    b'\xef\xbb\xbf{"text": "t", "label": 1}',  # a byte order mark
+]
+
+
+@st.composite
+def _text_line(draw, fields: dict) -> tuple[bytes, bool]:
+    """A JSON text event, with random spacing and member order, and whether it is plain (the C parser must take
+    it) or has one odd part."""
+    text = draw(PLAIN_TEXTS)
+    members = [
+        (fields["text"], json.dumps(text, ensure_ascii=draw(st.booleans()))),
+        (fields["label"], draw(PLAIN_LABELS)),
+        *draw(OTHER_MEMBERS),
+    ]
+    if (event_id := draw(PLAIN_IDS)) is not None:
+        members.append((fields["id"], event_id))
+    members = draw(st.permutations(members))
+    parts = [f'{draw(SPACE)}"{name}"{draw(SPACE)}:{draw(SPACE)}{value}{draw(SPACE)}' for name, value in members]
+    line = (draw(SPACE) + "{" + ",".join(parts) + "}" + draw(SPACE)).encode("utf-8")
+    if draw(st.integers(0, 4)) == 0:
+        return draw(st.sampled_from(ODD_TEXT_LINES)).replace(b'"text"', f'"{fields["text"]}"'.encode()), False
+    return line, len(line) <= JSON_MAX_BYTES
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_the_c_json_text_parser_agrees_with_the_python_one(data):
+    fields = data.draw(JSON_FIELDS)
+    drawn = data.draw(st.lists(_text_line(fields), max_size=6))
+    lines = [line for line, _ in drawn]
+    status, texts, ids, labels = parse_json_texts(lines, fields, JSON_MAX_BYTES)
+    assert len(texts) == len(ids) == len(labels) == int((status == 0).sum())
+    parser = EventParser("json", fields=fields, max_bytes=JSON_MAX_BYTES)
+    taken = iter(range(len(texts)))
+    for (line, plain), kind in zip(drawn, status.tolist()):
+        if plain:
+            assert kind == 0, line
+        if kind != 0:
+            continue
+        row = next(taken)
+        event = parser.parse(Record(line, "p:1"))  # the compiled path takes only what Python accepts
+        assert event is not None and event.text is not None and event.x is None
+        assert texts[row] == event.text.encode("utf-8", "surrogatepass")
+        assert _same("p:1" if ids[row] is None else ids[row], event.id)
+        assert _same(labels[row], json.loads(line)[fields["label"]])
+
+
+def test_the_c_json_text_parser_leaves_every_odd_line_to_python():
+    fields = {"id": "id", "x": "x", "text": "text", "label": "label"}
+    status, texts, _, _ = parse_json_texts(ODD_TEXT_LINES, fields, 1000)
+    assert status.tolist() == [2] * len(ODD_TEXT_LINES) and texts == []
+    plain = [
+        b'{"id": "a/1", "time": "2002", "label": "spam", "corpus": "x", "text": "\\u00e9\\n\xc3\xa9\\ud83d\\ude00"}'
+    ]
+    status, texts, ids, labels = parse_json_texts(plain, fields, 1000)
+    assert status.tolist() == [0] and texts == ["\u00e9\n\u00e9\U0001f600".encode()] and ids == ["a/1"]
+    assert labels == ["spam"]
+    assert parse_json_texts(plain, fields, len(plain[0]) - 1)[0].tolist() == [2]  # too long: Python's error
 
 
 def test_the_c_json_parser_on_edge_cases():

@@ -941,6 +941,34 @@ def test_text_events_learned_in_batches_give_the_model_and_predictions_of_one_at
     assert results[1] == results[0] and results[2] == results[0]
 
 
+def test_odd_text_records_among_plain_ones_give_in_batches_what_one_at_a_time_gives(tmp_path):
+    """Text events the compiled JSON reader leaves to Python (a lone surrogate escape, no label, a feature event
+    in a text stream), malformed records and delayed labels among plain text events: each batch size gives
+    the one-at-a-time run's model, predictions and rejections."""
+    with gzip.open(SAMPLE, "rb") as sample:
+        plain = sample.read().splitlines()[:60]
+    odd = [
+        b'{"id": "s1", "text": "Subject: \\udc80 win cash now", "label": "spam"}',  # a lone surrogate
+        b'{"id": "b1", "text": "caf\xc3 bad UTF-8", "label": "ham"}',  # rejected
+        b'{"id": "u1", "text": "Subject: meeting at noon"}',  # predicted, its label comes later
+        b'{"id": "u1", "label": "ham"}',
+        b'{"id": "f1", "x": {"a": 1.0}, "label": "spam"}',  # a feature event: "a" is no column of the arrays
+        b'{"id": "m1", "text": "unterminated',  # malformed
+        b'{"id": "e1", "text": "caf\\u00e9 \\ud83d\\ude00 ok", "label": "ham", "extra": [1]}',  # nested: Python
+    ]
+    lines = [line for pair in zip(plain[:7], odd) for line in pair] + plain[7:]
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    results = []
+    for batch_size in (0, 5, 4096):
+        output = tmp_path / f"predictions-{batch_size}.jsonl"
+        overrides = [f"source.path={path}", f"run.batch_size={batch_size}", "output.type=file", f"output.path={output}"]
+        runner = _in_process(load_config(Path(__file__).parents[1] / "configs" / "spam.yaml", overrides))
+        results.append((model_digest(runner.model), output.read_text(encoding="utf-8"), runner.stats.rejected))
+    assert results[0][2] == 3 and results[0][1].count("\n") == len(lines) - 4  # three rejected, one label-only
+    assert results[1] == results[0] and results[2] == results[0]
+
+
 def test_python_dash_m_runs_the_command_line():
     """``python -m pegasos_stream.cli`` is the ``pegasos-stream`` command (what ``-m cProfile`` needs)."""
     done = subprocess.run(

@@ -212,6 +212,13 @@ class AdaGradLogistic(base.Classifier):
             start = stop + 1
         return n, None
 
+    def foreign_keys(self, keys: list) -> np.ndarray:
+        """Which of ``keys`` are no weight column (with ``n_features``: not an int from 0 to n_features − 1)."""
+        if isinstance(self._w, dict) or self._columns(keys) is not None:
+            return np.zeros(len(keys), dtype=bool)
+        n = len(self._w)
+        return np.array([not (isinstance(key, numbers.Integral) and 0 <= int(key) < n) for key in keys], dtype=bool)
+
     def _columns(self, keys: list) -> np.ndarray | None:
         """The weight column of each key of a batch: its position (dicts) or the key (arrays); None when some
         key is no column of the arrays (the batch then goes through ``learn_one``)."""

@@ -115,7 +115,8 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         `PegasosClassifier.learn_rows` (the same arrays, the same stop at a refused row).
 
         The logistic regression learns only the rows the SVM learned, and only rows it cannot refuse: a row
-        whose features are large enough that its margin or gradient might overflow goes through ``learn_one``.
+        whose features are large enough that its margin or gradient might overflow, or with a feature that is
+        no column of its weight arrays, goes through ``learn_one``.
         """
         n = len(rows)
         safe = self._safe_rows(rows, weights)
@@ -138,20 +139,27 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         return n, None
 
     def _safe_rows(self, rows: Rows, weights: np.ndarray) -> np.ndarray:
-        """Which rows the logistic regression cannot refuse while it learns this batch: |f(x)| is at most
-        η·(t + rows)·‖x‖₁ (no step moves a weight by more than η) and a gradient's square at most (c·‖x‖₁)²."""
+        """Which rows the logistic regression cannot refuse while it learns this batch: their features are
+        columns of its weights, |f(x)| is at most η·(t + rows)·‖x‖₁ (no step moves a weight by more than η)
+        and a gradient's square at most (c·‖x‖₁)²."""
+        foreign = self.logistic.foreign_keys(rows.keys)
+        if foreign.any():
+            counts = np.concatenate(([0], np.cumsum(foreign[rows.indices])))
+            native = counts[rows.indptr[1:]] == counts[rows.indptr[:-1]]
+        else:
+            native = np.ones(len(rows), dtype=bool)
         bound = self.logistic.learning_rate * (self.logistic.t + len(rows))
         data = rows.data
         if len(data):  # first the bound for every row at once: max |x_j| times the most non-zeros of a row
             largest = max(float(data.max()), -float(data.min())) * float(np.diff(rows.indptr).max())
             steepest = float(weights.max()) * largest
             if math.isfinite(bound * largest) and math.isfinite(steepest * steepest):
-                return np.ones(len(rows), dtype=bool)
+                return native
         total = np.concatenate(([0.0], np.cumsum(np.abs(data))))  # an overflow only makes rows unsafe
         l1 = total[rows.indptr[1:]] - total[rows.indptr[:-1]]
         with np.errstate(over="ignore", invalid="ignore"):
             steepest = weights * l1
-            return np.isfinite(bound * l1) & np.isfinite(steepest * steepest)
+            return native & np.isfinite(bound * l1) & np.isfinite(steepest * steepest)
 
     def _learn_members(
         self, rows: Rows, signs: np.ndarray, weights: np.ndarray, decisions: np.ndarray, probas: np.ndarray, start: int

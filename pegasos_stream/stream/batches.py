@@ -1,8 +1,8 @@
 """Batches of records of a binary stream parsed at once, for the learner's compiled loop.
 
-The compiled parsers take the plain grammar (svmlight, JSON feature events) straight to CSR rows;
-every other record goes through `EventParser`, one at a time, which gives the same event or the
-same error.
+The compiled parsers take the plain grammar (svmlight, JSON feature events) straight to CSR rows, and
+JSON text events to their texts, which the compiled features turn into rows a batch at a time; every
+other record goes through `EventParser`, one at a time, which gives the same event or the same error.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from ..features import EmailFeatures
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
-from .fastparse import name_table, parse_json_events, parse_svmlight
+from .fastparse import name_table, parse_json_events, parse_json_texts, parse_svmlight
 from .parsing import BadRecord, Event, EventParser
 from .records import Record, RecordBatch
 
@@ -66,8 +66,13 @@ class BatchParser:
         try:
             if parser.format == "svmlight" and not parser.labels:
                 return self._svmlight(records)
-            # a text stream's records go through EventParser: the C JSON parser takes feature events only
-            parsed = self._json(records) if parser.format == "json" and self.features is None else None
+            features = self.features
+            if parser.format != "json":
+                parsed = None
+            elif features is None:
+                parsed = self._json(records)
+            else:
+                parsed = self._texts(records, features) if features.compiled else None
         except Exception:  # a C parser that failed on the batch (a MemoryError, say): each record in Python
             parsed = None
         return self._events(records) if parsed is None else parsed
@@ -93,6 +98,41 @@ class BatchParser:
             return None
         others = {i: parse_record(parser, records[i]) for i in np.flatnonzero(status == 2).tolist()}
         return ParsedBatch(records, rows, signs, np.flatnonzero(status == 0).tolist(), ids, others)
+
+    def _texts(self, records: RecordBatch, features: EmailFeatures) -> ParsedBatch | None:
+        """The batch through the C JSON text parser, the other records through `EventParser`; None when
+        a label is not a binary class or a record is a labelled feature event (rare: `_events` then takes
+        the whole batch, as one record at a time would)."""
+        parser = self.parser
+        status, texts, ids, labels = parse_json_texts(records.values, parser.fields, parser.max_bytes)
+        table = self._label_signs
+        try:
+            signs = [table[label] for label in labels]
+        except KeyError:
+            return None
+        indices = np.flatnonzero(status == 0).tolist()
+        others: dict[int, Parsed] = {}
+        for index in np.flatnonzero(status == 2).tolist():
+            parsed = parse_record(parser, records[index])
+            if isinstance(parsed, Event) and parsed.has_input and (sign := _sign(parsed.label)) is not None:
+                if parsed.text is None:
+                    return None
+                indices.append(index)  # kept in record order below
+                texts.append(parsed.text.encode("utf-8", "surrogatepass"))
+                ids.append(parsed.id)
+                signs.append(sign)
+            else:
+                others[index] = parsed
+        order = sorted(range(len(indices)), key=indices.__getitem__)
+        rows = Rows(*features.transform_texts([texts[k] for k in order]))
+        return ParsedBatch(
+            records,
+            rows,
+            np.array([signs[k] for k in order], dtype=np.float64),
+            [indices[k] for k in order],
+            [ids[k] for k in order],
+            others,
+        )
 
     def _events(self, records: RecordBatch) -> ParsedBatch:
         """The batch through `EventParser`, one record at a time. The labelled feature events become

@@ -1,4 +1,5 @@
-"""Event parsing at C speed: svmlight lines and JSON feature events straight to CSR rows.
+"""Event parsing at C speed: svmlight lines and JSON feature events straight to CSR rows, and JSON text
+events to their texts.
 
 Each parser takes what it can in its plain grammar and marks the rest for the Python parser
 (`pegasos_stream.stream.parsing`), which gives the same event or the same error.
@@ -13,7 +14,7 @@ import numpy as np
 from .. import _fast
 from ..learners.rows import Rows, int64_array
 
-__all__ = ["name_table", "parse_json_events", "parse_svmlight"]
+__all__ = ["name_table", "parse_json_events", "parse_json_texts", "parse_svmlight"]
 
 
 def parse_svmlight(
@@ -54,6 +55,24 @@ def parse_json_events(
     )
     rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys)
     return np.frombuffer(status, dtype=np.uint8), rows, ids, labels
+
+
+def parse_json_texts(
+    values: list[bytes], fields: Mapping[str, str], max_bytes: int
+) -> tuple[np.ndarray, list[bytes], list, list]:
+    """Labelled JSON text events at C speed: (status of each value, the texts, their ids, their labels).
+
+    ``fields`` names the members, as ``EventParser.fields``. Status 0: the value is an object of the id
+    (optional: None stands for the record's position), the text and the label, and other members that
+    hold a string, a number, true, false or null; its text comes as the UTF-8 bytes of the string json
+    gives, with the id and label json gives. 2: anything else (a feature event, no label, nested values,
+    a surrogate escape, invalid UTF-8, too long...), for the Python parser to give the same event or the
+    same error.
+    """
+    status, texts, ids, labels = _fast.parse_json_texts(
+        values, fields["id"], fields["x"], fields["label"], fields["text"], max_bytes
+    )
+    return np.frombuffer(status, dtype=np.uint8), texts, ids, labels
 
 
 def name_table() -> object:
