@@ -3,9 +3,10 @@
 Every pass is timed on the wall clock from its start to its end (CPU time is recorded too):
 
 * **ours**: ``pegasos-stream eval --config configs/spam.yaml --input SPAMASSASSIN --json`` called in-process
-  (``pegasos_stream.cli.main``), from the call to its return: configuration, gzip, JSON, the compiled MIME reader and
-  byte 4-gram hashing of a batch of texts (``EmailFeatures.transform_texts``), the compiled Pegasos loop
-  (``learn_rows``), the exact prequential metrics and the JSON summary (captured). Without ``--output`` eval writes
+  (``pegasos_stream.cli.main``), from the call to its return: configuration, gzip, the compiled JSON text reader,
+  the compiled MIME reader and byte 4-gram hashing of a batch of texts (``EmailFeatures.transform_texts``), the
+  compiled loops of the configured learner (``learn_rows``: Pegasos and the AdaGrad logistic regression of
+  ``PegasosCommittee``), the exact prequential metrics and the JSON summary (captured). Without ``--output`` eval writes
   no predictions; its scores stay in memory for the AUC.
 * **Vowpal Wabbit**: one pyvw ``Workspace("--loss_function LOSS -l LR -b 20 --quiet")``, created and finished in
   the clock, reading the same gzip file (through the same 1 MiB buffered reader as ours) and parsing each JSON line
@@ -16,7 +17,7 @@ Every pass is timed on the wall clock from its start to its end (CPU time is rec
   extra pass per loss with an explicit ``predict`` before ``learn`` checks that the margins are the same and
   shows its rate. Margins stay in a list; nothing is written. For each loss (hinge, logistic) the text form and
   ``-l`` ∈ {0.1, 0.5, 2} are chosen by (1−ROCA)% from one pass of each of the 6 settings (the grid table).
-* **bare learning**: the same ``EmailFeatures`` and ``PegasosClassifier`` (from the configuration) over messages
+* **bare learning**: the same ``EmailFeatures`` and learner (from the configuration) over messages
   parsed from JSON before the clock starts, ``transform_texts`` + ``learn_rows`` per batch of ``run.batch_size``
   texts. Runner overhead = 1 − eval rate / bare rate.
 
@@ -167,7 +168,7 @@ def vw_pass(path: Path, limit: int | None, setting: VWSetting, predict_first: bo
 
 
 def bare_pass(config: dict, texts: list[str], signs: np.ndarray) -> Pass:
-    """EmailFeatures.transform_texts + PegasosClassifier.learn_rows over pre-parsed messages, per batch."""
+    """EmailFeatures.transform_texts + the configured learner's learn_rows over pre-parsed messages, per batch."""
     features, model = build_features(config), build_model(config)
     size = config["run"]["batch_size"] or len(texts)
     decisions, probas, weights = np.empty(len(texts)), np.empty(len(texts)), np.ones(len(texts))
@@ -333,7 +334,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
         for loss, setting in chosen.items()
     }
     bare = scored(
-        "bare learning (EmailFeatures + PegasosClassifier)",
+        "bare learning (EmailFeatures + the configured learner)",
         "transform_texts + learn_rows per batch on messages parsed beforehand",
         timings["bare"],
         positives,
