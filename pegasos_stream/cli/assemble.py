@@ -92,7 +92,9 @@ def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Run
     return Runner(
         model=model,
         features=build_features(config),
-        parser=EventParser(source["format"], source["fields"], _labels(source["labels"]), source["max_bytes"]),
+        parser=EventParser(
+            source["format"], source["fields"], _labels(source["labels"]), source["max_bytes"], model._multiclass
+        ),
         sink=_sink(config["output"]["type"], config["output"]),
         pending=PendingLabels(config["delayed_labels"]["max_pending"], config["delayed_labels"]["max_age_seconds"]),
         report=report,

@@ -64,7 +64,7 @@ class BatchParser:
         """The rows of ``records``' labelled feature events with a binary label, and the rest."""
         parser = self.parser
         try:
-            if parser.format == "svmlight" and not parser.labels:
+            if parser.format == "svmlight" and not (parser.labels or parser.classes):
                 return self._svmlight(records)
             # a text stream's records go through EventParser: the C JSON parser takes feature events only
             parsed = self._json(records) if parser.format == "json" and self.features is None else None

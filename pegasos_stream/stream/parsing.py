@@ -52,6 +52,9 @@ class EventParser:
         "negative": "ham"}; without it a label is taken as it is (true/false, 1/0, 1/-1, or a class).
     max_bytes
         Records longer than this are refused.
+    classes
+        svmlight labels are the classes of a multiclass learner (ints when integral), not the binary
+        classes +1, -1 and 0.
 
     """
 
@@ -61,11 +64,13 @@ class EventParser:
         fields: Mapping[str, str] | None = None,
         labels: Mapping[str, object] | None = None,
         max_bytes: int = 1_000_000,
+        classes: bool = False,
     ) -> None:
         self.format = format
         self.fields = {"id": "id", "x": "x", "text": "text", "label": "label", **(fields or {})}
         self.labels = dict(labels or {})
         self.max_bytes = max_bytes
+        self.classes = classes
 
     def parse(self, record: Record) -> Event | None:
         """The event in ``record`` (None for a comment-only svmlight line); a BadRecord naming its
@@ -158,7 +163,10 @@ class EventParser:
             x = _svmlight_pairs(tokens[1:], position)
         x.pop("qid", None)
         event = Event(id=position, position=position, x=_features(x, position, "features"))
-        event.label = self._label(y, position) if self.labels else _svmlight_label(y, position)
+        if self.labels:
+            event.label = self._label(y, position)
+        else:
+            event.label = _svmlight_class(y, position) if self.classes else _svmlight_label(y, position)
         return event
 
 
@@ -182,6 +190,13 @@ def _svmlight_label(y: float, position: str) -> bool:
     if y in (0.0, -1.0):
         return False
     raise BadRecord(position, f"unknown svmlight label {y!r}: expected +1, -1 or 0")
+
+
+def _svmlight_class(y: float, position: str) -> int | float:
+    """A multiclass svmlight label: the number, an int when integral (``4.0`` is class 4)."""
+    if not math.isfinite(y):
+        raise BadRecord(position, f"svmlight label {y!r} is not a class")
+    return int(y) if y.is_integer() else y
 
 
 _NUMBERS = {int, float}
