@@ -1,4 +1,5 @@
-"""Records to events: parsing JSON and svmlight lines, with errors that say where they came from."""
+"""Records to events: parsing JSON and svmlight lines and taking mail messages, with errors that say
+where they came from."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from dataclasses import dataclass
 from ..learners.validation import SIGNS
 from .records import Record
 
-__all__ = ["BadRecord", "Event", "EventParser"]
+__all__ = ["MAIL_FORMATS", "BadRecord", "Event", "EventParser"]
+
+#: Formats whose records are whole RFC 822 messages (a mail source splits its input into them).
+MAIL_FORMATS = ("mbox", "raw")
 
 
 class BadRecord(ValueError):
@@ -24,12 +28,13 @@ class BadRecord(ValueError):
 
 @dataclass
 class Event:
-    """One event: an id, its features or text (absent for a label-only event) and its label."""
+    """One event: an id, its features or text (absent for a label-only event) and its label. A
+    message's text is its bytes, as the mail source read them."""
 
     id: Hashable
     position: str
     x: dict | None = None
-    text: str | None = None
+    text: str | bytes | None = None
     label: object = None
 
     @property
@@ -43,7 +48,9 @@ class EventParser:
     Parameters
     ----------
     format
-        "json" (one object per record) or "svmlight" (``label index:value ... # comment``).
+        "json" (one object per record), "svmlight" (``label index:value ... # comment``), or "mbox"
+        or "raw" (each record one RFC 822 message, as a mail source splits its input: a text event
+        named by its position, with the label the source gives it, in bytes, not decoded).
     fields
         Where the id, features (a dict of numbers), text and label sit in a JSON object. An event
         without an id, or whose id is NaN or infinite, is named by its position.
@@ -84,11 +91,15 @@ class EventParser:
             raise BadRecord(record.position, f"cannot parse: {type(error).__name__}: {error}") from None
 
     def _parse(self, record: Record) -> Event | None:
+        if record.error is not None:
+            raise BadRecord(record.position, record.error)
         size = len(record.value)
         if size > self.max_bytes:
             # a source cuts a longer record to max_bytes + 1 bytes while skipping the rest of it
             length = f"more than {self.max_bytes}" if size == self.max_bytes + 1 else str(size)
             raise BadRecord(record.position, f"record of {length} bytes exceeds {self.max_bytes}")
+        if self.format in MAIL_FORMATS:
+            return self._message(record)
         try:
             text = record.value.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -144,6 +155,13 @@ class EventParser:
                 position, f"no {f['x']!r}, {f['text']!r} or {f['label']!r} field: nothing to predict or learn"
             )
         return event
+
+    def _message(self, record: Record) -> Event:
+        """A mail message: its bytes as the text, named by its position, labelled as its source says."""
+        if not record.value.strip():
+            raise BadRecord(record.position, "empty message")
+        label = None if record.label is None else self._label(record.label, record.position)
+        return Event(id=record.position, position=record.position, text=record.value, label=label)
 
     def _svmlight(self, text: str, position: str) -> Event | None:
         """``label name:value ...`` with an optional ``# comment``; names stay strings, as river's

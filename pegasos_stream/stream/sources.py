@@ -1,4 +1,4 @@
-"""Where events come from: files (plain or gzip), standard input; Kafka lives in `kafka`.
+"""Where events come from: files (plain or gzip), standard input; Kafka lives in `kafka`, mail in `mail`.
 
 A source hands out records in batches: ``read(n)`` gives up to ``n`` records as a ``RecordBatch``,
 an empty one when nothing arrived for ``poll_seconds`` (an idle tick, so the runner can check its
