@@ -184,7 +184,7 @@ def test_bad_override_is_reported_against_the_file(tmp_path):
     path = _write(tmp_path / "job.yaml", {"model": {"kind": "linear"}})
     with pytest.raises(ConfigError) as caught:
         load_config(path, ["source.format=xml"])
-    assert str(caught.value).startswith(f"{path}: source.format: expected json | svmlight, got 'xml'")
+    assert str(caught.value).startswith(f"{path}: source.format: expected json | svmlight | mbox | raw, got 'xml'")
 
 
 def test_cli_exits_2_on_configuration_error(capsys):

@@ -142,6 +142,24 @@ def test_svmlight_with_label_mapping():
         _parse("-1 a:1", format="svmlight", labels=labels)
 
 
+@pytest.mark.parametrize(
+    "line, label", [("4 a:1", 4), ("4.0 a:1", 4), ("+1 a:1", 1), ("-1 a:1", -1), ("0 a:1", 0), ("2.5 a:1", 2.5)]
+)
+def test_svmlight_labels_are_classes_for_a_multiclass_learner(line, label):
+    """The number is the class, an int when integral (as river's reader gives it with target_type=int)."""
+    event = _parse(line, format="svmlight", classes=True)
+    assert event.label == label and type(event.label) is type(label)
+    assert event.x == {"a": 1.0}
+
+
+def test_a_svmlight_label_that_is_no_class_is_a_bad_record():
+    for value in ("nan", "inf", "-inf"):
+        with pytest.raises(BadRecord, match=rf"^train.svm:2: svmlight label {float(value)!r} is not a class$"):
+            _parse(f"{value} a:1", "train.svm:2", format="svmlight", classes=True)
+    with pytest.raises(BadRecord, match=r"^train.svm:2: unknown svmlight label 4.0: expected \+1, -1 or 0$"):
+        _parse("4 a:1", "train.svm:2", format="svmlight")  # a binary learner's svmlight labels
+
+
 # -- malformed records ---------------------------------------------------------------------
 
 MALFORMED = [

@@ -773,6 +773,31 @@ def test_multiclass_config_runs_and_reports_accuracy(tmp_path, capsys):
     assert late_hits >= 40  # the predictions written are those of a learner that learns
 
 
+def test_a_multiclass_learner_replays_a_svmlight_log_of_several_classes(tmp_path):
+    """svmlight labels 1, 2 and 3 are three classes for ``model.kind: multiclass`` (a binary learner
+    would refuse the 2 and 3), learned and predicted as ints."""
+    lines = [f"{1 + i % 3} {1 + i % 3}:1 {4 + i % 5}:0.5 9:1" for i in range(300)]
+    _write_lines(tmp_path / "classes.svm", [line.encode() for line in lines])
+    job = _write_config(
+        tmp_path / "job.yaml",
+        {
+            "model": {"kind": "multiclass", "lambda_": 0.01},
+            "features": {"type": "dict"},
+            "source": {"type": "file", "path": "classes.svm", "format": "svmlight"},
+        },
+    )
+    out = tmp_path / "out.jsonl"
+    done = subprocess.run(
+        [BIN, "eval", "--config", str(job), "--json", "--output", str(out)], capture_output=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    report = json.loads(done.stdout)
+    assert (report["rejected"], report["learned"], report["n"]) == (0, 300, 300)
+    assert report["accuracy"] > 0.9
+    predicted = [prediction["label"] for prediction in _readjsonl(out)]
+    assert predicted[0] is None and set(predicted[1:]) == {1, 2, 3}
+
+
 def test_rejections_go_to_the_current_stderr(tmp_path, monkeypatch):
     """The runner's log must follow ``sys.stderr`` as it is when the run starts (as the summary does),
     not the object bound when the module was imported."""

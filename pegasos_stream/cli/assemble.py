@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..features import DictHasher, EmailFeatures
 from ..persist.checkpoint import Checkpoints
 from ..stream.evaluation import BinaryReport, MulticlassReport
-from ..stream.parsing import EventParser
+from ..stream.mail import MaildirSource, MessageFileSource, MessageStdinSource
+from ..stream.parsing import MAIL_FORMATS, EventParser
 from ..stream.pending import PendingLabels
 from ..stream.runner import Runner
 from ..stream.sinks import JsonLinesSink, NullSink, Sink
@@ -37,6 +38,27 @@ def build_source(config: dict, position: dict | None = None) -> Source:
     ``{"from_beginning": True}`` reads Kafka from the start whatever its group committed."""
     source = config["source"]
     position = position or {}
+    if source["type"] == "maildir":
+        return MaildirSource(
+            source["path"], source["folders"], source["label"], source["max_bytes"], position.get("last")
+        )
+    if source["format"] in MAIL_FORMATS and source["type"] == "file":
+        return MessageFileSource(
+            source["path"],
+            source["format"],
+            position.get("offset", 0),
+            position.get("message", 0),
+            source["max_bytes"],
+            source["label"],
+        )
+    if source["format"] in MAIL_FORMATS and source["type"] == "stdin":
+        return MessageStdinSource(
+            source["format"],
+            source["poll_seconds"],
+            skip=position.get("messages", 0),
+            max_bytes=source["max_bytes"],
+            label=source["label"],
+        )
     if source["type"] == "file":
         return FileSource(source["path"], position.get("offset", 0), position.get("line", 0), source["max_bytes"])
     if source["type"] == "stdin":
@@ -92,7 +114,9 @@ def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Run
     return Runner(
         model=model,
         features=build_features(config),
-        parser=EventParser(source["format"], source["fields"], _labels(source["labels"]), source["max_bytes"]),
+        parser=EventParser(
+            source["format"], source["fields"], _labels(source["labels"]), source["max_bytes"], model._multiclass
+        ),
         sink=_sink(config["output"]["type"], config["output"]),
         pending=PendingLabels(config["delayed_labels"]["max_pending"], config["delayed_labels"]["max_age_seconds"]),
         report=report,

@@ -32,6 +32,8 @@ from ..learners.grid import PegasosGrid
 from ..learners.kernel import KernelPegasosClassifier
 from ..learners.linear import PegasosClassifier
 from ..learners.multiclass import PegasosMulticlass
+from ..learners.validation import binary_sign
+from ..stream.parsing import MAIL_FORMATS
 
 __all__ = ["LEARNERS", "ConfigError", "config_hash", "load_config", "parse_override"]
 
@@ -183,9 +185,9 @@ SCHEMA: dict = {
     "model": {"kind": _choice("linear", *LEARNERS)},  # and the learner's constructor parameters
     "features": {"type": _choice("dict", "dict", "email")},  # and EmailFeatures' parameters
     "source": {
-        "type": _choice("stdin", "stdin", "file", "kafka"),
+        "type": _choice("stdin", "stdin", "file", "kafka", "maildir"),
         "path": _text(None, "a file path"),
-        "format": _choice("json", "json", "svmlight"),
+        "format": _choice("json", "json", "svmlight", *MAIL_FORMATS),
         "fields": {
             "id": _text("id"),
             "x": _text("x"),
@@ -196,6 +198,8 @@ SCHEMA: dict = {
             "positive": Option((str, int, float, bool), None, "a label value"),
             "negative": Option((str, int, float, bool), None, "a label value"),
         },
+        "label": Option((str, int, float, bool), None, "a label value"),  # of every message of a mail source
+        "folders": Option((dict,), None, "a mapping of folder name: label"),  # of a maildir's messages
         "max_bytes": _integer(1_000_000),
         "bootstrap_servers": Option((str, list), "127.0.0.1:9092", "host:port or a list of them"),
         "topics": Option((list,), [], "a list of topic names"),
@@ -289,8 +293,8 @@ def _check(value: Any, spec: Option | Settings | dict, path: str, where: str) ->
         raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
 
 
-def _check_constructor(section: dict, cls: type, skip: set[str], path: str, where: str) -> None:
-    """Keys of ``section`` (less ``skip``) must be constructor parameters of ``cls``, and build one."""
+def _check_constructor(section: dict, cls: type, skip: set[str], path: str, where: str) -> Any:
+    """Keys of ``section`` (less ``skip``) must be constructor parameters of ``cls``; the one they build."""
     params = {key: value for key, value in section.items() if key not in skip}
     signature = inspect.signature(cls).parameters
     for key, value in params.items():
@@ -301,7 +305,7 @@ def _check_constructor(section: dict, cls: type, skip: set[str], path: str, wher
         if signature[key].annotation in ("bool", bool) and not isinstance(value, bool):
             raise ConfigError(f"{where}: {path}.{key}: expected true | false, got {_shown(value)}")
     try:
-        cls(**params)
+        return cls(**params)
     except (TypeError, ValueError) as error:
         # The learners' messages start with "name=value"; name the key when they do.
         key = str(error).split("=", 1)[0]
@@ -323,7 +327,7 @@ def validate(config: dict, where: str = "<config>") -> dict:
         if not isinstance(merged[section], dict):
             raise ConfigError(f"{where}: {section}: expected a mapping, got {_shown(merged[section])}")
     _check(merged["model"].get("kind"), SCHEMA["model"]["kind"], "model.kind", where)
-    _check_constructor(merged["model"], LEARNERS[merged["model"]["kind"]], {"kind"}, "model", where)
+    model = _check_constructor(merged["model"], LEARNERS[merged["model"]["kind"]], {"kind"}, "model", where)
     _check(merged["features"].get("type"), SCHEMA["features"]["type"], "features.type", where)
     if merged["features"]["type"] == "email":
         _check_constructor(merged["features"], EmailFeatures, {"type"}, "features", where)
@@ -336,6 +340,7 @@ def validate(config: dict, where: str = "<config>") -> dict:
         if merged["features"].get("hash_bits") is not None:
             _check_constructor(merged["features"], DictHasher, {"type"}, "features", where)
     _check_requirements(merged, where)
+    _check_mail(config.get("source", {}), merged, model._multiclass, where)
     return merged
 
 
@@ -343,6 +348,7 @@ def _check_requirements(config: dict, where: str) -> None:
     """Keys that become required by the choice of another."""
     needs = {
         ("source", "file"): ("path",),
+        ("source", "maildir"): ("path",),
         ("source", "kafka"): ("topics",),
         ("output", "file"): ("path",),
         ("output", "kafka"): ("topic",),
@@ -366,6 +372,85 @@ def _check_requirements(config: dict, where: str) -> None:
             f"{where}: model.n_features: {columns} weight columns need features hashed into at most as many "
             f"(features.hash_bits: {bits}; 2**hash_bits must not exceed n_features)"
         )
+
+
+#: The most folders ``source.folders`` may name.
+MAX_FOLDERS = 1024
+
+
+def _check_mail(given: dict, config: dict, multiclass: bool, where: str) -> None:
+    """The mail sources: a format that fits the source type, email features, and labels (``source.label``,
+    ``source.folders``) only where messages take them, each one the learner can learn. A maildir's
+    format, one message per file, is set to raw (``given``, the source section as written, may say
+    raw or nothing)."""
+    source = config["source"]
+    kind, format = source["type"], source["format"]
+    if kind == "maildir":
+        if given.get("format", "raw") != "raw":
+            raise ConfigError(
+                f"{where}: source.format: a maildir holds one message per file: expected raw (or no source.format),"
+                f" got {_shown(given['format'])}"
+            )
+        format = source["format"] = "raw"
+    mail = format in MAIL_FORMATS
+    if mail and kind == "kafka":
+        raise ConfigError(
+            f"{where}: source.format: {format} is read from a file or standard input; a Kafka record is one"
+            " event: expected json | svmlight"
+        )
+    if mail and config["features"]["type"] != "email":
+        raise ConfigError(
+            f"{where}: features.type: messages (source.format {format}) are text: expected email,"
+            f" got {_shown(config['features']['type'])}"
+        )
+    labels: dict[str, object] = {}
+    if source["label"] is not None:
+        if not mail:
+            raise ConfigError(
+                f"{where}: source.label: only for mail (source.format mbox or raw, or source.type maildir);"
+                f" the records of source.format {format} carry their own labels"
+            )
+        labels["source.label"] = source["label"]
+    folders = source["folders"]
+    if folders is not None:
+        if kind != "maildir":
+            raise ConfigError(f"{where}: source.folders: only for source.type maildir, not {kind}")
+        if len(folders) > MAX_FOLDERS:
+            raise ConfigError(f"{where}: source.folders: expected at most {MAX_FOLDERS} folders, got {len(folders)}")
+        for folder, label in folders.items():
+            if not (isinstance(folder, str) and folder):
+                raise ConfigError(
+                    f"{where}: source.folders: {_shown(folder)}: expected a folder name (a string; quote a number)"
+                )
+            if label is not None and not isinstance(label, (str, int, float)):
+                raise ConfigError(
+                    f"{where}: source.folders.{folder}: expected a label value (or null: none), got {_shown(label)}"
+                )
+            if label is not None:
+                labels[f"source.folders.{folder}"] = label
+    for path, label in labels.items():
+        _check_label(label, path, source["labels"], multiclass, where)
+
+
+def _check_label(label: object, path: str, mapping: dict, multiclass: bool, where: str) -> None:
+    """``label`` (at ``path``) must be a label the messages' learner takes: one of ``source.labels``
+    when they are mapped, else a binary class for a binary learner."""
+    if isinstance(label, float) and not math.isfinite(label):
+        raise ConfigError(f"{where}: {path}: expected a label value, got {_shown(label)}")
+    if mapping["positive"] is not None:
+        if label not in (mapping["positive"], mapping["negative"]):
+            raise ConfigError(
+                f"{where}: {path}: {_shown(label)} is neither source.labels.positive {_shown(mapping['positive'])}"
+                f" nor source.labels.negative {_shown(mapping['negative'])}"
+            )
+    elif not multiclass:
+        try:
+            binary_sign(label)
+        except ValueError:
+            raise ConfigError(
+                f"{where}: {path}: {_shown(label)} is not a binary label (true | false, 1 | 0 | -1); map it with"
+                " source.labels: {positive: ..., negative: ...}"
+            ) from None
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

@@ -65,6 +65,8 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     sets = list(args.set)
     if args.input == "-":
         sets.append("source.type=stdin")
+    elif args.input and Path(args.input).is_dir():  # a directory of messages, one per file
+        sets += ["source.type=maildir", "source.format=raw", f"source.path={json.dumps(args.input)}"]
     elif args.input:
         sets += ["source.type=file", f"source.path={json.dumps(args.input)}"]
     if args.output == "-":
@@ -160,7 +162,9 @@ def _resume(config: dict, accept_config: bool = False) -> tuple[dict | None, dic
             )
         _log.warning("warning: %s was written with another configuration", path)
     if config["source"]["type"] == "stdin":
-        _log.info("standard input cannot be re-read: skipping its first %s lines", manifest["source"]["line"])
+        covered = manifest["source"]
+        skipped = f"{covered['line']} lines" if "line" in covered else f"{covered['messages']} messages"
+        _log.info("standard input cannot be re-read: skipping its first %s", skipped)
     _log.info("resuming from %s (t=%s, %s events)", path, state["model"].t, manifest["events"])
     return state, manifest["source"]
 

@@ -64,7 +64,7 @@ class BatchParser:
         """The rows of ``records``' labelled feature events with a binary label, and the rest."""
         parser = self.parser
         try:
-            if parser.format == "svmlight" and not parser.labels:
+            if parser.format == "svmlight" and not (parser.labels or parser.classes):
                 return self._svmlight(records)
             features = self.features
             if parser.format != "json":

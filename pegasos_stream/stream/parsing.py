@@ -1,4 +1,5 @@
-"""Records to events: parsing JSON and svmlight lines, with errors that say where they came from."""
+"""Records to events: parsing JSON and svmlight lines and taking mail messages, with errors that say
+where they came from."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from dataclasses import dataclass
 from ..learners.validation import SIGNS
 from .records import Record
 
-__all__ = ["BadRecord", "Event", "EventParser"]
+__all__ = ["MAIL_FORMATS", "BadRecord", "Event", "EventParser"]
+
+#: Formats whose records are whole RFC 822 messages (a mail source splits its input into them).
+MAIL_FORMATS = ("mbox", "raw")
 
 
 class BadRecord(ValueError):
@@ -24,12 +28,13 @@ class BadRecord(ValueError):
 
 @dataclass
 class Event:
-    """One event: an id, its features or text (absent for a label-only event) and its label."""
+    """One event: an id, its features or text (absent for a label-only event) and its label. A
+    message's text is its bytes, as the mail source read them."""
 
     id: Hashable
     position: str
     x: dict | None = None
-    text: str | None = None
+    text: str | bytes | None = None
     label: object = None
 
     @property
@@ -43,7 +48,9 @@ class EventParser:
     Parameters
     ----------
     format
-        "json" (one object per record) or "svmlight" (``label index:value ... # comment``).
+        "json" (one object per record), "svmlight" (``label index:value ... # comment``), or "mbox"
+        or "raw" (each record one RFC 822 message, as a mail source splits its input: a text event
+        named by its position, with the label the source gives it, in bytes, not decoded).
     fields
         Where the id, features (a dict of numbers), text and label sit in a JSON object. An event
         without an id, or whose id is NaN or infinite, is named by its position.
@@ -52,6 +59,9 @@ class EventParser:
         "negative": "ham"}; without it a label is taken as it is (true/false, 1/0, 1/-1, or a class).
     max_bytes
         Records longer than this are refused.
+    classes
+        svmlight labels are the classes of a multiclass learner (ints when integral), not the binary
+        classes +1, -1 and 0.
 
     """
 
@@ -61,11 +71,13 @@ class EventParser:
         fields: Mapping[str, str] | None = None,
         labels: Mapping[str, object] | None = None,
         max_bytes: int = 1_000_000,
+        classes: bool = False,
     ) -> None:
         self.format = format
         self.fields = {"id": "id", "x": "x", "text": "text", "label": "label", **(fields or {})}
         self.labels = dict(labels or {})
         self.max_bytes = max_bytes
+        self.classes = classes
 
     def parse(self, record: Record) -> Event | None:
         """The event in ``record`` (None for a comment-only svmlight line); a BadRecord naming its
@@ -79,11 +91,15 @@ class EventParser:
             raise BadRecord(record.position, f"cannot parse: {type(error).__name__}: {error}") from None
 
     def _parse(self, record: Record) -> Event | None:
+        if record.error is not None:
+            raise BadRecord(record.position, record.error)
         size = len(record.value)
         if size > self.max_bytes:
             # a source cuts a longer record to max_bytes + 1 bytes while skipping the rest of it
             length = f"more than {self.max_bytes}" if size == self.max_bytes + 1 else str(size)
             raise BadRecord(record.position, f"record of {length} bytes exceeds {self.max_bytes}")
+        if self.format in MAIL_FORMATS:
+            return self._message(record)
         try:
             text = record.value.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -140,6 +156,13 @@ class EventParser:
             )
         return event
 
+    def _message(self, record: Record) -> Event:
+        """A mail message: its bytes as the text, named by its position, labelled as its source says."""
+        if not record.value.strip():
+            raise BadRecord(record.position, "empty message")
+        label = None if record.label is None else self._label(record.label, record.position)
+        return Event(id=record.position, position=record.position, text=record.value, label=label)
+
     def _svmlight(self, text: str, position: str) -> Event | None:
         """``label name:value ...`` with an optional ``# comment``; names stay strings, as river's
         ``stream.iter_libsvm`` gives them, and ``qid:`` pairs are skipped."""
@@ -158,7 +181,10 @@ class EventParser:
             x = _svmlight_pairs(tokens[1:], position)
         x.pop("qid", None)
         event = Event(id=position, position=position, x=_features(x, position, "features"))
-        event.label = self._label(y, position) if self.labels else _svmlight_label(y, position)
+        if self.labels:
+            event.label = self._label(y, position)
+        else:
+            event.label = _svmlight_class(y, position) if self.classes else _svmlight_label(y, position)
         return event
 
 
@@ -182,6 +208,13 @@ def _svmlight_label(y: float, position: str) -> bool:
     if y in (0.0, -1.0):
         return False
     raise BadRecord(position, f"unknown svmlight label {y!r}: expected +1, -1 or 0")
+
+
+def _svmlight_class(y: float, position: str) -> int | float:
+    """A multiclass svmlight label: the number, an int when integral (``4.0`` is class 4)."""
+    if not math.isfinite(y):
+        raise BadRecord(position, f"svmlight label {y!r} is not a class")
+    return int(y) if y.is_integer() else y
 
 
 _NUMBERS = {int, float}

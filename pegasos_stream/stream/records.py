@@ -11,13 +11,18 @@ __all__ = ["Cursors", "Record", "RecordBatch"]
 class Record(NamedTuple):
     """Raw bytes of one event and where they were read.
 
-    ``position`` names the source and place for people (``path:line``, ``<stdin>:line`` or
-    ``topic/partition/offset``); ``cursor`` is the source's own note of it, for resuming.
+    ``position`` names the source and place for people (``path:line``, ``<stdin>:line``,
+    ``topic/partition/offset``, or a message's ``path:number`` or file path); ``cursor`` is the
+    source's own note of it, for resuming. A mail source gives each message the ``label`` configured
+    for it (None: none), and an ``error`` when it could not read the record (the reason, e.g. a file
+    that cannot be opened): such a record is rejected like a malformed one.
     """
 
     value: bytes
     position: str
     cursor: object = None
+    label: object = None
+    error: str | None = None
 
 
 class Cursors(Sequence):
@@ -42,20 +47,31 @@ class Cursors(Sequence):
 class RecordBatch:
     """Records read together: their raw ``values``, the source's ``cursors``, and each one as a
     ``Record`` on demand (``batch[i]``), so that a batch of good records costs no position texts.
-    ``name`` makes a position text from a cursor of the source's own type."""
+    ``name`` makes a position text from a cursor of the source's own type; ``labels`` (one per
+    record) and ``errors`` ({index: reason}) are what a mail source says of its records."""
 
-    __slots__ = ("_name", "cursors", "values")
+    __slots__ = ("_name", "cursors", "errors", "labels", "values")
 
-    def __init__(self, values: list[bytes], cursors: Sequence, name: Callable[[Any], str]) -> None:
+    def __init__(
+        self,
+        values: list[bytes],
+        cursors: Sequence,
+        name: Callable[[Any], str],
+        labels: Sequence | None = None,
+        errors: dict[int, str] | None = None,
+    ) -> None:
         self.values = values
         self.cursors = cursors
         self._name = name
+        self.labels = labels
+        self.errors = errors or {}
 
     def __len__(self) -> int:
         return len(self.values)
 
     def __getitem__(self, i: int) -> Record:
-        return Record(self.values[i], self.position(i), self.cursors[i])
+        label = None if self.labels is None else self.labels[i]
+        return Record(self.values[i], self.position(i), self.cursors[i], label, self.errors.get(i))
 
     def __iter__(self) -> Iterator[Record]:
         return map(self.__getitem__, range(len(self.values)))
@@ -66,4 +82,10 @@ class RecordBatch:
 
     def keep(self, indices: Sequence[int]) -> RecordBatch:
         """The records at ``indices``, in that order."""
-        return RecordBatch([self.values[i] for i in indices], [self.cursors[i] for i in indices], self._name)
+        return RecordBatch(
+            [self.values[i] for i in indices],
+            [self.cursors[i] for i in indices],
+            self._name,
+            None if self.labels is None else [self.labels[i] for i in indices],
+            {new: self.errors[old] for new, old in enumerate(indices) if old in self.errors} if self.errors else None,
+        )

@@ -1,4 +1,4 @@
-"""Where events come from: files (plain or gzip), standard input; Kafka lives in `kafka`.
+"""Where events come from: files (plain or gzip), standard input; Kafka lives in `kafka`, mail in `mail`.
 
 A source hands out records in batches: ``read(n)`` gives up to ``n`` records as a ``RecordBatch``,
 an empty one when nothing arrived for ``poll_seconds`` (an idle tick, so the runner can check its
@@ -26,7 +26,7 @@ from typing import BinaryIO
 
 from .records import Cursors, Record, RecordBatch
 
-__all__ = ["FileSource", "Source", "SourceError", "StdinSource"]
+__all__ = ["FileSource", "Source", "SourceError", "StdinReader", "StdinSource", "open_input"]
 
 #: Bytes a file is read by: a system call per megabyte, not per 8 KiB, when replaying a large log.
 READ_BUFFER = 1 << 20
@@ -98,14 +98,7 @@ class FileSource(Source):
     def __init__(self, path: str | Path, offset: int = 0, line: int = 0, max_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.name = str(path)
-        if self.path.suffix == ".gz":
-            compressed = gzip.GzipFile(self.path, "rb")
-            self._raw: BinaryIO = compressed.fileobj  # type: ignore[assignment]
-            self._file: BinaryIO = io.BufferedReader(compressed, buffer_size=READ_BUFFER)
-        else:
-            # held open while the source is read, until close()
-            self._file = self._raw = open(self.path, "rb", buffering=READ_BUFFER)  # noqa: SIM115
-        self._size = os.path.getsize(self.path)
+        self._raw, self._file, self._size = open_input(self.path)
         if offset:
             self._file.seek(offset)
         self.offset = offset
@@ -204,6 +197,44 @@ class FileSource(Source):
         return {"offset": self.offset, "line": self.line}
 
 
+def open_input(path: Path) -> tuple[BinaryIO, BinaryIO, int]:
+    """A file to read, decompressed when its name ends in ``.gz``: (the file on disk, what to read,
+    the size on disk), the first for progress and the second held open until the source closes."""
+    if path.suffix == ".gz":
+        compressed = gzip.GzipFile(path, "rb")
+        raw: BinaryIO = compressed.fileobj  # type: ignore[assignment]
+        return raw, io.BufferedReader(compressed, buffer_size=READ_BUFFER), os.path.getsize(path)
+    # held open while the source is read, until close()
+    file = open(path, "rb", buffering=READ_BUFFER)  # noqa: SIM115
+    return file, file, os.path.getsize(path)
+
+
+class StdinReader:
+    """Standard input (or ``stream``) read as data arrives: ``read()`` waits up to ``poll_seconds``
+    and gives what came, up to ``READ_CHUNK`` bytes (None: nothing yet; b"": the input has ended).
+    Standard input that is a regular file (``< events.jsonl``) is read like a pipe."""
+
+    def __init__(self, poll_seconds: float = 0.5, stream: BinaryIO | None = None) -> None:
+        self._fd = (stream or sys.stdin.buffer).fileno()
+        self._poll_seconds = poll_seconds
+        self._selector: selectors.BaseSelector | None = selectors.DefaultSelector()
+        try:
+            self._selector.register(self._fd, selectors.EVENT_READ)
+        except PermissionError:  # a regular file: always readable, and epoll cannot watch it
+            self._selector.close()
+            self._selector = None
+
+    def read(self) -> bytes | None:
+        if self._selector is not None and not self._selector.select(self._poll_seconds):
+            return None
+        return os.read(self._fd, READ_CHUNK)
+
+    def close(self) -> None:
+        """Stop watching standard input (it belongs to the process)."""
+        if self._selector is not None:
+            self._selector.close()
+
+
 class StdinSource(Source):
     """Lines from standard input, with idle ticks: reads the descriptor as data arrives and hands
     out the complete lines it has (never waiting for more once it has one). Standard input that is
@@ -220,16 +251,9 @@ class StdinSource(Source):
     def __init__(
         self, poll_seconds: float = 0.5, stream: BinaryIO | None = None, skip: int = 0, max_bytes: int | None = None
     ) -> None:
-        self._fd = (stream or sys.stdin.buffer).fileno()
-        self._poll_seconds = poll_seconds
+        self._input = StdinReader(poll_seconds, stream)
         self._skip = skip
         self.max_bytes = max_bytes
-        self._selector: selectors.BaseSelector | None = selectors.DefaultSelector()
-        try:
-            self._selector.register(self._fd, selectors.EVENT_READ)
-        except PermissionError:  # a regular file: always readable, and epoll cannot watch it
-            self._selector.close()
-            self._selector = None
         self._lines: deque[bytes] = deque()  # complete lines not handed out yet, without their line ends
         self._partial: list[bytes] = []  # the pieces kept of the line being read
         self._partial_size = 0  # the bytes of the line being read so far
@@ -257,9 +281,9 @@ class StdinSource(Source):
 
     def _fill(self) -> bool:
         """Wait up to ``poll_seconds`` for data; whether complete lines came."""
-        if self._ended or (self._selector is not None and not self._selector.select(self._poll_seconds)):
+        chunk = None if self._ended else self._input.read()
+        if chunk is None:
             return False
-        chunk = os.read(self._fd, READ_CHUNK)
         if not chunk:
             self._ended = True
             if self._partial_size:
@@ -299,9 +323,7 @@ class StdinSource(Source):
         return f"{self.name}:{cursor[1]}"
 
     def close(self) -> None:
-        """Stop watching standard input (it belongs to the process)."""
-        if self._selector is not None:
-            self._selector.close()
+        self._input.close()
 
     def position(self) -> dict:
         return {"line": self.line}
