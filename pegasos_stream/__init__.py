@@ -27,6 +27,7 @@ __all__ = [
     "PegasosCommittee",
     "PegasosGrid",
     "PegasosMulticlass",
+    "compiled_available",
     "load",
     "save",
 ]
@@ -43,6 +44,15 @@ _WHERE = {
     "load": ".persist",
     "save": ".persist",
 }
+
+
+def compiled_available() -> bool:
+    """Whether the compiled modules are in use. They are not when the install had no C compiler, or when
+    ``PEGASOS_STREAM_PURE_PYTHON=1`` is set; the Python code paths then give the same results, more slowly.
+    ``pegasos-stream --version`` says which code runs, and why."""
+    from ._compiled import in_use
+
+    return all(in_use().values())
 
 
 def __getattr__(name: str) -> Any:

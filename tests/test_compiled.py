@@ -19,13 +19,18 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pegasos_stream import PegasosClassifier, cli
+from pegasos_stream import PegasosClassifier, _compiled, cli
 from pegasos_stream.learners import weights
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.persist.checkpoint import checkpoints, model_digest, read_checkpoint
 from pegasos_stream.stream.fastparse import name_table, parse_json_events, parse_json_texts, parse_svmlight
 from pegasos_stream.stream.parsing import BadRecord, EventParser
 from pegasos_stream.stream.records import Record
+
+if _compiled.FAST is None:
+    pytest.skip(
+        "the compiled module is not in use (not built, or PEGASOS_STREAM_PURE_PYTHON is set)", allow_module_level=True
+    )
 
 PARAMS = st.fixed_dictionaries(
     {},

@@ -18,9 +18,15 @@ from operator import add, mul
 import numpy as np
 import pytest
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, _fast
+from pegasos_stream import AdaGradLogistic, PegasosClassifier, _compiled
 from pegasos_stream.learners import compiled, weights
 from pegasos_stream.learners.rows import Rows
+
+if _compiled.FAST is None:
+    pytest.skip(
+        "the compiled module is not in use (not built, or PEGASOS_STREAM_PURE_PYTHON is set)", allow_module_level=True
+    )
+_fast = _compiled.FAST
 
 
 def _trained() -> PegasosClassifier:

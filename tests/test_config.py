@@ -18,9 +18,11 @@ from pegasos_stream.cli.assemble import build_features
 from pegasos_stream.cli.config import (
     ConfigError,
     apply_override,
+    config_file,
     config_hash,
     load_config,
     parse_override,
+    shipped_configs,
     validate,
 )
 from pegasos_stream.features import DictHasher
@@ -332,6 +334,73 @@ def test_cli_input_relative_to_cwd_config_relative_to_file(tmp_path, monkeypatch
     assert json.loads(capsys.readouterr().out)["events"] == 6
     assert cli.main(["eval", "--json", "--config", "../conf/job.yaml", "--input", "other.jsonl"]) == 0
     assert json.loads(capsys.readouterr().out)["events"] == 4
+
+
+# -- shipped configurations, by name ---------------------------------------------------------
+
+
+def test_a_shipped_configuration_is_named_from_any_directory(tmp_path, monkeypatch, capsys):
+    assert shipped_configs() == {path.stem: path for path in CONFIGS}  # a checkout: its configs folder
+    monkeypatch.chdir(tmp_path)
+    assert config_file("spam") == ROOT / "configs" / "spam.yaml"
+    assert cli.main(["eval", "--json", "--config", "spam", "--max-events", "20"]) == 0
+    assert json.loads(capsys.readouterr().out)["events"] == 20
+    assert cli.main(["eval", "--json", "--max-events", "20"]) == 0  # the default job: the same, by name
+    assert json.loads(capsys.readouterr().out)["events"] == 20
+
+
+def test_a_file_is_taken_before_a_name_and_a_path_stays_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "spam", {"model": {"kind": "linear"}})
+    assert config_file("spam") == Path("spam") and load_config(config_file("spam"))["model"] == {"kind": "linear"}
+    assert config_file("sub/kafka") == Path("sub/kafka")  # a path is never a name
+    with pytest.raises(ConfigError, match=r"^sub/kafka: cannot read"):
+        load_config(config_file("sub/kafka"))
+
+
+def test_an_unknown_name_is_one_line_listing_the_shipped_names(capsys):
+    assert cli.main(["eval", "--config", "spma"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "configuration error: --config spma: no such file, and no shipped configuration of that name"
+        " (shipped: kafka, kernel-rbf, replay-svmlight, spam)\n"
+    )
+    assert cli.main(["configs", "spma"]) == 2
+    assert capsys.readouterr().err == (
+        "configuration error: no shipped configuration 'spma' (shipped: kafka, kernel-rbf, replay-svmlight, spam)\n"
+    )
+
+
+def test_configs_lists_the_shipped_ones_with_their_first_comment_line(capsys):
+    assert cli.main(["configs"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in listed] == [path.stem for path in CONFIGS]
+    for line, path in zip(listed, CONFIGS):
+        first = next(text for text in path.read_text(encoding="utf-8").splitlines() if text.startswith("#"))
+        assert line.split(None, 1)[1] == first[1:].strip()
+    assert listed[-1].split(None, 1)[1] == "Continuous email spam filtering: raw RFC 822 messages in, a spam score out."
+
+
+def test_a_printed_configuration_starts_a_file_that_runs_anywhere(tmp_path, monkeypatch, capsys):
+    assert cli.main(["configs", "spam"]) == 0
+    text = capsys.readouterr().out
+    assert text == (ROOT / "configs" / "spam.yaml").read_text(encoding="utf-8")
+    mine = tmp_path / "mine" / "filter.yaml"
+    mine.parent.mkdir()
+    mine.write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert Path(load_config(mine)["source"]["path"]) == SAMPLE.resolve()
+    assert cli.main(["eval", "--json", "--config", "mine/filter.yaml", "--max-events", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["learned"] == 5
+
+
+def test_a_package_path_names_a_file_of_the_package_in_a_file_and_in_an_override(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path / "conf" / "job.yaml", {"source": {"type": "file", "path": "package:data/x.jsonl"}})
+    assert Path(load_config(path)["source"]["path"]) == SAMPLE.resolve().parent / "x.jsonl"
+    sample = load_config(path, ["source.path=package:data/spam-sample.jsonl.gz"])["source"]["path"]
+    assert Path(sample) == SAMPLE.resolve()
+    assert load_config(path, ["source.path=data/x.jsonl"])["source"]["path"] == "data/x.jsonl"  # the CWD's, as before
 
 
 # -- config_hash ---------------------------------------------------------------------------

@@ -35,7 +35,16 @@ from ..learners.multiclass import PegasosMulticlass
 from ..learners.validation import binary_sign
 from ..stream.parsing import MAIL_FORMATS
 
-__all__ = ["LEARNERS", "ConfigError", "config_hash", "load_config", "parse_override"]
+__all__ = [
+    "LEARNERS",
+    "PACKAGE_PREFIX",
+    "ConfigError",
+    "config_file",
+    "config_hash",
+    "load_config",
+    "parse_override",
+    "shipped_configs",
+]
 
 LEARNERS = {
     "linear": PegasosClassifier,
@@ -471,11 +480,42 @@ def apply_override(config: dict, keys: list[str], value: Any) -> None:
     node[keys[-1]] = value
 
 
+#: The directory of the installed package, where its data and its shipped configurations are.
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+#: The prefix of a path that names a file of the installed package: ``package:data/spam-sample.jsonl.gz``.
+PACKAGE_PREFIX = "package:"
+
+
+def shipped_configs() -> dict[str, Path]:
+    """The configurations shipped with the package, by name (the file name less ``.yaml``), sorted: those the
+    build put into the package (``pegasos_stream/configs``), or, in a source checkout, the ``configs`` folder."""
+    folder = _PACKAGE_DIR / "configs"
+    if not folder.is_dir():
+        folder = _PACKAGE_DIR.parent / "configs"
+    return {path.stem: path for path in sorted(folder.glob("*.yaml"))}
+
+
+def config_file(name: str) -> Path:
+    """The configuration file ``--config NAME`` stands for: the file NAME when it exists or has a directory
+    part, else the shipped configuration of that name; a ConfigError listing the shipped names otherwise."""
+    path = Path(name)
+    if path.exists() or len(path.parts) != 1:
+        return path
+    shipped = shipped_configs()
+    if name in shipped:
+        return shipped[name]
+    raise ConfigError(
+        f"--config {name}: no such file, and no shipped configuration of that name (shipped: {', '.join(shipped)})"
+    )
+
+
 def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> dict:
     """Read, override and validate a configuration file (None: the defaults alone).
 
     Relative paths in the file are taken relative to the file; those of ``overrides`` (the
-    command line) relative to the working directory.
+    command line) relative to the working directory. A path ``package:NAME`` (`PACKAGE_PREFIX`), in
+    either, is the file NAME of the installed package (the bundled sample: ``package:data/...``).
     """
     where = str(path) if path else "<defaults>"
     raw: dict = {}
@@ -491,6 +531,7 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> dict:
         _resolve_paths(raw, Path(path).resolve().parent)
     for text in overrides:
         apply_override(raw, *parse_override(text))
+    _resolve_paths(raw, None)
     return validate(raw, where)
 
 
@@ -498,13 +539,20 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> dict:
 _PATH_KEYS = (("source", "path"), ("output", "path"), ("errors", "dead_letter", "path"), ("checkpoint", "dir"))
 
 
-def _resolve_paths(raw: dict, base: Path) -> None:
+def _resolve_paths(raw: dict, base: Path | None) -> None:
+    """Each path ``package:NAME`` becomes the package's file NAME; each other relative path is taken relative to
+    ``base`` (None: left as it is)."""
     for keys in _PATH_KEYS:
         node: dict | None = raw
         for key in keys[:-1]:
             node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get(keys[-1]), str):
-            node[keys[-1]] = str(base / node[keys[-1]])
+        value = node.get(keys[-1]) if isinstance(node, dict) else None
+        if node is None or not isinstance(value, str):
+            continue
+        if value.startswith(PACKAGE_PREFIX):
+            node[keys[-1]] = str(_PACKAGE_DIR / value[len(PACKAGE_PREFIX) :])
+        elif base is not None:
+            node[keys[-1]] = str(base / value)
 
 
 def config_hash(config: dict) -> str:

@@ -1,4 +1,4 @@
-"""The ``pegasos-stream`` command line: ``run`` a stream job, ``eval`` a finite log."""
+"""The ``pegasos-stream`` command line: ``run`` a stream job, ``eval`` a finite log, list the shipped ``configs``."""
 
 from __future__ import annotations
 
@@ -14,15 +14,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .. import __version__, _compiled
 from ..persist.checkpoint import CheckpointError, describe, latest_valid
 from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.runner import Runner, StopRun
 from ..stream.sources import Source, SourceError
 from .assemble import build_checkpoints, build_runner, build_source
-from .config import ConfigError, config_hash, load_config
+from .config import ConfigError, config_file, config_hash, load_config, shipped_configs
 
-#: The default job: the spam filter on the sample stream shipped in the repository.
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "spam.yaml"
+#: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
+DEFAULT_CONFIG = "spam"
 
 _log = logging.getLogger(__name__)
 
@@ -183,10 +184,30 @@ def _command_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _summary(path: Path) -> str:
+    """The first comment line of a configuration file, without its ``#``."""
+    with open(path, encoding="utf-8") as lines:
+        return next((line.lstrip("#").strip() for line in lines if line.startswith("#")), "")
+
+
+def _command_configs(args: argparse.Namespace) -> int:
+    shipped = shipped_configs()
+    if args.name is None:
+        width = max(map(len, shipped), default=0)
+        for name, path in shipped.items():
+            print(f"{name:<{width}}  {_summary(path)}")
+        return 0
+    if args.name not in shipped:
+        raise ConfigError(f"no shipped configuration {args.name!r} (shipped: {', '.join(shipped)})")
+    sys.stdout.write(shipped[args.name].read_text(encoding="utf-8"))
+    return 0
+
+
 def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
-    config_path = args.config or (DEFAULT_CONFIG if evaluate else None)
-    if config_path is None:
-        raise ConfigError("run needs --config FILE")
+    config_name = args.config or (DEFAULT_CONFIG if evaluate else None)
+    if config_name is None:
+        raise ConfigError("run needs --config FILE (or the name of a shipped configuration: pegasos-stream configs)")
+    config_path = config_file(config_name)
     overrides = _overrides(args)
     if evaluate and args.output is None:
         overrides.insert(0, "output.type=none")
@@ -244,9 +265,12 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pegasos-stream", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}, {_compiled.describe()}")
     commands = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", help="YAML configuration (see configs/)")
+    common.add_argument(
+        "--config", metavar="FILE|NAME", help="YAML configuration: a file, or a shipped one by name (see: configs)"
+    )
     common.add_argument("--input", help="read events from this file, or - for standard input")
     common.add_argument("--output", help="write predictions to this file, or - for standard output")
     common.add_argument("--max-events", type=int, help="stop after this many events")
@@ -265,11 +289,15 @@ def main(argv: list[str] | None = None) -> int:
     inspect = commands.add_parser("inspect", help="summarise a checkpoint (a file, or a directory's newest)")
     inspect.add_argument("path")
     inspect.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    configs = commands.add_parser("configs", help="list the shipped configurations, or print one")
+    configs.add_argument("name", nargs="?", help="print this configuration (to start a file of one's own)")
     args = parser.parse_args(argv)
     with _diagnostics_on_stderr():
         if args.command == "inspect":
             return _command_inspect(args)
         try:
+            if args.command == "configs":
+                return _command_configs(args)
             return _command_run(args, evaluate=args.command == "eval")
         except ConfigError as error:
             print(f"configuration error: {error}", file=sys.stderr)

@@ -17,13 +17,13 @@ from typing import NamedTuple, cast
 import numpy as np
 from river import base
 
+from .._compiled import load
 from .hashing import check_hash_bits, feature_hash
 from .mime import message_bytes
 
-try:
-    from ._text import rows as _compiled_rows
-except ImportError:  # not compiled: EmailFeatures.transform_texts builds its rows in Python
-    _compiled_rows = None  # type: ignore[assignment]
+#: The compiled reader and hashing of ``reader="bytes"`` (``_text.c``); None when not in use
+#: (`EmailFeatures.transform_texts` then builds its rows in Python).
+_text = load("pegasos_stream.features._text")
 
 __all__ = ["EmailFeatures", "TextRows", "message_text"]
 
@@ -217,14 +217,14 @@ class EmailFeatures(base.Transformer):
     @property
     def compiled(self) -> bool:
         """Whether `transform_texts` runs compiled (the "bytes" reader, with ``hash_bits``)."""
-        return _compiled_rows is not None and self.reader == "bytes" and self.hash_bits is not None
+        return _text is not None and self.reader == "bytes" and self.hash_bits is not None
 
     def transform_texts(self, texts: Sequence[str | bytes]) -> TextRows:
         """``transform_one`` of each text, as CSR rows (compiled when `compiled`, the rows the
         dicts of ``transform_one`` make otherwise)."""
         if self.compiled and self.hash_bits is not None:
             data = [text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text) for text in texts]
-            indptr, indices, values, keys = _compiled_rows(
+            indptr, indices, values, keys = _text.rows(
                 data,
                 self.parse,
                 self.char_ngram,

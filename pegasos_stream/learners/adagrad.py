@@ -10,8 +10,7 @@ from operator import mul
 import numpy as np
 from river import base
 
-import pegasos_stream._fast as _fast
-
+from .._compiled import FAST as _fast
 from .calibration import squash
 from .compiled import Stored, gather, scatter
 from .rows import Rows
@@ -194,7 +193,7 @@ class AdaGradLogistic(base.Classifier):
         and probability before it was learned. A row ``learn_one`` refuses stops the run unlearned: returns
         (that row, the error), or (len(rows), None) when every row is learned."""
         n = len(rows)
-        columns = self._columns(rows.keys)
+        columns = None if _fast is None else self._columns(rows.keys)
         while start < n:
             stop = start if columns is None else self._learn_compiled(rows, columns, signs, weights, decisions, start)
             probas[start:stop] = [squash(margin) for margin in decisions[start:stop].tolist()]

@@ -3,7 +3,8 @@
 ``learn_csr`` checks a CSR matrix, its labels and weights, then learns its rows; ``learn_rows`` runs the
 compiled loop over `Rows` and takes each row the loop stops before (a rare branch, a refusal) through
 ``learn_one``. Around each run of the loop, the weights the rows touch are gathered out of the model's
-dicts into arrays and scattered back.
+dicts into arrays and scattered back. Without the compiled module (see `pegasos_stream._compiled`),
+``learn_rows`` takes every row through ``learn_one``, which gives the same model bit for bit.
 
 The loop reads its settings from one array and the model's state from two (floats and integers), whose
 entries the compiled module names in order (``_fast.PARAMS``, ``_fast.STATE``, ``_fast.ISTATE``); the arrays
@@ -19,8 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import ArrayLike
 
-import pegasos_stream._fast as _fast
-
+from .._compiled import FAST as _fast
 from .calibration import MAX_LOG_SLOPE, MIN_TAIL, TAIL_MASS, TAIL_START
 from .rows import Rows
 from .schedule import MAX_NORM
@@ -147,14 +147,14 @@ def learn_rows(
     """`PegasosClassifier.learn_rows`: (the row it stopped at, its error), or (len(rows), None).
 
     Arrays the compiled loop cannot take (formats, lengths, CSR structure) raise a ValueError before
-    anything is learned.
+    anything is learned. Without the compiled module, each row goes through ``learn_one``.
     """
     n = len(rows)
     while start < n:
-        stop = _learn_compiled(model, rows, signs, weights, decisions, probas, start)
+        stop = start if _fast is None else _learn_compiled(model, rows, signs, weights, decisions, probas, start)
         if stop == n:
             break
-        x = rows.row(stop)  # a rare branch (a fold of the scale, a refusal): learn_one takes it
+        x = rows.row(stop)  # a rare branch (a fold of the scale, a refusal), or not compiled: learn_one takes it
         decisions[stop] = probas[stop] = math.nan
         try:
             decisions[stop] = model._margins(x)[1]
@@ -228,7 +228,12 @@ def _holder(model: PegasosClassifier, attribute: str) -> object:
 def gather(weights: dict, keys: list) -> tuple[np.ndarray, np.ndarray]:
     """(the values of ``keys``, 0.0 where absent; whether each is present)."""
     values, present = np.empty(len(keys)), np.empty(len(keys), dtype=bool)
-    _fast.gather(weights, keys, values, present)
+    if _fast is None:
+        found = [weights.get(key) for key in keys]
+        present[:] = [value is not None for value in found]
+        values[:] = [0.0 if value is None else float(value) for value in found]
+    else:
+        _fast.gather(weights, keys, values, present)
     return values, present
 
 
@@ -249,4 +254,7 @@ def scatter(weights: dict, keys: list, values: np.ndarray, stored: Stored, new: 
     into), then add the ``new`` ones in the order they were first written (the order ``learn_one`` inserts
     them in)."""
     for columns in (stored.changed(values), new):
-        _fast.scatter(weights, keys, values, columns.astype(np.int64, copy=False))
+        if _fast is None:
+            weights.update((keys[column], value) for column, value in zip(columns.tolist(), values[columns].tolist()))
+        else:
+            _fast.scatter(weights, keys, values, columns.astype(np.int64, copy=False))

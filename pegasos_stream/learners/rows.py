@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
-import pegasos_stream._fast as _fast
+from .._compiled import FAST as _fast
 
 __all__ = ["Rows", "int64_array"]
 
@@ -47,8 +47,8 @@ class Rows:
         """Rows of feature dicts (values already checked to be finite numbers), in dict order."""
         dicts = list(dicts)
         keys: list = []
-        built = _fast.rows_from_dicts(dicts, {}, keys)
-        if built is None:  # keys or values the compiled builder leaves to Python
+        built = None if _fast is None else _fast.rows_from_dicts(dicts, {}, keys)
+        if built is None:  # not compiled, or keys or values the compiled builder leaves to Python
             return cls._from_dicts_in_python(dicts)
         indptr, indices, data = built
         return cls(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys)
@@ -114,8 +114,31 @@ class Rows:
         if names is not None:
             keys = [names[j] for j in keys]
         rows = cls(indptr - first, local, np.ascontiguousarray(values[first:last], dtype=np.float64), keys)
-        _fast.check_rows(rows.indptr, rows.indices, rows.keys)  # a column repeated within a row
+        if _fast is None:
+            _check_columns_once(rows)
+        else:
+            _fast.check_rows(rows.indptr, rows.indices, rows.keys)  # a column repeated within a row
         return rows
+
+
+def _check_columns_once(rows: Rows) -> None:
+    """A ValueError naming the first row that holds a column more than once, and that column (by its key),
+    as the compiled ``check_rows`` gives it."""
+    row_of = np.repeat(np.arange(len(rows)), np.diff(rows.indptr))
+    cells = row_of * max(len(rows.keys), 1) + rows.indices
+    ordered = np.sort(cells)
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if not len(repeated):
+        return
+    row = int(repeated.min()) // max(len(rows.keys), 1)
+    seen: set[int] = set()
+    for column in rows.indices[rows.indptr[row] : rows.indptr[row + 1]].tolist():
+        if column in seen:
+            raise ValueError(
+                f"row {row}: column {rows.keys[column]!r} appears more than once (a feature dict holds one value"
+                " per key; scipy's sum_duplicates() adds them up)"
+            )
+        seen.add(column)
 
 
 def _integers(values: ArrayLike, name: str) -> np.ndarray:

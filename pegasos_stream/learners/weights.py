@@ -17,7 +17,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from itertools import repeat
 from operator import add, mul
 
-import pegasos_stream._fast as _fast
+from .._compiled import FAST as _fast
 
 __all__ = ["COMPENSATED_SUM", "MIN_SCALE", "SharedScaleWeights", "WeightVector", "sparse_dot"]
 
@@ -36,9 +36,9 @@ COMPENSATED_SUM = sum([0.1] * 10) == 1.0
 
 
 def sparse_dot(v: dict, x: Features) -> float:
-    """⟨v, x⟩ for a sparse dict ``v``, in O(nnz(x)), summed in the order of ``x`` (in C, with the same
-    result, for a dict ``x`` of str or int keys and float, int or bool values and a ``v`` of floats)."""
-    result = _fast.sparse_dot(v, x, COMPENSATED_SUM)
+    """⟨v, x⟩ for a sparse dict ``v``, in O(nnz(x)), summed in the order of ``x`` (in C when compiled, with the
+    same result, for a dict ``x`` of str or int keys and float, int or bool values and a ``v`` of floats)."""
+    result = None if _fast is None else _fast.sparse_dot(v, x, COMPENSATED_SUM)
     if result is None:
         return sum(map(mul, map(v.get, x, repeat(0.0)), x.values()))
     return result
@@ -50,9 +50,9 @@ def _axpy(v: dict, x: Features, c: float) -> None:
 
 
 def _axpy_sq_norm(v: dict, x: Features, c: float) -> float:
-    """v += c·x in place; returns the change of ‖v‖², computed coordinate by coordinate (in C, with the
-    same result, for the ``v`` and ``x`` ``sparse_dot`` takes there)."""
-    change = _fast.axpy_sq_norm(v, x, c, COMPENSATED_SUM)
+    """v += c·x in place; returns the change of ‖v‖², computed coordinate by coordinate (in C when compiled,
+    with the same result, for the ``v`` and ``x`` ``sparse_dot`` takes there)."""
+    change = None if _fast is None else _fast.axpy_sq_norm(v, x, c, COMPENSATED_SUM)
     if change is not None:
         return change
     old = list(map(v.get, x, repeat(0.0)))

@@ -2,7 +2,8 @@
 
 The compiled parsers take the plain grammar (svmlight, JSON feature events) straight to CSR rows, and
 JSON text events to their texts, which the compiled features turn into rows a batch at a time; every
-other record goes through `EventParser`, one at a time, which gives the same event or the same error.
+other record (every record, when the compiled module is not in use) goes through `EventParser`, one at
+a time, which gives the same event or the same error.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from ..features import EmailFeatures
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
-from .fastparse import name_table, parse_json_events, parse_json_texts, parse_svmlight
+from .fastparse import COMPILED, name_table, parse_json_events, parse_json_texts, parse_svmlight
 from .parsing import BadRecord, Event, EventParser
 from .records import Record, RecordBatch
 
@@ -57,12 +58,14 @@ class BatchParser:
         self.parser = parser
         self.features = features  # text events become rows of these (a batch's texts at once)
         self._svmlight_names: list[str] = []  # the str of each numbered svmlight name, made once per run
-        self._json_names = name_table()  # the JSON feature names, likewise
+        self._json_names = name_table() if COMPILED else None  # the JSON feature names, likewise
         self._label_signs = parser.label_signs()
 
     def parse(self, records: RecordBatch) -> ParsedBatch:
         """The rows of ``records``' labelled feature events with a binary label, and the rest."""
         parser = self.parser
+        if not COMPILED:
+            return self._events(records)
         try:
             if parser.format == "svmlight" and not (parser.labels or parser.classes):
                 return self._svmlight(records)
@@ -118,7 +121,8 @@ class BatchParser:
                 if parsed.text is None:
                     return None
                 indices.append(index)  # kept in record order below
-                texts.append(parsed.text.encode("utf-8", "surrogatepass"))
+                text = parsed.text
+                texts.append(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
                 ids.append(parsed.id)
                 signs.append(sign)
             else:

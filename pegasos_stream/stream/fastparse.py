@@ -2,7 +2,8 @@
 events to their texts.
 
 Each parser takes what it can in its plain grammar and marks the rest for the Python parser
-(`pegasos_stream.stream.parsing`), which gives the same event or the same error.
+(`pegasos_stream.stream.parsing`), which gives the same event or the same error. Without the compiled
+module (`COMPILED` false; see `pegasos_stream._compiled`), the Python parser takes every record.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .. import _fast
+from .._compiled import FAST as _fast
 from ..learners.rows import Rows, int64_array
 
-__all__ = ["name_table", "parse_json_events", "parse_json_texts", "parse_svmlight"]
+__all__ = ["COMPILED", "name_table", "parse_json_events", "parse_json_texts", "parse_svmlight"]
+
+#: Whether the parsers of this module can run (the compiled module is in use).
+COMPILED = _fast is not None
 
 
 def parse_svmlight(
