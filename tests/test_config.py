@@ -449,6 +449,24 @@ def test_config_hash_is_stable_across_processes():
 
 
 @pytest.mark.parametrize("name", ["spam.yaml", "kafka.yaml"])
+def test_config_hash_ignores_keys_at_their_default(name):
+    """A checkpoint written before a key existed (its configuration lacks the key) matches the configuration
+    that has it at its default; the same key at another value, or at its default of another type, does not."""
+    config = load_config(ROOT / "configs" / name)
+    digest = config_hash(config)
+    for section, key in (("source", "label"), ("source", "folders")):  # keys added with a default
+        older = copy.deepcopy(config)
+        default = older[section].pop(key)
+        assert config_hash(older) == digest, f"{section}.{key}"
+        other = copy.deepcopy(config)
+        other[section][key] = _changed(default)
+        assert config_hash(other) != digest, f"{section}.{key}"
+    typed = copy.deepcopy(config)
+    typed["delayed_labels"]["max_pending"] = float(typed["delayed_labels"]["max_pending"])
+    assert config_hash(typed) != digest
+
+
+@pytest.mark.parametrize("name", ["spam.yaml", "kafka.yaml"])
 def test_config_hash_changes_with_any_value(name):
     config = load_config(ROOT / "configs" / name)
     digest = config_hash(config)

@@ -265,6 +265,12 @@ def _defaults(schema: dict) -> dict:
     }
 
 
+#: Every key's default, as `validate` fills them in.
+_DEFAULTS = _defaults(SCHEMA)
+#: Stands for "no default" (None is a default of its own).
+_NO_DEFAULT = object()
+
+
 def _merge(base: dict, update: dict) -> dict:
     merged = dict(base)
     for key, value in update.items():
@@ -557,7 +563,24 @@ def _resolve_paths(raw: dict, base: Path | None) -> None:
 
 def config_hash(config: dict) -> str:
     """SHA-256 of the configuration's canonical JSON form, less the ``run`` section (how long
-    this particular run goes on does not change the job)."""
-    job = {section: value for section, value in config.items() if section != "run"}
+    this particular run goes on does not change the job) and less every key at its default value
+    (same value, same type): a key a later version adds with a default leaves the hash, and the
+    checkpoints written before it, as they were."""
+    job = _without_defaults({section: value for section, value in config.items() if section != "run"}, _DEFAULTS)
     canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _without_defaults(node: dict, defaults: dict) -> dict:
+    """``node`` less its keys whose value is their default in ``defaults`` (nested sections alike)."""
+    kept = {}
+    for key, value in node.items():
+        default = defaults.get(key, _NO_DEFAULT)
+        if isinstance(value, dict) and isinstance(default, dict):
+            value = _without_defaults(value, default)
+            if not value:
+                continue
+        elif type(value) is type(default) and value == default:
+            continue
+        kept[key] = value
+    return kept
