@@ -8,7 +8,8 @@
  *     structure) before anything is learned, and the loop runs without the GIL.
  * PARAMS, STATE, ISTATE: the names of the entries of learn_rows' parameter, state and integer state arrays,
  *     in their order (the Python side builds and reads the arrays by these names).
- * learn_logistic_rows: AdaGradLogistic.learn_one over the rows of a CSR batch, bit-identical likewise.
+ * learn_logistic_rows: AdaGradLogistic.learn_one over the rows of a CSR batch, bit-identical likewise;
+ *     dense_dot, logistic_step: its margin and its step on one example over its weight arrays.
  * check_rows: the CSR checks of learn_rows, naming the repeated column by its key.
  * sparse_dot, axpy_sq_norm: learn_one's passes over one example, as its Python expressions compute them.
  * gather, scatter: the weights a batch touches, out of the learner's dicts and back.
@@ -545,6 +546,80 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     release(b, N_LOGISTIC);
     return Py_BuildValue("nn", i, n_new);
+}
+
+/* The arrays of one example over dense weights: ``w`` (and ``g2``, when given) of the weight columns, the
+ * example's ``columns`` (int64, each within w) and ``values`` (float64, as many); a ValueError naming
+ * ``function`` otherwise. */
+static int dense_example(const char *function, PyObject **o, Buf *b, int n, int writable) {
+    static const char *names[4] = {"w", "columns", "values", "g2"};
+    static const Kind kinds[4] = {F64, I64, F64, F64};
+    for (int a = 0; a < n; a++)
+        if (get_buffer(o[a], &b[a], writable && (a == 0 || a == 3), kinds[a], function, names[a]) < 0) return -1;
+    Py_ssize_t m = length(&b[0]), k = length(&b[1]);
+    if (length(&b[2]) != k) {
+        PyErr_Format(PyExc_ValueError, "%s: values: %zd items, expected %zd (one per column)", function, length(&b[2]), k);
+        return -1;
+    }
+    if (n > 3 && length(&b[3]) != m) {
+        PyErr_Format(PyExc_ValueError, "%s: g2: %zd items, expected %zd (as w)", function, length(&b[3]), m);
+        return -1;
+    }
+    const int64_t *columns = b[1].view.buf;
+    for (Py_ssize_t j = 0; j < k; j++)
+        if (columns[j] < 0 || columns[j] >= m) {
+            PyErr_Format(PyExc_ValueError, "%s: columns[%zd] = %lld is outside 0..%zd (the weights)", function, j,
+                         (long long)columns[j], m - 1);
+            return -1;
+        }
+    return 0;
+}
+
+/* dense_dot(w, columns, values, compensated) -> sum(w[c] * v for c, v in zip(columns, values)), summed as sum()
+ * sums: AdaGradLogistic's margin over its weight array, as learn_logistic_rows computes it. */
+static PyObject *dense_dot(PyObject *self, PyObject *args) {
+    PyObject *o[3];
+    int comp;
+    if (!PyArg_ParseTuple(args, "OOOp", &o[0], &o[1], &o[2], &comp)) return NULL;
+    Buf b[3];
+    memset(b, 0, sizeof b);
+    if (dense_example("dense_dot", o, b, 3, 0) < 0) {
+        release(b, 3);
+        return NULL;
+    }
+    const double *w = b[0].view.buf, *x = b[2].view.buf;
+    const int64_t *columns = b[1].view.buf;
+    Sum sum = {0.0, 0.0, comp};
+    for (Py_ssize_t j = 0; j < length(&b[1]); j++) sum_add(&sum, w[columns[j]] * x[j]);
+    release(b, 3);
+    return PyFloat_FromDouble(sum_result(&sum));
+}
+
+/* logistic_step(w, columns, values, g2, coef, learning_rate): AdaGradLogistic's step on one example over its
+ * weight arrays, as learn_logistic_rows takes it: for each feature in order, g = coef*x, g2 += g*g,
+ * w -= rate*g/sqrt(g2). */
+static PyObject *logistic_step(PyObject *self, PyObject *args) {
+    PyObject *o[4];
+    double coef, rate;
+    if (!PyArg_ParseTuple(args, "OOOOdd", &o[0], &o[1], &o[2], &o[3], &coef, &rate)) return NULL;
+    Buf b[4];
+    memset(b, 0, sizeof b);
+    if (dense_example("logistic_step", o, b, 4, 1) < 0) {
+        release(b, 4);
+        return NULL;
+    }
+    double *w = b[0].view.buf, *g2 = b[3].view.buf;
+    const double *x = b[2].view.buf;
+    const int64_t *columns = b[1].view.buf;
+    for (Py_ssize_t j = 0; j < length(&b[1]); j++) {
+        int64_t c = columns[j];
+        double g = coef * x[j];
+        double acc = g2[c] + g * g;
+        g2[c] = acc;
+        w[c] = w[c] - rate * g / sqrt(acc);
+    }
+    release(b, 4);
+    Py_RETURN_NONE;
 }
 
 /* -- one example at a time ------------------------------------------------------------------------ */
@@ -1782,6 +1857,8 @@ static PyMethodDef methods[] = {
     {"learn_rows", learn_rows, METH_VARARGS, "PegasosClassifier.learn_one over CSR rows; returns the stop row."},
     {"learn_logistic_rows", learn_logistic_rows, METH_VARARGS,
      "AdaGradLogistic.learn_one over CSR rows; returns (stop row, columns first written)."},
+    {"dense_dot", dense_dot, METH_VARARGS, "<w, x> of one example over a weight array, summed as sum() sums."},
+    {"logistic_step", logistic_step, METH_VARARGS, "AdaGradLogistic's step on one example over its weight arrays."},
     {"check_rows", check_rows, METH_VARARGS, "Check CSR rows (bounds, columns, no repeat), naming columns by keys."},
     {"rows_from_dicts", rows_from_dicts, METH_VARARGS, "Feature dicts to CSR bytes (indptr, indices, data)."},
     {"parse_svmlight", parse_svmlight, METH_VARARGS, "svmlight lines to (status, indptr, indices, data, labels)."},

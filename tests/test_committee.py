@@ -151,7 +151,7 @@ def test_adagrad_refuses_what_it_cannot_learn_and_stays_unchanged(dense):
     for x, y in _stream(20, 1):
         model.learn_one(x, y)
     digest = model_digest(model)
-    bad = [({1: math.nan}, "finite"), ({1: 1e300, 2: 1e300}, "too large")]
+    bad = [({1: math.nan}, "finite"), ({1: "x"}, "finite number"), ({1: 1e300, 2: 1e300}, "too large")]
     if dense:
         bad += [({"word": 1.0}, "int column"), ({N_COLUMNS: 1.0}, "int column"), ({-1: 1.0}, "int column")]
     for x, message in bad:

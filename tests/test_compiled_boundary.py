@@ -305,6 +305,29 @@ def test_the_logistic_loop_refuses_malformed_arrays_and_writes_nothing(case):
     )
 
 
+def test_the_one_example_passes_over_weight_arrays_refuse_malformed_arrays_and_write_nothing():
+    w, g2 = np.array([0.5, -1.0, 2.0]), np.full(3, 1e-6)
+    columns, values = np.array([2, 0], dtype=np.int64), np.array([1.0, 3.0])
+    assert _fast.dense_dot(w, columns, values, False) == 2.0 * 1.0 + 0.5 * 3.0
+    bad = {
+        "columns\\[1\\] = 3 is outside 0\\.\\.2": (np.array([2, 3], dtype=np.int64), values),
+        "columns\\[0\\] = -1 is outside": (np.array([-1, 0], dtype=np.int64), values),
+        "values: 1 items, expected 2": (columns, values[:1]),
+        "columns: expected .* int64 array": (columns.astype(np.int32), values),
+    }
+    for message, (cols, vals) in bad.items():
+        with pytest.raises(ValueError, match="^dense_dot: " + message):
+            _fast.dense_dot(w, cols, vals, False)
+        before = (w.copy(), g2.copy())
+        with pytest.raises(ValueError, match="^logistic_step: " + message):
+            _fast.logistic_step(w, cols, vals, g2, -0.5, 0.7)
+        assert np.array_equal(w, before[0]) and np.array_equal(g2, before[1])
+    with pytest.raises(ValueError, match=r"^logistic_step: g2: 2 items, expected 3"):
+        _fast.logistic_step(w, columns, values, g2[:2], -0.5, 0.7)
+    with pytest.raises(ValueError, match=r"^logistic_step: w: expected a writable"):
+        _fast.logistic_step(_read_only(w), columns, values, g2, -0.5, 0.7)
+
+
 # -- names of the arrays -----------------------------------------------------------------------
 
 

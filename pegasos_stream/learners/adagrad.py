@@ -6,6 +6,7 @@ import math
 import numbers
 from collections.abc import Mapping
 from operator import mul
+from typing import NamedTuple
 
 import numpy as np
 from river import base
@@ -18,6 +19,16 @@ from .validation import binary_sign, check_features, check_sample_weight, reject
 from .weights import COMPENSATED_SUM, sparse_dot
 
 __all__ = ["AdaGradLogistic"]
+
+
+class Step(NamedTuple):
+    """A prepared step: the margin before it, c·k of the gradient c·k·x, and the example as the compiled step
+    takes it over the weight arrays (columns, values), or None."""
+
+    margin: float
+    coef: float
+    example: tuple[np.ndarray, np.ndarray] | None
+
 
 #: The most columns ``n_features`` may ask for (two arrays of 8-byte floats each).
 MAX_COLUMNS = 2**28
@@ -121,15 +132,33 @@ class AdaGradLogistic(base.Classifier):
         try:
             if isinstance(self._w, dict):
                 margin = sparse_dot(self._w, x)
+            elif _fast is not None:
+                margin = _fast.dense_dot(self._w, *self._dense_example(x), COMPENSATED_SUM)
             else:
                 self._check_columns(x)
                 margin = sum(map(mul, map(self._w.item, x), x.values()))
-            ok = math.isfinite(margin)
         except (TypeError, OverflowError):
-            ok = False
-        if not ok:
+            margin = math.nan
+        return self._finite(x, margin)
+
+    @staticmethod
+    def _finite(x: Mapping, margin: float) -> float:
+        """``margin``, or the ValueError naming the feature of ``x`` that made it no finite number."""
+        if not math.isfinite(margin):
             reject_features(x)
         return margin
+
+    def _dense_example(self, x: Mapping) -> tuple[np.ndarray, np.ndarray]:
+        """(columns, values) of ``x`` for the compiled passes over the weight arrays; a ValueError naming a
+        feature that is no column or a value that is no number."""
+        columns = np.array(list(x))
+        if columns.dtype.kind not in "iub" or (len(columns) and not 0 <= columns.min() <= columns.max() < len(self._w)):
+            self._check_columns(x)
+        try:
+            values = np.fromiter(x.values(), np.float64, len(x))
+        except (TypeError, ValueError, OverflowError):
+            reject_features(x)  # names the value that is no finite number
+        return columns.astype(np.int64, copy=False), values
 
     def _check_columns(self, x: Mapping) -> None:
         """With ``n_features``: a ValueError for a feature that is no int column 0..n_features − 1."""
@@ -150,27 +179,37 @@ class AdaGradLogistic(base.Classifier):
         return {False: 1.0 - p, True: p}
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
-        self._step(x, self._coefficient(x, binary_sign(y), 1.0 if w == 1.0 else check_sample_weight(w)))
+        step = self._prepare(x, binary_sign(y), 1.0 if w == 1.0 else check_sample_weight(w))
+        self._step(x, step)
 
-    def _coefficient(self, x: Mapping, sign: float, weight: float) -> float:
-        """c·k of the gradient c·k·x; a ValueError, with nothing learned, for features whose margin or
-        squared gradient is not finite."""
-        margin = self.decision_function_one(x)
+    def _prepare(self, x: Mapping, sign: float, weight: float) -> Step:
+        """The step ``x`` asks for, with its margin before it; a ValueError, with nothing learned, for
+        features whose margin or squared gradient is not finite."""
+        example = None
+        if isinstance(self._w, np.ndarray) and _fast is not None:
+            example = self._dense_example(x)
+            margin = self._finite(x, _fast.dense_dot(self._w, *example, COMPENSATED_SUM))
+            largest = float(np.abs(example[1]).max()) if len(x) else 0.0
+        else:
+            margin = self.decision_function_one(x)
+            largest = max(map(abs, x.values()), default=0.0)
         coef = -weight * sign / (1.0 + math.exp(max(min(sign * margin, MAX_EXPONENT), -MAX_EXPONENT)))
-        steepest = coef * max((abs(value) for value in x.values()), default=0.0)
+        steepest = coef * largest
         if not math.isfinite(steepest * steepest):
             reject_features(x)  # finite values whose squared gradient overflows: G_j would be infinite
-        return coef
+        return Step(margin, coef, example)
 
-    def _step(self, x: Mapping, coef: float) -> None:
+    def _step(self, x: Mapping, step: Step) -> None:
         """The AdaGrad step of the gradient coef·x."""
-        weights, g2, rate, initial = self._w, self._g2, self.learning_rate, self.initial_accumulator
+        weights, g2, rate, initial, coef = self._w, self._g2, self.learning_rate, self.initial_accumulator, step.coef
         if isinstance(weights, dict) and isinstance(g2, dict):
             for key, value in x.items():
                 g = coef * value
                 acc = g2.get(key, initial) + g * g
                 g2[key] = acc
                 weights[key] = weights.get(key, 0.0) - rate * g / math.sqrt(acc)
+        elif isinstance(weights, np.ndarray) and isinstance(g2, np.ndarray) and step.example and _fast is not None:
+            _fast.logistic_step(weights, *step.example, g2, coef, rate)
         elif isinstance(weights, np.ndarray) and isinstance(g2, np.ndarray):
             for key, value in x.items():
                 g = coef * value

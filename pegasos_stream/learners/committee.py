@@ -96,10 +96,10 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
         sign = binary_sign(y)
-        decision = self.decision_function_one(x)  # each member remembers or recomputes its margin
-        coef = self.logistic._coefficient(x, sign, 1.0 if w == 1.0 else check_sample_weight(w))
+        step = self.logistic._prepare(x, sign, 1.0 if w == 1.0 else check_sample_weight(w))
+        decision = self.svm._remembered_margins(x)[1] + step.margin  # as decision_function_one gives it
         self.svm.learn_one(x, y, w)  # refused with nothing learned, or learned
-        self.logistic._step(x, coef)  # then never refused
+        self.logistic._step(x, step)  # then never refused
         self._platt.update(decision, sign > 0)
 
     def learn_rows(
