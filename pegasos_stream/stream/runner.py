@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -19,6 +19,14 @@ from .batches import BatchParser, Parsed, ParsedBatch, parse_record
 from .evaluation import BinaryReport, MulticlassReport
 from .parsing import BadRecord, Event, EventParser
 from .pending import PendingLabels
+from .predictions import (
+    BinaryLearner,
+    CompiledLearner,
+    MulticlassLearner,
+    Predictor,
+    binary_classes,
+    prediction_output,
+)
 from .records import Record, RecordBatch
 from .sinks import NullSink, Sink, dead_letter
 from .sources import Source
@@ -26,7 +34,7 @@ from .sources import Source
 if TYPE_CHECKING:
     from ..persist.checkpoint import Checkpoints
 
-__all__ = ["BinaryLearner", "CompiledLearner", "MulticlassLearner", "RunStats", "Runner", "StopRun"]
+__all__ = ["RunStats", "Runner", "StopRun"]
 
 _log = logging.getLogger(__name__)
 
@@ -61,65 +69,24 @@ class RunStats:
         return self.timed / (self.last - self.first)
 
 
-# -- what the runner asks of a learner ---------------------------------------------------------
-
-
-@runtime_checkable
-class BinaryLearner(Protocol):
-    """A binary learner: a margin and its calibrated probability; it learns positive or negative."""
-
-    @property
-    def t(self) -> int: ...
-
-    def decision_function_one(self, x: dict) -> float: ...
-
-    def probability(self, score: float) -> float: ...
-
-    def learn_one(self, x: dict, y: bool) -> None: ...
-
-
-@runtime_checkable
-class CompiledLearner(BinaryLearner, Protocol):
-    """A binary learner with a compiled loop over CSR rows (see `PegasosClassifier.learn_rows`)."""
-
-    def learn_rows(
-        self, rows: Rows, signs: np.ndarray, weights: np.ndarray, decisions: np.ndarray, probas: np.ndarray, start: int
-    ) -> tuple[int, ValueError | None]: ...
-
-
-@runtime_checkable
-class MulticlassLearner(Protocol):
-    """A learner of classes: a probability per class known; it checks the labels it learns."""
-
-    @property
-    def t(self) -> int: ...
-
-    def predict_proba_one(self, x: dict) -> dict[Any, float]: ...
-
-    def learn_one(self, x: dict, y: object) -> None: ...
-
-
 # -- the binary and the multiclass handling of predictions and labels --------------------------
 
 #: What a prediction is scored by when its label arrives: the margin (binary) or the class predicted.
-Prediction = TypeVar("Prediction")
+Prediction = TypeVar("Prediction", contravariant=True)
 
 
 class _Task(Protocol[Prediction]):
-    """How the runner predicts, checks labels and learns for one kind of learner."""
+    """How the runner checks labels and learns for one kind of learner (`Predictor` predicts)."""
 
     def check_label(self, label: object) -> None:
         """A ValueError for a label the learner would refuse."""
-
-    def predict(self, x: dict) -> tuple[float, float, object, Prediction]:
-        """(score, proba, label) to emit, and what the example's label is later scored against."""
 
     def learn(self, x: dict, label: object, prediction: Prediction) -> None:
         """Learn ``x`` with ``label``, and report ``prediction`` against it."""
 
 
 class _BinaryTask:
-    """A binary learner: emits the margin, its probability and its sign; labels are binary classes."""
+    """A binary learner: labels are binary classes, and a prediction is scored by its margin."""
 
     def __init__(self, model: BinaryLearner, report: BinaryReport) -> None:
         self.model = model
@@ -127,10 +94,6 @@ class _BinaryTask:
 
     def check_label(self, label: object) -> None:
         binary_sign(label)
-
-    def predict(self, x: dict) -> tuple[float, float, bool, float]:
-        score = self.model.decision_function_one(x)
-        return score, self.model.probability(score), score > 0.0, score
 
     def learn(self, x: dict, label: object, prediction: float) -> None:
         positive = binary_sign(label) > 0
@@ -157,7 +120,7 @@ class _CompiledBinaryTask(_BinaryTask):
 
 
 class _MulticlassTask:
-    """A multiclass learner: emits the most probable class and its probability; labels are hashable."""
+    """A multiclass learner: labels are hashable, and a prediction is scored by its class."""
 
     def __init__(self, model: MulticlassLearner, report: MulticlassReport) -> None:
         self.model = model
@@ -168,13 +131,6 @@ class _MulticlassTask:
             hash(label)
         except TypeError:
             raise ValueError(f"unknown label {label!r}: a class label must be hashable") from None
-
-    def predict(self, x: dict) -> tuple[float, float, object, object]:
-        probas = self.model.predict_proba_one(x)
-        if not probas:  # no class known yet
-            return 0.0, 0.0, None, None
-        label = max(probas, key=probas.__getitem__)
-        return probas[label], probas[label], label, label
 
     def learn(self, x: dict, label: object, prediction: object) -> None:
         self.model.learn_one(x, label)
@@ -210,7 +166,8 @@ class Runner:
     parser
         Records to events.
     sink
-        Receives one prediction ``{"id", "score", "proba", "label"}`` per predicted event.
+        Receives one prediction ``{"id", "predicted", "score", "proba"}`` per predicted event (see
+        `stream.predictions`: the class predicted is named as ``parser``'s labels are).
     pending
         Where examples wait for a delayed label.
     report
@@ -257,6 +214,8 @@ class Runner:
         self.dead_letters = dead_letters
         self.stats_every_seconds = stats_every_seconds
         self._task = _task(model, report)
+        multiclass = isinstance(report, MulticlassReport)
+        self.predictor = Predictor(model, features, binary_classes(parser.labels), multiclass)
         self._compiled = self._task if isinstance(self._task, _CompiledBinaryTask) else None
         batched = self._compiled is not None and on_error == "skip" and not isinstance(features, DictHasher)
         self.batch_size = batch_size if batched else 0
@@ -289,17 +248,10 @@ class Runner:
         except (ValueError, TypeError, OverflowError) as error:  # BadRecord, or a value the learner refused
             self._reject(record, error)
 
-    def _features(self, event: Event) -> dict:
-        if event.x is not None:
-            return self.features.transform_one(event.x) if isinstance(self.features, DictHasher) else event.x
-        if not isinstance(self.features, EmailFeatures):
-            raise BadRecord(event.position, "a text event needs features.type: email")
-        return self.features.transform_one(event.text)
-
     def _predict_and_learn(self, event: Event) -> None:
-        x = self._features(event)
-        score, proba, label, prediction = self._task.predict(x)
-        self.sink.emit({"id": event.id, "score": score, "proba": proba, "label": label})
+        x = self.predictor.features_of(event)
+        score, proba, predicted, prediction = self.predictor.predict(x)
+        self.sink.emit(prediction_output(event.id, predicted, score, proba))
         self.stats.predicted += 1
         if event.label is None:
             self.pending.add(event.id, x, prediction)
@@ -382,12 +334,13 @@ class Runner:
         """Emit the predictions of the rows from ``start`` on (an event without an id is named by its
         position)."""
         emit, position = self.sink.emit, batch.records.position
+        negative, positive = self.predictor.classes
         stop = start + len(decisions)
         for index, event_id, score, proba in zip(
             batch.indices[start:stop], batch.ids[start:stop], decisions.tolist(), probas.tolist()
         ):
             event_id = position(index) if event_id is None else event_id
-            emit({"id": event_id, "score": score, "proba": proba, "label": score > 0.0})
+            emit(prediction_output(event_id, positive if score > 0.0 else negative, score, proba))
 
     # -- state for checkpoints -------------------------------------------------------------
 
