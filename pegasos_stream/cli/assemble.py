@@ -12,7 +12,7 @@ from ..stream.sinks import JsonLinesSink, NullSink, Sink
 from ..stream.sources import FileSource, Source, StdinSource
 from .config import LEARNERS, config_hash
 
-__all__ = ["build_checkpoints", "build_model", "build_runner", "build_source"]
+__all__ = ["build_checkpoints", "build_features", "build_model", "build_parser", "build_runner", "build_source"]
 
 #: Scores kept for the ROC AUC of a long-running job's statistics.
 RECENT_SCORES = 10_000
@@ -82,17 +82,22 @@ def _sink(kind: str, section: dict) -> Sink:
     return NullSink()
 
 
+def build_parser(config: dict) -> EventParser:
+    """The configured parser of records into events."""
+    source = config["source"]
+    return EventParser(source["format"], source["fields"], _labels(source["labels"]), source["max_bytes"])
+
+
 def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Runner:
     """A runner for ``config``; ``model`` (e.g. a resumed one) replaces the configured learner."""
     model = model if model is not None else build_model(config)
     exact = config["evaluation"]["exact_auc"] if exact_auc is None else exact_auc
     report = MulticlassReport() if model._multiclass else BinaryReport(window=None if exact else RECENT_SCORES)
-    source = config["source"]
     dead = config["errors"]["dead_letter"]
     return Runner(
         model=model,
         features=build_features(config),
-        parser=EventParser(source["format"], source["fields"], _labels(source["labels"]), source["max_bytes"]),
+        parser=build_parser(config),
         sink=_sink(config["output"]["type"], config["output"]),
         pending=PendingLabels(config["delayed_labels"]["max_pending"], config["delayed_labels"]["max_age_seconds"]),
         report=report,

@@ -1,4 +1,5 @@
-"""The ``pegasos-stream`` command line: ``run`` a stream job, ``eval`` a finite log."""
+"""The ``pegasos-stream`` command line: ``run`` a stream job, ``eval`` a finite log, ``predict`` with a
+trained model, ``inspect`` a checkpoint."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.runner import Runner, StopRun
 from ..stream.sources import Source, SourceError
 from .assemble import build_checkpoints, build_runner, build_source
+from .checks import StartupError
 from .config import ConfigError, config_hash, load_config
+from .predict import EVENT_SUFFIXES, command_predict
 
 #: The default job: the spam filter on the sample stream shipped in the repository.
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "spam.yaml"
@@ -258,6 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     evaluate = commands.add_parser("eval", parents=[common], help="replay a labelled log prequentially")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     evaluate.add_argument("--plot", metavar="PNG", help="write a learning curve")
+    predict = commands.add_parser(
+        "predict",
+        help="score messages or events with a trained model, without learning",
+        description="Score each input with the model of a checkpoint of run, which is left unchanged: one JSON "
+        'line {"id", "predicted", "score", "proba"} per message or event. A file whose name ends in '
+        + ", ".join(EVENT_SUFFIXES)
+        + " (or one of them and .gz) holds events as run reads them; any other file, and - (standard input), "
+        "is one RFC 822 message. Exit status 1 when an input was rejected, 2 when nothing could be scored.",
+    )
+    predict.add_argument("--model", required=True, metavar="CHECKPOINT", help="a checkpoint file, or a directory")
+    predict.add_argument(
+        "--format", choices=["message", "events"], help="read every input as one message, or as events"
+    )
+    predict.add_argument("inputs", nargs="*", metavar="FILE", help="a message or events file, - for standard input")
     inspect = commands.add_parser("inspect", help="summarise a checkpoint (a file, or a directory's newest)")
     inspect.add_argument("path")
     inspect.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -266,9 +283,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "inspect":
             return _command_inspect(args)
         try:
+            if args.command == "predict":
+                return command_predict(args)
             return _command_run(args, evaluate=args.command == "eval")
         except ConfigError as error:
             print(f"configuration error: {error}", file=sys.stderr)
+            return 2
+        except StartupError as error:
+            print(f"error: {error}", file=sys.stderr)
             return 2
         except CheckpointError as error:  # the checkpoint directory is locked, or too full to start
             print(f"error: {error}", file=sys.stderr)

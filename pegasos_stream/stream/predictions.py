@@ -71,7 +71,7 @@ def prediction_output(event_id: Hashable, predicted: object, score: float, proba
 def binary_classes(labels: Mapping[str, object] | None) -> tuple[object, object]:
     """(negative, positive): the names of a binary learner's classes, the label values mapped to
     them (``source.labels``), else false and true."""
-    if labels:
+    if labels and labels.get("positive") is not None:
         return labels["negative"], labels["positive"]
     return False, True
 

@@ -34,7 +34,7 @@ from .sources import Source
 if TYPE_CHECKING:
     from ..persist.checkpoint import Checkpoints
 
-__all__ = ["RunStats", "Runner", "StopRun"]
+__all__ = ["RunStats", "Runner", "StopRun", "rejection_reason"]
 
 _log = logging.getLogger(__name__)
 
@@ -269,12 +269,7 @@ class Runner:
 
     def _reject(self, record: Record, error: Exception) -> None:
         """Stop, or log, dead-letter and count ``record`` (counted once its dead letter is out)."""
-        if isinstance(error, BadRecord):
-            reason = str(error)
-        elif isinstance(error, ValueError):
-            reason = f"{record.position}: {error}"
-        else:
-            reason = f"{record.position}: {type(error).__name__}: {error}"
+        reason = rejection_reason(record, error)
         if self.on_error == "stop":
             raise StopRun(reason)
         _log.warning("rejected %s", reason)
@@ -482,6 +477,15 @@ class Runner:
             f"t={self.model.t} {size} pending={len(self.pending)} rejected={self.stats.rejected}"
             + (f" lag={lag}" if lag is not None else "")
         )
+
+
+def rejection_reason(record: Record, error: Exception) -> str:
+    """Why ``record`` is rejected, from the error it raised: its position, then the reason."""
+    if isinstance(error, BadRecord):
+        return str(error)
+    if isinstance(error, ValueError):
+        return f"{record.position}: {error}"
+    return f"{record.position}: {type(error).__name__}: {error}"
 
 
 def _give_back(source: Source, batch: RecordBatch, done: int) -> bool:
