@@ -38,6 +38,13 @@ __all__ = ["RunStats", "Runner", "StopRun", "rejection_reason"]
 
 _log = logging.getLogger(__name__)
 
+#: Records read at most at a time while the pace of the learner is not known (see `Runner._read_size`).
+FIRST_BATCH = 64
+#: A batch holds at most this fraction of the statistics interval's work (see `Runner._read_size`) ...
+STATS_BATCHES = 4
+#: ... and at least this many seconds of it (or ``batch_size`` records).
+MIN_BATCH_SECONDS = 0.1
+
 
 class StopRun(RuntimeError):
     """A bad record with ``on_error: stop``: the message names the record's position."""
@@ -180,7 +187,8 @@ class Runner:
     dead_letters
         Receives the bad records (None: only counted and logged).
     stats_every_seconds
-        How often a statistics line is logged.
+        How often a statistics line is logged (a batch is cut to what the learner processes before
+        the line is due, see ``_read_size``; a source waiting for records ticks every poll).
     batch_size
         Read up to this many records at a time (as many as the source has at hand: a file's next
         lines, the complete lines waiting on standard input, the messages a Kafka consumer has
@@ -384,18 +392,21 @@ class Runner:
         (``Source.unclaim``), so that the last checkpoint and commit end at the last record processed.
         """
         last_event = last_stats = time.monotonic()
+        events_at_stats = self.stats.events
+        pace: float | None = None  # records processed per second in the last batch
         if checkpoints is not None:
             checkpoints.mark(self.stats.events)
             if hasattr(source, "on_revoke"):
                 source.on_revoke = lambda partitions: self._checkpoint(checkpoints, source)
         exact = True  # whether the source's position covers only records processed
         try:
-            while (
-                not self._enough(max_events)
-                and (records := source.read(self._read_size(max_events, checkpoints))) is not None
-            ):
-                now = time.monotonic()
-                if records:
+            while not self._enough(max_events):
+                size = self._read_size(max_events, checkpoints, last_stats + self.stats_every_seconds, pace)
+                records = source.read(size)
+                if records is None:
+                    break
+                arrived = bool(records)
+                if arrived:
                     started = time.perf_counter()
                     with self._lock:
                         records = source.claim(records)
@@ -408,18 +419,20 @@ class Runner:
                         except BaseException:
                             exact = _give_back(source, records, self.stats.events - counted)
                             raise
-                    self.stats.seen(len(records), started, time.perf_counter())
-                    last_event = now
+                    ended = time.perf_counter()
+                    self.stats.seen(len(records), started, ended)
+                    pace = len(records) / (ended - started) if records and ended > started else pace
                     if checkpoints is not None and checkpoints.due(self.stats.events):
                         self._checkpoint(checkpoints, source)
-                elif not getattr(source, "ready", True):
-                    last_event = now  # not idle while the source is still joining its group
+                now = time.monotonic()  # after the batch and its checkpoint, however long they took
+                if arrived or not getattr(source, "ready", True):
+                    last_event = now  # (not idle while the source is still joining its group)
                 if now - last_stats >= self.stats_every_seconds:
-                    self._log_stats(source)
+                    self._log_stats(source, now - last_stats, self.stats.events - events_at_stats)
                     self.sink.flush()
                     if checkpoints is None:
                         source.commit()
-                    last_stats = now
+                    last_stats, events_at_stats = now, self.stats.events
                 if on_progress is not None and records:
                     on_progress(source)
                 if self._stop_requested:
@@ -441,10 +454,18 @@ class Runner:
         """Whether ``max_events`` records have been processed (none are, with ``max_events`` 0)."""
         return max_events is not None and self.stats.events >= max_events
 
-    def _read_size(self, max_events: int | None, checkpoints: Checkpoints | None) -> int:
+    def _read_size(
+        self, max_events: int | None, checkpoints: Checkpoints | None, stats_due: float, pace: float | None
+    ) -> int:
         """How many records to read next: ``batch_size`` (or 1), never past ``max_events`` or a
-        checkpoint that is due."""
+        checkpoint that is due, nor more than the learner processes, at ``pace`` (records per second
+        in the last batch), before the statistics line is due at ``stats_due``, or in a
+        ``STATS_BATCHES``-th of the statistics interval (but ``MIN_BATCH_SECONDS`` at least), so
+        that a misjudged pace delays the line little; ``FIRST_BATCH`` while the pace is not known."""
         size = self.batch_size or 1
+        if size > 1:
+            seconds = min(stats_due - time.monotonic(), self.stats_every_seconds / STATS_BATCHES)
+            size = min(size, FIRST_BATCH if pace is None else max(1, int(pace * max(seconds, MIN_BATCH_SECONDS))))
         if max_events is not None:
             size = min(size, max_events - self.stats.events)
         if checkpoints is not None:
@@ -463,20 +484,28 @@ class Runner:
             checkpoints.write(self.model, self.snapshot(), source.position())
         source.commit()
 
-    def _log_stats(self, source: Source) -> None:
-        """The statistics line: counts, rate, recent metrics, the model's size, what waits."""
+    def _log_stats(self, source: Source, seconds: float, events: int) -> None:
+        """The statistics line: cumulative counts and accuracy (a resumed run's included), the
+        ``events`` of the last ``seconds``, the ROC AUC of the recent scores, and the state now."""
         if not _log.isEnabledFor(logging.INFO):
             return
         summary = self.report.recent_summary()
-        support = getattr(self.model, "n_support", None)
-        size = f"svs={support}" if support is not None else f"norm={getattr(self.model, 'norm', math.nan):.4g}"
-        lag = source.lag()
-        _log.info(
-            f"events={self.stats.events} rate={self.stats.rate():.0f}/s "
-            f"accuracy={summary.get('accuracy', math.nan):.4f} roc_auc={summary.get('roc_auc', math.nan):.4f} "
-            f"t={self.model.t} {size} pending={len(self.pending)} rejected={self.stats.rejected}"
-            + (f" lag={lag}" if lag is not None else "")
+        line = (
+            f"cumulative: events={self.stats.events} learned={self.stats.learned} rejected={self.stats.rejected}"
+            f" accuracy={summary['accuracy']:.4f} t={self.model.t}"
+            f"; last {seconds:.3g} s: events={events} rate={events / seconds if seconds else math.nan:.0f}/s"
         )
+        if "roc_auc" in summary:
+            line += f"; last {summary['scored']} scores: roc_auc={summary['roc_auc']:.4f}"
+        line += f"; now: pending={len(self.pending)}"
+        support, norm, lag = getattr(self.model, "n_support", None), getattr(self.model, "norm", None), source.lag()
+        if support is not None:
+            line += f" svs={support}"
+        elif norm is not None:
+            line += f" norm={norm:.4g}"
+        if lag is not None:
+            line += f" lag={lag}"
+        _log.info(line)
 
 
 def rejection_reason(record: Record, error: Exception) -> str:
