@@ -22,6 +22,7 @@ from ..persist.checkpoint import CheckpointError, latest_valid, read_checkpoint
 from ..stream.batches import parse_record
 from ..stream.parsing import BadRecord, EventParser
 from ..stream.predictions import Predictor, binary_classes, prediction_output
+from ..stream.records import Record
 from ..stream.runner import rejection_reason
 from ..stream.sinks import JsonLinesSink
 from ..stream.sources import FileSource, Source, StdinSource
@@ -99,14 +100,14 @@ class _Scoring:
 
     def message(self, name: str) -> None:
         """Score the message in file ``name`` ("-": standard input)."""
-        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
         event_id = STDIN_NAME if name == "-" else name
+        message = Record(sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes(), event_id)
         features = self.predictor.features
         assert isinstance(features, EmailFeatures)  # checked with the inputs
         try:
-            score, proba, predicted, _ = self.predictor.predict(features.transform_one(data))
+            score, proba, predicted, _ = self.predictor.predict(features.transform_one(message.value))
         except (ValueError, TypeError, OverflowError) as error:
-            self._reject(f"{event_id}: {type(error).__name__}: {error}")
+            self._reject(rejection_reason(message, error))
             return
         self.out.emit(prediction_output(event_id, predicted, score, proba))
 
