@@ -182,11 +182,29 @@ def test_unreadable_or_invalid_yaml_names_the_file(tmp_path):
         load_config(scalar)
 
 
-def test_bad_override_is_reported_against_the_file(tmp_path):
+def test_a_bad_override_is_reported_against_the_override_and_a_bad_file_against_the_file(tmp_path):
     path = _write(tmp_path / "job.yaml", {"model": {"kind": "linear"}})
     with pytest.raises(ConfigError) as caught:
-        load_config(path, ["source.format=xml"])
-    assert str(caught.value).startswith(f"{path}: source.format: expected json | svmlight | mbox | raw, got 'xml'")
+        load_config(path, ["model.lambda_=0.5", "source.format=xml"])
+    assert str(caught.value).startswith(
+        "--set 'source.format=xml': source.format: expected json | svmlight | mbox | raw, got 'xml'"
+    )
+    with pytest.raises(ConfigError) as caught:  # named as the command line gave it
+        load_config(path, ["run.max_events=-1"], ["--max-events -1"])
+    assert str(caught.value) == "--max-events -1: run.max_events: expected an integer >= 0, got -1"
+    averaged = _write(tmp_path / "averaged.yaml", {"model": {"kind": "linear", "average": True}})
+    with pytest.raises(ConfigError) as caught:  # the override makes a key of the file invalid
+        load_config(averaged, ["model.lambda_=0.5", "model.kind=multiclass"])
+    assert str(caught.value).startswith("--set 'model.kind=multiclass': model.average: unknown key")
+
+    broken = _write(tmp_path / "broken.yaml", {"model": {"kind": "linear", "lambda_": -1}})
+    with pytest.raises(ConfigError) as caught:
+        load_config(broken, ["source.format=svmlight"])
+    assert str(caught.value).startswith(f"{broken}: model.lambda_: ")
+    assert load_config(broken, ["model.lambda_=0.5"])["model"]["lambda_"] == 0.5  # an override may mend the file
+    with pytest.raises(ConfigError) as caught:  # ... and the next one break it again
+        load_config(broken, ["model.lambda_=0.5", "source.format=xml"])
+    assert str(caught.value).startswith("--set 'source.format=xml': source.format: ")
 
 
 def test_cli_exits_2_on_configuration_error(capsys):
@@ -675,4 +693,5 @@ def test_hash_bits_out_of_range_refused(text):
     with pytest.raises(ConfigError) as caught:
         load_config(None, [f"features.hash_bits={text}"])
     message = str(caught.value)
-    assert message.startswith("<defaults>: features.hash_bits: ") and "an integer from 1 to 32" in message, message
+    assert message.startswith(f"--set {f'features.hash_bits={text}'!r}: features.hash_bits: "), message
+    assert "an integer from 1 to 32" in message, message

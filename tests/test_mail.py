@@ -259,7 +259,7 @@ def _predictions(job: Path) -> list[dict]:
 
 
 def _scores(predictions: list[dict]) -> list[tuple]:
-    return [(p["score"], p["proba"], p["label"]) for p in predictions]
+    return [(p["score"], p["proba"], p["predicted"]) for p in predictions]
 
 
 def _summary(done: subprocess.CompletedProcess) -> dict:
@@ -515,6 +515,6 @@ def test_a_mail_configuration_error_exits_2_with_one_line(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.decode().splitlines() == [
-        f"configuration error: {SPAM_CONFIG}: source.label: 'maybe' is neither source.labels.positive 'spam'"
-        " nor source.labels.negative 'ham'"
+        "configuration error: --set 'source.label=maybe': source.label: 'maybe' is neither"
+        " source.labels.positive 'spam' nor source.labels.negative 'ham'"
     ]

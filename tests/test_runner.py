@@ -555,9 +555,9 @@ def test_stdin_stops_by_itself_when_idle():
     assert 0.9 <= idle <= 5.0, idle
     predictions = [json.loads(line) for line in lines]
     assert [p["id"] for p in predictions] == [e["id"] for e in events]  # each exactly once, in order
-    for p in predictions:
-        assert set(p) == {"id", "score", "proba", "label"}
-        assert 0.0 < p["proba"] < 1.0 and p["label"] == (p["score"] > 0)
+    for p in predictions:  # no source.labels in the configuration: the classes are true and false
+        assert set(p) == {"id", "predicted", "score", "proba"}
+        assert 0.0 < p["proba"] < 1.0 and p["predicted"] is (p["score"] > 0)
     assert "no event for 1 s: stopping" in stderr
     summary = _summary(stderr)
     assert summary["events"] == summary["learned"] == summary["t"] == len(events)
@@ -666,11 +666,11 @@ def test_max_events_and_output_file(tmp_path, capsys):
     rows, _ = _spam_prequential()
     assert [p["id"] for p in predictions] == [row[0] for row in rows[:25]]
     assert [p["score"] for p in predictions] == [row[1] for row in rows[:25]]
-    for p in predictions:
-        assert set(p) == {"id", "score", "proba", "label"}
-        assert isinstance(p["label"], bool)
+    for p in predictions:  # the classes named as source.labels names them, never the true label
+        assert set(p) == {"id", "predicted", "score", "proba"}
         assert 0.0 < p["proba"] < 1.0
-        assert p["label"] == (p["score"] > 0)
+        assert p["predicted"] == ("spam" if p["score"] > 0 else "ham")
+    assert {p["predicted"] for p in predictions} == {"spam", "ham"}
 
 
 @pytest.mark.parametrize("batch_size", [0, 64])
@@ -766,10 +766,11 @@ def test_multiclass_config_runs_and_reports_accuracy(tmp_path, capsys):
     capsys.readouterr()
     predictions = _readjsonl(out)
     assert len(predictions) == 100
-    assert predictions[0]["label"] is None  # no class known yet
-    assert {p["label"] for p in predictions[1:]} <= set(centres)
+    assert all(set(p) == {"id", "predicted", "score", "proba"} for p in predictions)
+    assert predictions[0]["predicted"] is None  # no class known yet
+    assert {p["predicted"] for p in predictions[1:]} <= set(centres)
     assert all(0.0 <= p["proba"] <= 1.0 for p in predictions)
-    late_hits = sum(p["label"] == events[p["id"]]["label"] for p in predictions[50:])
+    late_hits = sum(p["predicted"] == events[p["id"]]["label"] for p in predictions[50:])
     assert late_hits >= 40  # the predictions written are those of a learner that learns
 
 
@@ -794,7 +795,7 @@ def test_a_multiclass_learner_replays_a_svmlight_log_of_several_classes(tmp_path
     report = json.loads(done.stdout)
     assert (report["rejected"], report["learned"], report["n"]) == (0, 300, 300)
     assert report["accuracy"] > 0.9
-    predicted = [prediction["label"] for prediction in _readjsonl(out)]
+    predicted = [prediction["predicted"] for prediction in _readjsonl(out)]
     assert predicted[0] is None and set(predicted[1:]) == {1, 2, 3}
 
 

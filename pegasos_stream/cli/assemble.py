@@ -11,9 +11,10 @@ from ..stream.pending import PendingLabels
 from ..stream.runner import Runner
 from ..stream.sinks import JsonLinesSink, NullSink, Sink
 from ..stream.sources import FileSource, Source, StdinSource
+from .checks import StartupError
 from .config import LEARNERS, config_hash
 
-__all__ = ["build_checkpoints", "build_model", "build_runner", "build_source"]
+__all__ = ["build_checkpoints", "build_features", "build_model", "build_parser", "build_runner", "build_source"]
 
 #: Scores kept for the ROC AUC of a long-running job's statistics.
 RECENT_SCORES = 10_000
@@ -65,17 +66,22 @@ def build_source(config: dict, position: dict | None = None) -> Source:
         return StdinSource(
             poll_seconds=source["poll_seconds"], skip=position.get("line", 0), max_bytes=source["max_bytes"]
         )
-    from ..stream.kafka import KafkaSource
+    from ..stream.kafka import BrokerUnreachable, KafkaSource
 
-    kafka = KafkaSource(
-        bootstrap_servers=source["bootstrap_servers"],
-        topics=source["topics"],
-        group_id=source["group_id"],
-        start=source["start"],
-        consumer=source["consumer"],
-        poll_seconds=source["poll_seconds"],
-        on_offset_out_of_range=source["on_offset_out_of_range"],
-    )
+    try:
+        kafka = KafkaSource(
+            bootstrap_servers=source["bootstrap_servers"],
+            topics=source["topics"],
+            group_id=source["group_id"],
+            start=source["start"],
+            consumer=source["consumer"],
+            poll_seconds=source["poll_seconds"],
+            on_offset_out_of_range=source["on_offset_out_of_range"],
+        )
+    except BrokerUnreachable as error:
+        raise StartupError(
+            f"source.bootstrap_servers: {error} (the wait is source.consumer.bootstrap_timeout_ms)"
+        ) from None
     if position.get("offsets"):
         kafka.seek({(topic, partition): offset for topic, partition, offset in position["offsets"]})
     if position.get("from_beginning"):
@@ -92,16 +98,27 @@ def build_checkpoints(config: dict) -> Checkpoints | None:
     return Checkpoints(section["dir"], section["every_events"], section["every_seconds"], section["keep"], manifest)
 
 
-def _sink(kind: str, section: dict) -> Sink:
+def _sink(kind: str, section: dict, key: str) -> Sink:
+    """The sink configured by ``section`` (the configuration's ``key``)."""
     if kind == "stdout":
         return JsonLinesSink()
     if kind == "file":
         return JsonLinesSink(section["path"])
     if kind == "kafka":
-        from ..stream.kafka import KafkaSink
+        from ..stream.kafka import BrokerUnreachable, KafkaSink
 
-        return KafkaSink(section["bootstrap_servers"], section["topic"], section.get("producer"))
+        try:
+            return KafkaSink(section["bootstrap_servers"], section["topic"], section.get("producer"))
+        except BrokerUnreachable as error:
+            settings = f" (the wait is {key}.producer.bootstrap_timeout_ms)" if "producer" in section else ""
+            raise StartupError(f"{key}.bootstrap_servers: {error}{settings}") from None
     return NullSink()
+
+
+def build_parser(config: dict, multiclass: bool = False) -> EventParser:
+    """The configured parser of records into events (for a ``multiclass`` learner, svmlight labels are classes)."""
+    source = config["source"]
+    return EventParser(source["format"], source["fields"], _labels(source["labels"]), source["max_bytes"], multiclass)
 
 
 def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Runner:
@@ -109,19 +126,16 @@ def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Run
     model = model if model is not None else build_model(config)
     exact = config["evaluation"]["exact_auc"] if exact_auc is None else exact_auc
     report = MulticlassReport() if model._multiclass else BinaryReport(window=None if exact else RECENT_SCORES)
-    source = config["source"]
     dead = config["errors"]["dead_letter"]
     return Runner(
         model=model,
         features=build_features(config),
-        parser=EventParser(
-            source["format"], source["fields"], _labels(source["labels"]), source["max_bytes"], model._multiclass
-        ),
-        sink=_sink(config["output"]["type"], config["output"]),
+        parser=build_parser(config, model._multiclass),
+        sink=_sink(config["output"]["type"], config["output"], "output"),
         pending=PendingLabels(config["delayed_labels"]["max_pending"], config["delayed_labels"]["max_age_seconds"]),
         report=report,
         on_error=config["errors"]["on_error"],
-        dead_letters=None if dead["type"] == "none" else _sink(dead["type"], dead),
+        dead_letters=None if dead["type"] == "none" else _sink(dead["type"], dead, "errors.dead_letter"),
         stats_every_seconds=config["evaluation"]["stats_every_seconds"],
         batch_size=config["run"]["batch_size"],
     )

@@ -468,21 +468,28 @@ def _check_label(label: object, path: str, mapping: dict, multiclass: bool, wher
             ) from None
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``dotted.key=value`` as (["dotted", "key"], value parsed as YAML)."""
+def parse_override(text: str, given_as: str | None = None) -> tuple[list[str], Any]:
+    """``dotted.key=value`` as (["dotted", "key"], value parsed as YAML); an error names the
+    override as ``given_as`` (by default ``--set 'TEXT'``)."""
+    where = given_as or _set_flag(text)
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ConfigError(f"--set {text!r}: expected dotted.key=value")
-    return key.split("."), _yaml(value, f"--set {text!r}")
+        raise ConfigError(f"{where}: expected dotted.key=value")
+    return key.split("."), _yaml(value, where)
 
 
-def apply_override(config: dict, keys: list[str], value: Any) -> None:
-    """Set ``config[k1][k2]... = value``, creating mappings on the way."""
+def _set_flag(text: str) -> str:
+    return f"--set {text!r}"
+
+
+def apply_override(config: dict, keys: list[str], value: Any, given_as: str | None = None) -> None:
+    """Set ``config[k1][k2]... = value``, creating mappings on the way; an error names the override
+    as ``given_as`` (by default ``--set dotted.key``)."""
     node = config
     for key in keys[:-1]:
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
-            raise ConfigError(f"--set {'.'.join(keys)}: {key} is not a mapping")
+            raise ConfigError(f"{given_as or '--set ' + '.'.join(keys)}: {key} is not a mapping")
     node[keys[-1]] = value
 
 
@@ -516,12 +523,14 @@ def config_file(name: str) -> Path:
     )
 
 
-def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> dict:
+def load_config(path: str | Path | None, overrides: Sequence[str] = (), given_as: Sequence[str] | None = None) -> dict:
     """Read, override and validate a configuration file (None: the defaults alone).
 
     Relative paths in the file are taken relative to the file; those of ``overrides`` (the
     command line) relative to the working directory. A path ``package:NAME`` (`PACKAGE_PREFIX`), in
-    either, is the file NAME of the installed package (the bundled sample: ``package:data/...``).
+    either, is the file NAME of the installed package (the bundled sample: ``package:data/...``). An
+    error names the file when the file is at fault, else the override that is: as ``given_as`` names it
+    (the flag it came from, one name per override), by default ``--set 'TEXT'``.
     """
     where = str(path) if path else "<defaults>"
     raw: dict = {}
@@ -535,10 +544,31 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = ()) -> dict:
             raise ConfigError(f"{where}: larger than {MAX_FILE_BYTES} bytes: not a configuration file")
         raw = _yaml(content, where) or {}
         _resolve_paths(raw, Path(path).resolve().parent)
-    for text in overrides:
-        apply_override(raw, *parse_override(text))
-    _resolve_paths(raw, None)
-    return validate(raw, where)
+    names = list(given_as) if given_as is not None else [_set_flag(text) for text in overrides]
+    configs = [raw]  # the file alone, then with each override in turn
+    for text, name in zip(overrides, names):
+        configs.append(copy.deepcopy(configs[-1]))
+        apply_override(configs[-1], *parse_override(text, name), name)
+        _resolve_paths(configs[-1], None)
+    try:
+        return validate(configs[-1], where)
+    except ConfigError:
+        _blame(configs, [where, *names])
+        raise
+
+
+def _blame(configs: list[dict], names: list[str]) -> None:
+    """Raise the error of the configuration after the last one of ``configs`` that is valid (the
+    file alone, then with each override in turn), naming what made it invalid: the file, when none
+    is valid, else the override that follows it."""
+    last_valid = -1
+    for index, config in enumerate(configs[:-1]):
+        try:
+            validate(config, names[index])
+        except ConfigError:
+            continue
+        last_valid = index
+    validate(configs[last_valid + 1], names[last_valid + 1])
 
 
 #: The file paths a configuration may hold; relative ones are relative to the configuration file.

@@ -1,4 +1,5 @@
-"""The ``pegasos-stream`` command line: ``run`` a stream job, ``eval`` a finite log, list the shipped ``configs``."""
+"""The ``pegasos-stream`` command line: ``run`` a stream job, ``eval`` a finite log, ``predict`` with a
+trained model, ``inspect`` a checkpoint, list the shipped ``configs``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import gc
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -15,12 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .. import __version__, _compiled
-from ..persist.checkpoint import CheckpointError, describe, latest_valid
+from ..persist.checkpoint import CheckpointError, Checkpoints, describe, latest_valid
 from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.runner import Runner, StopRun
 from ..stream.sources import Source, SourceError
 from .assemble import build_checkpoints, build_runner, build_source
+from .checks import StartupError, check_files, check_plot, checkpoint_directory_error
 from .config import ConfigError, config_file, config_hash, load_config, shipped_configs
+from .predict import EVENT_SUFFIXES, command_predict
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
 DEFAULT_CONFIG = "spam"
@@ -61,23 +65,28 @@ def process_wide(runner: Runner) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _overrides(args: argparse.Namespace) -> list[str]:
-    """The common flags as ``--set`` overrides, applied after the explicit ones."""
-    sets = list(args.set)
+def _overrides(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The ``--set`` overrides and the common flags as overrides, applied after them: (override,
+    the flag it came from, as an error names it)."""
+    sets = [(text, f"--set {text!r}") for text in args.set]
+    texts: tuple[str, ...]
     if args.input == "-":
-        sets.append("source.type=stdin")
-    elif args.input and Path(args.input).is_dir():  # a directory of messages, one per file
-        sets += ["source.type=maildir", "source.format=raw", f"source.path={json.dumps(args.input)}"]
+        sets.append(("source.type=stdin", "--input -"))
     elif args.input:
-        sets += ["source.type=file", f"source.path={json.dumps(args.input)}"]
+        if Path(args.input).is_dir():  # a directory of messages, one per file
+            texts = ("source.type=maildir", "source.format=raw", f"source.path={json.dumps(args.input)}")
+        else:
+            texts = ("source.type=file", f"source.path={json.dumps(args.input)}")
+        sets += [(text, f"--input {args.input}") for text in texts]
     if args.output == "-":
-        sets.append("output.type=stdout")
+        sets.append(("output.type=stdout", "--output -"))
     elif args.output:
-        sets += ["output.type=file", f"output.path={json.dumps(args.output)}"]
+        texts = ("output.type=file", f"output.path={json.dumps(args.output)}")
+        sets += [(text, f"--output {args.output}") for text in texts]
     if args.max_events is not None:
-        sets.append(f"run.max_events={args.max_events}")
+        sets.append((f"run.max_events={args.max_events}", f"--max-events {args.max_events}"))
     if args.stop_when_idle is not None:
-        sets.append(f"run.stop_when_idle={args.stop_when_idle}")
+        sets.append((f"run.stop_when_idle={args.stop_when_idle}", f"--stop-when-idle {args.stop_when_idle:g}"))
     return sets
 
 
@@ -170,6 +179,25 @@ def _resume(config: dict, accept_config: bool = False) -> tuple[dict | None, dic
     return state, manifest["source"]
 
 
+def _flags_of_paths(args: argparse.Namespace) -> dict[str, str]:
+    """The configuration's file paths given by a flag, and the flag."""
+    flags = {}
+    if args.input not in (None, "-"):
+        flags["source.path"] = "--input"
+    if args.output not in (None, "-"):
+        flags["output.path"] = "--output"
+    return flags
+
+
+def _checkpoints(config: dict) -> Checkpoints | None:
+    """The run's checkpoints (``build_checkpoints``); a StartupError when the directory cannot be
+    created, locked or written."""
+    try:
+        return build_checkpoints(config)
+    except OSError as error:
+        raise checkpoint_directory_error(config["checkpoint"]["dir"], error) from None
+
+
 def _command_inspect(args: argparse.Namespace) -> int:
     try:
         summary = describe(args.path)
@@ -210,35 +238,38 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     config_path = config_file(config_name)
     overrides = _overrides(args)
     if evaluate and args.output is None:
-        overrides.insert(0, "output.type=none")
-    config = load_config(config_path, overrides)
-    checkpoints = None if evaluate else build_checkpoints(config)
-    state, position = _resume(config, args.accept_config) if not evaluate and args.resume else (None, None)
-    runner = build_runner(config, model=state and state["model"], exact_auc=True if evaluate else None)
-    if state:
-        runner.restore(state["runner"])
-    source = build_source(config, position)
-    progress = ProgressBar() if evaluate else None
-    try:
-        with process_wide(runner):
-            stats = runner.run(
-                source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress, checkpoints
-            )
-    except StopRun as error:
-        print(f"stopped: {error}", file=sys.stderr)
-        return 1
-    except SourceError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    finally:
-        if progress is not None:
-            progress.close()
-        source.close()
+        overrides.insert(0, ("output.type=none", "eval"))
+    config = load_config(config_path, [text for text, _ in overrides], [flag for _, flag in overrides])
+    check_files(config, _flags_of_paths(args))
+    if evaluate and args.plot:
+        check_plot(args.plot)
+    with contextlib.ExitStack() as opened:  # closed in the reverse order, whatever happens
+        checkpoints = None if evaluate else _checkpoints(config)
         if checkpoints is not None:
-            checkpoints.close()
-        runner.sink.close()
+            opened.callback(checkpoints.close)
+        state, position = _resume(config, args.accept_config) if not evaluate and args.resume else (None, None)
+        runner = build_runner(config, model=state and state["model"], exact_auc=True if evaluate else None)
+        opened.callback(runner.sink.close)
         if runner.dead_letters is not None:
-            runner.dead_letters.close()
+            opened.callback(runner.dead_letters.close)
+        if state:
+            runner.restore(state["runner"])
+        source = build_source(config, position)
+        opened.callback(source.close)
+        progress = ProgressBar() if evaluate else None
+        if progress is not None:
+            opened.callback(progress.close)
+        try:
+            with process_wide(runner):
+                stats = runner.run(
+                    source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress, checkpoints
+                )
+        except StopRun as error:
+            print(f"stopped: {error}", file=sys.stderr)
+            return 1
+        except SourceError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
     summary: dict[str, object] = {
         **runner.report.summary(),
         "events": stats.events,
@@ -261,6 +292,19 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     if evaluate and args.plot:
         _plot(runner.report, args.plot)
     return 0
+
+
+#: The exit status after the reader of standard output has gone: a process killed by SIGPIPE's.
+BROKEN_PIPE_STATUS = 128 + signal.SIGPIPE
+
+
+def _output_gone() -> int:
+    """Standard output's reader has gone (``eval | head``): what is left for it goes nowhere, and
+    the command ends quietly (the run stopped as on any failed output: see README)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return BROKEN_PIPE_STATUS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,6 +330,20 @@ def main(argv: list[str] | None = None) -> int:
     evaluate = commands.add_parser("eval", parents=[common], help="replay a labelled log prequentially")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     evaluate.add_argument("--plot", metavar="PNG", help="write a learning curve")
+    predict = commands.add_parser(
+        "predict",
+        help="score messages or events with a trained model, without learning",
+        description="Score each input with the model of a checkpoint of run, which is left unchanged: one JSON "
+        'line {"id", "predicted", "score", "proba"} per message or event. A file whose name ends in '
+        + ", ".join(EVENT_SUFFIXES)
+        + " (or one of them and .gz) holds events as run reads them; any other file, and - (standard input), "
+        "is one RFC 822 message. Exit status 1 when an input was rejected, 2 when nothing could be scored.",
+    )
+    predict.add_argument("--model", required=True, metavar="CHECKPOINT", help="a checkpoint file, or a directory")
+    predict.add_argument(
+        "--format", choices=["message", "events"], help="read every input as one message, or as events"
+    )
+    predict.add_argument("inputs", nargs="*", metavar="FILE", help="a message or events file, - for standard input")
     inspect = commands.add_parser("inspect", help="summarise a checkpoint (a file, or a directory's newest)")
     inspect.add_argument("path")
     inspect.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -293,14 +351,21 @@ def main(argv: list[str] | None = None) -> int:
     configs.add_argument("name", nargs="?", help="print this configuration (to start a file of one's own)")
     args = parser.parse_args(argv)
     with _diagnostics_on_stderr():
-        if args.command == "inspect":
-            return _command_inspect(args)
         try:
             if args.command == "configs":
                 return _command_configs(args)
+            if args.command == "inspect":
+                return _command_inspect(args)
+            if args.command == "predict":
+                return command_predict(args)
             return _command_run(args, evaluate=args.command == "eval")
+        except BrokenPipeError:
+            return _output_gone()
         except ConfigError as error:
             print(f"configuration error: {error}", file=sys.stderr)
+            return 2
+        except StartupError as error:
+            print(f"error: {error}", file=sys.stderr)
             return 2
         except CheckpointError as error:  # the checkpoint directory is locked, or too full to start
             print(f"error: {error}", file=sys.stderr)

@@ -93,12 +93,14 @@ class BinaryReport:
         self.positives = deque(state["positives"], maxlen=self.window)
 
     def recent_summary(self, last: int = 10_000) -> dict[str, float]:
-        """Accuracy so far and the ROC AUC of the last ``last`` scores: cheap enough for a stats line."""
+        """Accuracy so far, and the ROC AUC of the last ``last`` scores (of the ``scored`` last ones,
+        when fewer are kept): cheap enough for a stats line."""
         n = self.n
         start = max(0, len(self.scores) - last)
         return {
             "accuracy": (self.tp + self.tn) / n if n else float("nan"),
             "roc_auc": roc_auc(list(islice(self.scores, start, None)), list(islice(self.positives, start, None))),
+            "scored": len(self.scores) - start,
         }
 
     def summary(self) -> dict[str, float]:

@@ -3,7 +3,8 @@
 Values stay bytes (no deserializer): the runner parses them, so one malformed record is a
 rejected record, never a partition stuck on a deserializer error. Offsets are committed by hand
 (auto-commit is off) and every call that talks to the broker has a bounded wait, so an unreachable
-broker gives idle ticks and logged warnings instead of exceptions and 30 s stalls. What is read,
+broker gives idle ticks and logged warnings instead of exceptions and 30 s stalls; a client whose
+broker does not answer when it starts is a `BrokerUnreachable` within ``BOOTSTRAP_TIMEOUT_MS``. What is read,
 claimed, committed and sought is decided by an ``OffsetBook``; the source does the talking.
 """
 
@@ -17,6 +18,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
+from typing import Any
 
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
@@ -26,20 +28,54 @@ from .kafka_offsets import Fetched, OffsetBook, Partition, Seeks
 from .records import Cursors, RecordBatch
 from .sources import BATCH_BYTES, Source, SourceError
 
-__all__ = ["CONSUMER_DEFAULTS", "KafkaSink", "KafkaSource", "OffsetOutOfRange"]
+__all__ = [
+    "CONSUMER_DEFAULTS",
+    "PRODUCER_DEFAULTS",
+    "BrokerUnreachable",
+    "KafkaSink",
+    "KafkaSource",
+    "OffsetOutOfRange",
+]
+
+#: How long a client waits, when it starts, for a broker of its bootstrap servers to answer (kafka-python
+#: waits 30 s): an unreachable broker is a `BrokerUnreachable` within seconds.
+BOOTSTRAP_TIMEOUT_MS = 5000
 
 #: KafkaConsumer settings that ``consumer`` may override: reconnect within a second once the broker
-#: is back, and notice a dead group member in seconds rather than after the 45 s default.
+#: is back, notice a dead group member in seconds rather than after the 45 s default, and give up
+#: starting after ``BOOTSTRAP_TIMEOUT_MS``.
 CONSUMER_DEFAULTS: dict[str, object] = {
     "reconnect_backoff_max_ms": 1000,
     "session_timeout_ms": 10_000,
     "heartbeat_interval_ms": 3_000,
+    "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS,
 }
+
+#: KafkaProducer settings that ``producer`` may override (see ``CONSUMER_DEFAULTS``).
+PRODUCER_DEFAULTS: dict[str, object] = {"reconnect_backoff_max_ms": 1000, "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
 
 #: Settings the source owns: the arguments of KafkaSource, or what its offset handling relies on.
 _RESERVED = ("bootstrap_servers", "group_id", "auto_offset_reset", "enable_auto_commit", "value_deserializer")
 
 log = logging.getLogger(__name__)
+
+
+class BrokerUnreachable(ConnectionError):
+    """No broker of a client's bootstrap servers answered within its ``bootstrap_timeout_ms``, as the
+    client started; the message names the servers."""
+
+
+def _started(client: Callable[..., Any], settings: Mapping[str, Any]) -> Any:
+    """``client(**settings)`` (a KafkaConsumer or KafkaProducer), or a BrokerUnreachable when no
+    bootstrap server answers in time."""
+    try:
+        return client(**settings)
+    except KafkaTimeoutError:
+        servers = settings["bootstrap_servers"]
+        servers = servers if isinstance(servers, str) else ",".join(servers)
+        raise BrokerUnreachable(
+            f"no Kafka broker answered at {servers} within {settings['bootstrap_timeout_ms'] / 1000:g} s"
+        ) from None
 
 
 class OffsetOutOfRange(SourceError):
@@ -125,13 +161,17 @@ class KafkaSource(Source):
         self._watched = -math.inf  # when _watch_broker last looked
         self._closed = False
         self._failure: SourceError | None = None  # from a rebalance callback, raised by the next poll
-        self._consumer = KafkaConsumer(
-            **{**CONSUMER_DEFAULTS, **(consumer or {})},
-            bootstrap_servers=bootstrap_servers,
-            group_id=group_id,
-            auto_offset_reset=start,
-            enable_auto_commit=False,
-            value_deserializer=None,
+        self._consumer = _started(
+            KafkaConsumer,
+            {
+                **CONSUMER_DEFAULTS,
+                **(consumer or {}),
+                "bootstrap_servers": bootstrap_servers,
+                "group_id": group_id,
+                "auto_offset_reset": start,
+                "enable_auto_commit": False,
+                "value_deserializer": None,
+            },
         )
         self._consumer.subscribe(self.topics, listener=_Listener(self))
 
@@ -456,8 +496,8 @@ class KafkaSink:
         self._flush_timeout = flush_timeout
         self._failed = 0
         self._error: Exception | None = None
-        self._producer = KafkaProducer(
-            **{"reconnect_backoff_max_ms": 1000, **(producer or {})}, bootstrap_servers=bootstrap_servers
+        self._producer = _started(
+            KafkaProducer, {**PRODUCER_DEFAULTS, **(producer or {}), "bootstrap_servers": bootstrap_servers}
         )
 
     def emit(self, obj: dict) -> None:

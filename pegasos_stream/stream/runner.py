@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -19,6 +19,14 @@ from .batches import BatchParser, Parsed, ParsedBatch, parse_record
 from .evaluation import BinaryReport, MulticlassReport
 from .parsing import BadRecord, Event, EventParser
 from .pending import PendingLabels
+from .predictions import (
+    BinaryLearner,
+    CompiledLearner,
+    MulticlassLearner,
+    Predictor,
+    binary_classes,
+    prediction_output,
+)
 from .records import Record, RecordBatch
 from .sinks import NullSink, Sink, dead_letter
 from .sources import Source
@@ -26,9 +34,16 @@ from .sources import Source
 if TYPE_CHECKING:
     from ..persist.checkpoint import Checkpoints
 
-__all__ = ["BinaryLearner", "CompiledLearner", "MulticlassLearner", "RunStats", "Runner", "StopRun"]
+__all__ = ["RunStats", "Runner", "StopRun", "rejection_reason"]
 
 _log = logging.getLogger(__name__)
+
+#: Records read at most at a time while the pace of the learner is not known (see `Runner._read_size`).
+FIRST_BATCH = 64
+#: A batch holds at most this fraction of the statistics interval's work (see `Runner._read_size`) ...
+STATS_BATCHES = 4
+#: ... and at least this many seconds of it (or ``batch_size`` records).
+MIN_BATCH_SECONDS = 0.1
 
 
 class StopRun(RuntimeError):
@@ -61,65 +76,24 @@ class RunStats:
         return self.timed / (self.last - self.first)
 
 
-# -- what the runner asks of a learner ---------------------------------------------------------
-
-
-@runtime_checkable
-class BinaryLearner(Protocol):
-    """A binary learner: a margin and its calibrated probability; it learns positive or negative."""
-
-    @property
-    def t(self) -> int: ...
-
-    def decision_function_one(self, x: dict) -> float: ...
-
-    def probability(self, score: float) -> float: ...
-
-    def learn_one(self, x: dict, y: bool) -> None: ...
-
-
-@runtime_checkable
-class CompiledLearner(BinaryLearner, Protocol):
-    """A binary learner with a compiled loop over CSR rows (see `PegasosClassifier.learn_rows`)."""
-
-    def learn_rows(
-        self, rows: Rows, signs: np.ndarray, weights: np.ndarray, decisions: np.ndarray, probas: np.ndarray, start: int
-    ) -> tuple[int, ValueError | None]: ...
-
-
-@runtime_checkable
-class MulticlassLearner(Protocol):
-    """A learner of classes: a probability per class known; it checks the labels it learns."""
-
-    @property
-    def t(self) -> int: ...
-
-    def predict_proba_one(self, x: dict) -> dict[Any, float]: ...
-
-    def learn_one(self, x: dict, y: object) -> None: ...
-
-
 # -- the binary and the multiclass handling of predictions and labels --------------------------
 
 #: What a prediction is scored by when its label arrives: the margin (binary) or the class predicted.
-Prediction = TypeVar("Prediction")
+Prediction = TypeVar("Prediction", contravariant=True)
 
 
 class _Task(Protocol[Prediction]):
-    """How the runner predicts, checks labels and learns for one kind of learner."""
+    """How the runner checks labels and learns for one kind of learner (`Predictor` predicts)."""
 
     def check_label(self, label: object) -> None:
         """A ValueError for a label the learner would refuse."""
-
-    def predict(self, x: dict) -> tuple[float, float, object, Prediction]:
-        """(score, proba, label) to emit, and what the example's label is later scored against."""
 
     def learn(self, x: dict, label: object, prediction: Prediction) -> None:
         """Learn ``x`` with ``label``, and report ``prediction`` against it."""
 
 
 class _BinaryTask:
-    """A binary learner: emits the margin, its probability and its sign; labels are binary classes."""
+    """A binary learner: labels are binary classes, and a prediction is scored by its margin."""
 
     def __init__(self, model: BinaryLearner, report: BinaryReport) -> None:
         self.model = model
@@ -127,10 +101,6 @@ class _BinaryTask:
 
     def check_label(self, label: object) -> None:
         binary_sign(label)
-
-    def predict(self, x: dict) -> tuple[float, float, bool, float]:
-        score = self.model.decision_function_one(x)
-        return score, self.model.probability(score), score > 0.0, score
 
     def learn(self, x: dict, label: object, prediction: float) -> None:
         positive = binary_sign(label) > 0
@@ -157,7 +127,7 @@ class _CompiledBinaryTask(_BinaryTask):
 
 
 class _MulticlassTask:
-    """A multiclass learner: emits the most probable class and its probability; labels are hashable."""
+    """A multiclass learner: labels are hashable, and a prediction is scored by its class."""
 
     def __init__(self, model: MulticlassLearner, report: MulticlassReport) -> None:
         self.model = model
@@ -168,13 +138,6 @@ class _MulticlassTask:
             hash(label)
         except TypeError:
             raise ValueError(f"unknown label {label!r}: a class label must be hashable") from None
-
-    def predict(self, x: dict) -> tuple[float, float, object, object]:
-        probas = self.model.predict_proba_one(x)
-        if not probas:  # no class known yet
-            return 0.0, 0.0, None, None
-        label = max(probas, key=probas.__getitem__)
-        return probas[label], probas[label], label, label
 
     def learn(self, x: dict, label: object, prediction: object) -> None:
         self.model.learn_one(x, label)
@@ -210,7 +173,8 @@ class Runner:
     parser
         Records to events.
     sink
-        Receives one prediction ``{"id", "score", "proba", "label"}`` per predicted event.
+        Receives one prediction ``{"id", "predicted", "score", "proba"}`` per predicted event (see
+        `stream.predictions`: the class predicted is named as ``parser``'s labels are).
     pending
         Where examples wait for a delayed label.
     report
@@ -223,7 +187,8 @@ class Runner:
     dead_letters
         Receives the bad records (None: only counted and logged).
     stats_every_seconds
-        How often a statistics line is logged.
+        How often a statistics line is logged (a batch is cut to what the learner processes before
+        the line is due, see ``_read_size``; a source waiting for records ticks every poll).
     batch_size
         Read up to this many records at a time (as many as the source has at hand: a file's next
         lines, the complete lines waiting on standard input, the messages a Kafka consumer has
@@ -257,6 +222,8 @@ class Runner:
         self.dead_letters = dead_letters
         self.stats_every_seconds = stats_every_seconds
         self._task = _task(model, report)
+        multiclass = isinstance(report, MulticlassReport)
+        self.predictor = Predictor(model, features, binary_classes(parser.labels), multiclass)
         self._compiled = self._task if isinstance(self._task, _CompiledBinaryTask) else None
         batched = self._compiled is not None and on_error == "skip" and not isinstance(features, DictHasher)
         self.batch_size = batch_size if batched else 0
@@ -289,17 +256,10 @@ class Runner:
         except (ValueError, TypeError, OverflowError) as error:  # BadRecord, or a value the learner refused
             self._reject(record, error)
 
-    def _features(self, event: Event) -> dict:
-        if event.x is not None:
-            return self.features.transform_one(event.x) if isinstance(self.features, DictHasher) else event.x
-        if not isinstance(self.features, EmailFeatures):
-            raise BadRecord(event.position, "a text event needs features.type: email")
-        return self.features.transform_one(event.text)
-
     def _predict_and_learn(self, event: Event) -> None:
-        x = self._features(event)
-        score, proba, label, prediction = self._task.predict(x)
-        self.sink.emit({"id": event.id, "score": score, "proba": proba, "label": label})
+        x = self.predictor.features_of(event)
+        score, proba, predicted, prediction = self.predictor.predict(x)
+        self.sink.emit(prediction_output(event.id, predicted, score, proba))
         self.stats.predicted += 1
         if event.label is None:
             self.pending.add(event.id, x, prediction)
@@ -317,12 +277,7 @@ class Runner:
 
     def _reject(self, record: Record, error: Exception) -> None:
         """Stop, or log, dead-letter and count ``record`` (counted once its dead letter is out)."""
-        if isinstance(error, BadRecord):
-            reason = str(error)
-        elif isinstance(error, ValueError):
-            reason = f"{record.position}: {error}"
-        else:
-            reason = f"{record.position}: {type(error).__name__}: {error}"
+        reason = rejection_reason(record, error)
         if self.on_error == "stop":
             raise StopRun(reason)
         _log.warning("rejected %s", reason)
@@ -382,12 +337,13 @@ class Runner:
         """Emit the predictions of the rows from ``start`` on (an event without an id is named by its
         position)."""
         emit, position = self.sink.emit, batch.records.position
+        negative, positive = self.predictor.classes
         stop = start + len(decisions)
         for index, event_id, score, proba in zip(
             batch.indices[start:stop], batch.ids[start:stop], decisions.tolist(), probas.tolist()
         ):
             event_id = position(index) if event_id is None else event_id
-            emit({"id": event_id, "score": score, "proba": proba, "label": score > 0.0})
+            emit(prediction_output(event_id, positive if score > 0.0 else negative, score, proba))
 
     # -- state for checkpoints -------------------------------------------------------------
 
@@ -436,18 +392,21 @@ class Runner:
         (``Source.unclaim``), so that the last checkpoint and commit end at the last record processed.
         """
         last_event = last_stats = time.monotonic()
+        events_at_stats = self.stats.events
+        pace: float | None = None  # records processed per second in the last batch
         if checkpoints is not None:
             checkpoints.mark(self.stats.events)
             if hasattr(source, "on_revoke"):
                 source.on_revoke = lambda partitions: self._checkpoint(checkpoints, source)
         exact = True  # whether the source's position covers only records processed
         try:
-            while (
-                not self._enough(max_events)
-                and (records := source.read(self._read_size(max_events, checkpoints))) is not None
-            ):
-                now = time.monotonic()
-                if records:
+            while not self._enough(max_events):
+                size = self._read_size(max_events, checkpoints, last_stats + self.stats_every_seconds, pace)
+                records = source.read(size)
+                if records is None:
+                    break
+                arrived = bool(records)
+                if arrived:
                     started = time.perf_counter()
                     with self._lock:
                         records = source.claim(records)
@@ -460,18 +419,20 @@ class Runner:
                         except BaseException:
                             exact = _give_back(source, records, self.stats.events - counted)
                             raise
-                    self.stats.seen(len(records), started, time.perf_counter())
-                    last_event = now
+                    ended = time.perf_counter()
+                    self.stats.seen(len(records), started, ended)
+                    pace = len(records) / (ended - started) if records and ended > started else pace
                     if checkpoints is not None and checkpoints.due(self.stats.events):
                         self._checkpoint(checkpoints, source)
-                elif not getattr(source, "ready", True):
-                    last_event = now  # not idle while the source is still joining its group
+                now = time.monotonic()  # after the batch and its checkpoint, however long they took
+                if arrived or not getattr(source, "ready", True):
+                    last_event = now  # (not idle while the source is still joining its group)
                 if now - last_stats >= self.stats_every_seconds:
-                    self._log_stats(source)
+                    self._log_stats(source, now - last_stats, self.stats.events - events_at_stats)
                     self.sink.flush()
                     if checkpoints is None:
                         source.commit()
-                    last_stats = now
+                    last_stats, events_at_stats = now, self.stats.events
                 if on_progress is not None and records:
                     on_progress(source)
                 if self._stop_requested:
@@ -493,10 +454,18 @@ class Runner:
         """Whether ``max_events`` records have been processed (none are, with ``max_events`` 0)."""
         return max_events is not None and self.stats.events >= max_events
 
-    def _read_size(self, max_events: int | None, checkpoints: Checkpoints | None) -> int:
+    def _read_size(
+        self, max_events: int | None, checkpoints: Checkpoints | None, stats_due: float, pace: float | None
+    ) -> int:
         """How many records to read next: ``batch_size`` (or 1), never past ``max_events`` or a
-        checkpoint that is due."""
+        checkpoint that is due, nor more than the learner processes, at ``pace`` (records per second
+        in the last batch), before the statistics line is due at ``stats_due``, or in a
+        ``STATS_BATCHES``-th of the statistics interval (but ``MIN_BATCH_SECONDS`` at least), so
+        that a misjudged pace delays the line little; ``FIRST_BATCH`` while the pace is not known."""
         size = self.batch_size or 1
+        if size > 1:
+            seconds = min(stats_due - time.monotonic(), self.stats_every_seconds / STATS_BATCHES)
+            size = min(size, FIRST_BATCH if pace is None else max(1, int(pace * max(seconds, MIN_BATCH_SECONDS))))
         if max_events is not None:
             size = min(size, max_events - self.stats.events)
         if checkpoints is not None:
@@ -515,20 +484,37 @@ class Runner:
             checkpoints.write(self.model, self.snapshot(), source.position())
         source.commit()
 
-    def _log_stats(self, source: Source) -> None:
-        """The statistics line: counts, rate, recent metrics, the model's size, what waits."""
+    def _log_stats(self, source: Source, seconds: float, events: int) -> None:
+        """The statistics line: cumulative counts and accuracy (a resumed run's included), the
+        ``events`` of the last ``seconds``, the ROC AUC of the recent scores, and the state now."""
         if not _log.isEnabledFor(logging.INFO):
             return
         summary = self.report.recent_summary()
-        support = getattr(self.model, "n_support", None)
-        size = f"svs={support}" if support is not None else f"norm={getattr(self.model, 'norm', math.nan):.4g}"
-        lag = source.lag()
-        _log.info(
-            f"events={self.stats.events} rate={self.stats.rate():.0f}/s "
-            f"accuracy={summary.get('accuracy', math.nan):.4f} roc_auc={summary.get('roc_auc', math.nan):.4f} "
-            f"t={self.model.t} {size} pending={len(self.pending)} rejected={self.stats.rejected}"
-            + (f" lag={lag}" if lag is not None else "")
+        line = (
+            f"cumulative: events={self.stats.events} learned={self.stats.learned} rejected={self.stats.rejected}"
+            f" accuracy={summary['accuracy']:.4f} t={self.model.t}"
+            f"; last {seconds:.3g} s: events={events} rate={events / seconds if seconds else math.nan:.0f}/s"
         )
+        if "roc_auc" in summary:
+            line += f"; last {summary['scored']} scores: roc_auc={summary['roc_auc']:.4f}"
+        line += f"; now: pending={len(self.pending)}"
+        support, norm, lag = getattr(self.model, "n_support", None), getattr(self.model, "norm", None), source.lag()
+        if support is not None:
+            line += f" svs={support}"
+        elif norm is not None:
+            line += f" norm={norm:.4g}"
+        if lag is not None:
+            line += f" lag={lag}"
+        _log.info(line)
+
+
+def rejection_reason(record: Record, error: Exception) -> str:
+    """Why ``record`` is rejected, from the error it raised: its position, then the reason."""
+    if isinstance(error, BadRecord):
+        return str(error)
+    if isinstance(error, ValueError):
+        return f"{record.position}: {error}"
+    return f"{record.position}: {type(error).__name__}: {error}"
 
 
 def _give_back(source: Source, batch: RecordBatch, done: int) -> bool:

@@ -1,0 +1,159 @@
+"""``pegasos-stream predict``: score messages or events with a trained model, which is left unchanged.
+
+The model and its configuration come from a checkpoint of ``run`` (the features are rebuilt from the
+configuration). An input is one RFC 822 message (a file, or ``-`` for standard input), or a file of
+events as ``run`` reads them (the configuration's ``source`` settings: format, field names, labels);
+by default a name ending in one of ``EVENT_SUFFIXES`` (each also with ``.gz``) holds events and any
+other name one message, ``--format`` decides for every input. Each prediction is one JSON line on
+standard output, as ``run`` writes it (`stream.predictions`), with the message's name, or the event's
+id, as its id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..features import EmailFeatures
+from ..persist.checkpoint import CheckpointError, latest_valid, read_checkpoint
+from ..stream.batches import parse_record
+from ..stream.parsing import BadRecord, EventParser
+from ..stream.predictions import Predictor, binary_classes, prediction_output
+from ..stream.records import Record
+from ..stream.runner import rejection_reason
+from ..stream.sinks import JsonLinesSink
+from ..stream.sources import FileSource, Source, StdinSource
+from .assemble import build_features, build_parser
+from .checks import StartupError
+from .config import validate
+
+__all__ = ["EVENT_SUFFIXES", "command_predict", "input_format", "load_model"]
+
+#: Names of files of events (each also with ``.gz``); any other name is one message.
+EVENT_SUFFIXES = (".jsonl", ".ndjson", ".json", ".svm", ".svmlight", ".libsvm")
+
+#: The id and the position of a message read from standard input.
+STDIN_NAME = "<stdin>"
+
+_log = logging.getLogger(__name__)
+
+
+def load_model(path: str | Path) -> tuple[Any, dict]:
+    """The learner and the validated configuration of a checkpoint of ``run`` (``path`` a file, or a
+    directory for its newest valid checkpoint); a StartupError saying why there is none."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            found = latest_valid(path)
+            if found is None:
+                raise StartupError(f"--model {path}: no valid checkpoint in the directory")
+            path, state, manifest = found
+        else:
+            state, manifest = read_checkpoint(path)
+    except CheckpointError as error:
+        raise StartupError(f"--model {error}") from None
+    config = manifest.get("config")
+    if not isinstance(config, dict):
+        raise StartupError(
+            f"--model {path}: holds no configuration (a learner saved on its own, not a checkpoint of a run)"
+        )
+    return state["model"], validate(config, f"{path}: its configuration")
+
+
+def input_format(name: str, forced: str | None) -> str:
+    """How the input ``name`` is read: "events" or "message" (``forced``, else by its name)."""
+    if forced is not None:
+        return forced
+    stem = name.removesuffix(".gz")
+    return "events" if name != "-" and stem.endswith(EVENT_SUFFIXES) else "message"
+
+
+def _check_inputs(inputs: list[tuple[str, str]], features: object) -> None:
+    """Refuse, before anything is scored, inputs that cannot be read and messages without text features."""
+    if sum(name == "-" for name, _ in inputs) > 1:
+        raise StartupError("- (standard input) is given more than once")
+    for name, kind in inputs:
+        if kind == "message" and not isinstance(features, EmailFeatures):
+            raise StartupError(
+                f"{name}: a message needs features.type: email, and the model's configuration has dict features "
+                "(score a file of events, or give --format events)"
+            )
+        if name != "-":
+            try:
+                with open(name, "rb"):
+                    pass
+            except OSError as error:
+                raise StartupError(f"{name}: cannot read: {error.strerror}") from None
+
+
+class _Scoring:
+    """Predictions of inputs to standard output; rejected records counted and said on stderr."""
+
+    def __init__(self, predictor: Predictor, parser: EventParser) -> None:
+        self.predictor = predictor
+        self.parser = parser
+        self.out = JsonLinesSink()
+        self.rejected = 0
+
+    def message(self, name: str) -> None:
+        """Score the message in file ``name`` ("-": standard input)."""
+        event_id = STDIN_NAME if name == "-" else name
+        message = Record(sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes(), event_id)
+        features = self.predictor.features
+        assert isinstance(features, EmailFeatures)  # checked with the inputs
+        try:
+            score, proba, predicted, _ = self.predictor.predict(features.transform_one(message.value))
+        except (ValueError, TypeError, OverflowError) as error:
+            self._reject(rejection_reason(message, error))
+            return
+        self.out.emit(prediction_output(event_id, predicted, score, proba))
+
+    def events(self, source: Source) -> None:
+        """Score the events of ``source`` (label-only events and comments have nothing to score)."""
+        for record in source:
+            if record is None:  # standard input is idle: show what is scored
+                self.out.flush()
+                continue
+            parsed = parse_record(self.parser, record)
+            try:
+                if isinstance(parsed, BadRecord):
+                    raise parsed
+                if parsed is None or not parsed.has_input:
+                    continue
+                score, proba, predicted, _ = self.predictor.predict(self.predictor.features_of(parsed))
+            except (ValueError, TypeError, OverflowError) as error:
+                self._reject(rejection_reason(record, error))
+                continue
+            self.out.emit(prediction_output(parsed.id, predicted, score, proba))
+
+    def _reject(self, reason: str) -> None:
+        _log.warning("rejected %s", reason)
+        self.rejected += 1
+
+
+def command_predict(args: argparse.Namespace) -> int:
+    """Score every input; 0, or 1 when a record or message was rejected."""
+    model, config = load_model(args.model)
+    features = build_features(config)
+    inputs = [(name, input_format(name, args.format)) for name in args.inputs or ["-"]]
+    _check_inputs(inputs, features)
+    predictor = Predictor(model, features, binary_classes(config["source"]["labels"]), model._multiclass)
+    scoring = _Scoring(predictor, build_parser(config, model._multiclass))
+    max_bytes = config["source"]["max_bytes"]
+    try:
+        for name, kind in inputs:
+            if kind == "message":
+                scoring.message(name)
+            else:
+                source = StdinSource(max_bytes=max_bytes) if name == "-" else FileSource(name, max_bytes=max_bytes)
+                try:
+                    scoring.events(source)
+                finally:
+                    source.close()
+            scoring.out.flush()
+    finally:
+        scoring.out.close()
+    return 1 if scoring.rejected else 0

@@ -1,0 +1,127 @@
+"""Predictions: what a learner predicts for an event, and the form in which `run` and `predict` write it.
+
+A prediction is ``{"id", "predicted", "score", "proba"}``: the event's id, the class predicted, named
+as the configuration names the labels (``source.labels``: e.g. "spam" or "ham"; without a mapping
+true or false, or a multiclass learner's class), the margin (binary) or the predicted class's
+probability (multiclass), and the calibrated probability of the positive class (binary) or of the
+class predicted (multiclass). The true label of the event, even when it is known, is not part of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any, Protocol, cast, runtime_checkable
+
+import numpy as np
+
+from ..features import DictHasher, EmailFeatures
+from ..learners.rows import Rows
+from .parsing import BadRecord, Event
+
+__all__ = [
+    "BinaryLearner",
+    "CompiledLearner",
+    "MulticlassLearner",
+    "Predictor",
+    "binary_classes",
+    "prediction_output",
+]
+
+
+@runtime_checkable
+class BinaryLearner(Protocol):
+    """A binary learner: a margin and its calibrated probability; it learns positive or negative."""
+
+    @property
+    def t(self) -> int: ...
+
+    def decision_function_one(self, x: dict) -> float: ...
+
+    def probability(self, score: float) -> float: ...
+
+    def learn_one(self, x: dict, y: bool) -> None: ...
+
+
+@runtime_checkable
+class CompiledLearner(BinaryLearner, Protocol):
+    """A binary learner with a compiled loop over CSR rows (see `PegasosClassifier.learn_rows`)."""
+
+    def learn_rows(
+        self, rows: Rows, signs: np.ndarray, weights: np.ndarray, decisions: np.ndarray, probas: np.ndarray, start: int
+    ) -> tuple[int, ValueError | None]: ...
+
+
+@runtime_checkable
+class MulticlassLearner(Protocol):
+    """A learner of classes: a probability per class known; it checks the labels it learns."""
+
+    @property
+    def t(self) -> int: ...
+
+    def predict_proba_one(self, x: dict) -> dict[Any, float]: ...
+
+    def learn_one(self, x: dict, y: object) -> None: ...
+
+
+def prediction_output(event_id: Hashable, predicted: object, score: float, proba: float) -> dict:
+    """The prediction written for one event (see the module's docstring)."""
+    return {"id": event_id, "predicted": predicted, "score": score, "proba": proba}
+
+
+def binary_classes(labels: Mapping[str, object] | None) -> tuple[object, object]:
+    """(negative, positive): the names of a binary learner's classes, the label values mapped to
+    them (``source.labels``), else false and true."""
+    if labels and labels.get("positive") is not None:
+        return labels["negative"], labels["positive"]
+    return False, True
+
+
+class Predictor:
+    """Predicts events with a learner, which it does not change.
+
+    Parameters
+    ----------
+    model
+        A learner of this package, binary or multiclass.
+    features
+        What turns an event into features (see `Runner`); None: events carry ``x``, used as it is.
+    classes
+        (negative, positive): the names a binary learner's predictions are given (`binary_classes`).
+    multiclass
+        Whether ``model`` is predicted as a multiclass learner.
+
+    """
+
+    def __init__(
+        self,
+        model: BinaryLearner | MulticlassLearner,
+        features: EmailFeatures | DictHasher | None,
+        classes: tuple[object, object] = (False, True),
+        multiclass: bool = False,
+    ) -> None:
+        self.model = model
+        self.features = features
+        self.classes = classes
+        self.multiclass = multiclass
+
+    def features_of(self, event: Event) -> dict:
+        """The features of an event with input; a BadRecord for a text without text features."""
+        if event.x is not None:
+            return self.features.transform_one(event.x) if isinstance(self.features, DictHasher) else event.x
+        if not isinstance(self.features, EmailFeatures):
+            raise BadRecord(event.position, "a text event needs features.type: email")
+        return self.features.transform_one(event.text)
+
+    def predict(self, x: dict) -> tuple[float, float, object, Any]:
+        """(score, proba, the class predicted) of ``x``, and what its label is later scored against:
+        the margin (binary), the class predicted (multiclass; None while no class is known, when the
+        score and probability are 0)."""
+        if self.multiclass:
+            probas = cast(MulticlassLearner, self.model).predict_proba_one(x)
+            if not probas:
+                return 0.0, 0.0, None, None
+            label = max(probas, key=probas.__getitem__)
+            return probas[label], probas[label], label, label
+        model = cast(BinaryLearner, self.model)
+        score = model.decision_function_one(x)
+        return score, model.probability(score), self.classes[score > 0.0], score
