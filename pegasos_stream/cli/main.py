@@ -19,7 +19,7 @@ from ..persist.checkpoint import CheckpointError, describe, latest_valid
 from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.runner import Runner, StopRun
 from ..stream.sources import Source, SourceError
-from .assemble import build_checkpoints, build_runner, build_source
+from .assemble import build_checkpoints, build_metrics, build_runner, build_source
 from .config import ConfigError, config_file, config_hash, load_config, shipped_configs
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
@@ -219,7 +219,9 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         runner.restore(state["runner"])
     source = build_source(config, position)
     progress = ProgressBar() if evaluate else None
+    metrics = None
     try:
+        metrics = None if evaluate else build_metrics(config, runner, source, checkpoints)
         with process_wide(runner):
             stats = runner.run(
                 source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress, checkpoints
@@ -231,6 +233,8 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     finally:
+        if metrics is not None:
+            metrics.close()
         if progress is not None:
             progress.close()
         source.close()
