@@ -59,6 +59,7 @@ def test_shipped_config_loads_and_validates(path):
         "delayed_labels",
         "run",
         "checkpoint",
+        "metrics",
     }
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     # what the file says is what was loaded (paths aside, which become absolute)
@@ -111,6 +112,7 @@ def test_defaults_alone_validate():
         "on_error": "skip",
         "dead_letter": {"type": "none", "path": None, "bootstrap_servers": "127.0.0.1:9092", "topic": None},
     }
+    assert config["metrics"] == {"port": None, "host": "127.0.0.1"}  # no metrics served; loopback only when asked
 
 
 # -- refused configurations: the message names the file, the key path and the expected form ---
@@ -135,6 +137,12 @@ REFUSED = [
     ({"model": {"lambda_": -1}}, "model.lambda_", "> 0"),
     ({"model": {"kind": "forest"}}, "model.kind", "linear | grid | committee | adagrad | multiclass | kernel"),
     ({"features": {"type": "email", "char_ngram": "x"}}, "features.char_ngram", "an integer >= 0"),
+    ({"metrics": {"port": 0}}, "metrics.port", "a port number (1 to 65535), got 0"),
+    ({"metrics": {"port": 65536}}, "metrics.port", "a port number (1 to 65535), got 65536"),
+    ({"metrics": {"port": "9108"}}, "metrics.port", "a port number (1 to 65535), got '9108'"),
+    ({"metrics": {"port": 9108.0}}, "metrics.port", "a port number (1 to 65535)"),
+    ({"metrics": {"host": 127}}, "metrics.host", "a host name or address"),
+    ({"metrics": {"port": 9108, "path": "/metrics"}}, "metrics.path", "unknown key (expected one of: host, port)"),
 ]
 
 
@@ -226,6 +234,7 @@ REQUIRED = [
     ({"errors": {"dead_letter": {"type": "kafka"}}}, "errors.dead_letter.topic: required"),
     ({"source": {"labels": {"positive": "spam"}}}, "source.labels: give both positive and negative, or neither"),
     ({"source": {"labels": {"negative": "ham"}}}, "source.labels: give both positive and negative, or neither"),
+    ({"metrics": {"host": "0.0.0.0"}}, "metrics.port: required when metrics.host is set"),
 ]
 
 
@@ -488,12 +497,13 @@ def test_config_hash_ignores_keys_at_their_default(name):
 def test_config_hash_changes_with_any_value(name):
     config = load_config(ROOT / "configs" / name)
     digest = config_hash(config)
-    # the run section (how long this run goes on) is not part of the job the hash identifies
-    leaves = [(keys, value) for keys, value in _leaves(config) if keys[0] != "run"]
+    # the run and metrics sections (how long this run goes on, where it serves its figures) are not part of the
+    # job the hash identifies
+    leaves = [(keys, value) for keys, value in _leaves(config) if keys[0] not in ("run", "metrics")]
     assert len(leaves) > 30
-    for key in ("max_events", "stop_when_idle"):
+    for section, key, value in (("run", "max_events", 12345), ("run", "stop_when_idle", 5), ("metrics", "port", 9108)):
         other = copy.deepcopy(config)
-        other["run"][key] = 12345
+        other[section][key] = value
         assert config_hash(other) == digest
     seen = {digest}
     for keys, value in leaves:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..features import DictHasher, EmailFeatures
 from ..persist.checkpoint import Checkpoints
 from ..stream.evaluation import BinaryReport, MulticlassReport
@@ -12,9 +14,20 @@ from ..stream.runner import Runner
 from ..stream.sinks import JsonLinesSink, NullSink, Sink
 from ..stream.sources import FileSource, Source, StdinSource
 from .checks import StartupError
-from .config import LEARNERS, config_hash
+from .config import LEARNERS, ConfigError, config_hash
 
-__all__ = ["build_checkpoints", "build_features", "build_model", "build_parser", "build_runner", "build_source"]
+if TYPE_CHECKING:
+    from ..stream.metrics import RunMetrics
+
+__all__ = [
+    "build_checkpoints",
+    "build_features",
+    "build_metrics",
+    "build_model",
+    "build_parser",
+    "build_runner",
+    "build_source",
+]
 
 #: Scores kept for the ROC AUC of a long-running job's statistics.
 RECENT_SCORES = 10_000
@@ -143,3 +156,29 @@ def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Run
 
 def _labels(labels: dict) -> dict | None:
     return labels if labels["positive"] is not None else None
+
+
+def build_metrics(config: dict, runner: Runner, source: Source, checkpoints: Checkpoints | None) -> RunMetrics | None:
+    """The metrics of ``runner``'s run, served on ``metrics.host:metrics.port`` from now on and told of
+    the run (``runner.monitor``); None without ``metrics.port``. A ConfigError when ``prometheus_client``
+    is not installed or the address cannot be listened on."""
+    section = config["metrics"]
+    if section["port"] is None:
+        return None
+    try:
+        from ..stream.metrics import RunMetrics
+    except ModuleNotFoundError as error:
+        if error.name != "prometheus_client":
+            raise
+        raise ConfigError(
+            "metrics.port is set, but prometheus_client is not installed: pip install 'pegasos-stream[metrics]'"
+        ) from None
+    metrics = RunMetrics(runner, source, checkpoints, RECENT_SCORES)
+    try:
+        metrics.start(section["host"], section["port"])
+    except OSError as error:
+        raise ConfigError(
+            f"metrics.port: cannot listen on {section['host']}:{section['port']}: {error.strerror or error}"
+        ) from None
+    runner.monitor = metrics
+    return metrics

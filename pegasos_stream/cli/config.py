@@ -125,6 +125,7 @@ class Option:
     form: str
     choices: tuple = ()
     minimum: float | None = None
+    maximum: float | None = None
 
 
 def _text(default: str | None, form: str = "a string") -> Option:
@@ -253,6 +254,10 @@ SCHEMA: dict = {
         "every_seconds": _number(None),
         "keep": _integer(3),
     },
+    "metrics": {  # served over HTTP when a port is set (the metrics extra); not part of the job (config_hash)
+        "port": Option((int,), None, "a port number (1 to 65535)", minimum=1, maximum=65535),
+        "host": _text("127.0.0.1", "a host name or address to listen on"),
+    },
 }
 
 #: Keys whose schema is the constructor of the class they configure.
@@ -303,8 +308,10 @@ def _check(value: Any, spec: Option | Settings | dict, path: str, where: str) ->
         raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
     if spec.choices and value not in spec.choices:
         raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
-    number = cast(float, value)  # only numeric options have a minimum
+    number = cast(float, value)  # only numeric options have bounds
     if spec.minimum is not None and not (math.isfinite(number) and number >= spec.minimum):
+        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
+    if spec.maximum is not None and number > spec.maximum:
         raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
 
 
@@ -378,6 +385,8 @@ def _check_requirements(config: dict, where: str) -> None:
         raise ConfigError(f"{where}: errors.dead_letter.path: required when errors.dead_letter.type is file")
     if dead["type"] == "kafka" and not dead.get("topic"):
         raise ConfigError(f"{where}: errors.dead_letter.topic: required when errors.dead_letter.type is kafka")
+    if config["metrics"]["port"] is None and config["metrics"]["host"] != SCHEMA["metrics"]["host"].default:
+        raise ConfigError(f"{where}: metrics.port: required when metrics.host is set")
     labels = config["source"]["labels"]
     if (labels["positive"] is None) != (labels["negative"] is None):
         raise ConfigError(f"{where}: source.labels: give both positive and negative, or neither")
@@ -591,12 +600,18 @@ def _resolve_paths(raw: dict, base: Path | None) -> None:
             node[keys[-1]] = str(base / value)
 
 
+#: Sections that say how a run goes, not what the job learns: left out of `config_hash`.
+_RUN_SECTIONS = ("run", "metrics")
+
+
 def config_hash(config: dict) -> str:
-    """SHA-256 of the configuration's canonical JSON form, less the ``run`` section (how long
-    this particular run goes on does not change the job) and less every key at its default value
-    (same value, same type): a key a later version adds with a default leaves the hash, and the
-    checkpoints written before it, as they were."""
-    job = _without_defaults({section: value for section, value in config.items() if section != "run"}, _DEFAULTS)
+    """SHA-256 of the configuration's canonical JSON form, less the ``run`` and ``metrics`` sections
+    (how long this particular run goes on, and where it shows its figures, do not change the job) and
+    less every key at its default value (same value, same type): a key a later version adds with a
+    default leaves the hash, and the checkpoints written before it, as they were."""
+    job = _without_defaults(
+        {section: value for section, value in config.items() if section not in _RUN_SECTIONS}, _DEFAULTS
+    )
     canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

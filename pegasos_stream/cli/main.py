@@ -21,7 +21,7 @@ from ..persist.checkpoint import CheckpointError, Checkpoints, describe, latest_
 from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.runner import Runner, StopRun
 from ..stream.sources import Source, SourceError
-from .assemble import build_checkpoints, build_runner, build_source
+from .assemble import build_checkpoints, build_metrics, build_runner, build_source
 from .checks import StartupError, check_files, check_plot, checkpoint_directory_error
 from .config import ConfigError, config_file, config_hash, load_config, shipped_configs
 from .predict import EVENT_SUFFIXES, command_predict
@@ -259,6 +259,9 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         progress = ProgressBar() if evaluate else None
         if progress is not None:
             opened.callback(progress.close)
+        metrics = None if evaluate else build_metrics(config, runner, source, checkpoints)
+        if metrics is not None:
+            opened.callback(metrics.close)
         try:
             with process_wide(runner):
                 stats = runner.run(

@@ -304,6 +304,11 @@ class Checkpoints:
         self._last_events = events
         self._last_time = time.monotonic()
 
+    @property
+    def age(self) -> float:
+        """Seconds since the last checkpoint was written (since ``mark``, the start of the run, before the first)."""
+        return time.monotonic() - self._last_time
+
     def events_until_due(self, events: int) -> int | None:
         """How many more events until a checkpoint is due by count (None: no count is set)."""
         if self.every_events is None:

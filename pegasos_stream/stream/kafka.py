@@ -320,6 +320,29 @@ class KafkaSource(Source):
             total += max(0, high - position)
         return total
 
+    def partition_lags(self) -> dict[tuple[str, int], int]:
+        """Records after the last one processed in each assigned partition: its high watermark, which
+        each fetch response brings (no request of its own), less its next offset to process (the
+        consumer's fetch position before anything is polled from it). A partition not fetched from yet
+        is left out."""
+        ends = {}
+        for tp in self._consumer.assignment():
+            end = self._consumer.highwater(tp)
+            if end is not None:
+                ends[Partition(*tp)] = end
+        offsets = self._offsets.next_offsets(ends)
+        lags: dict[tuple[str, int], int] = {}
+        for partition, end in ends.items():
+            offset = offsets.get(partition)
+            if offset is None:
+                try:
+                    offset = self._consumer.position(TopicPartition(*partition), timeout_ms=0)
+                except KafkaError:
+                    continue
+            if offset is not None:
+                lags[partition] = max(0, end - offset)
+        return lags
+
     def close(self) -> None:
         """Commit what was claimed, leave the group and close the connections."""
         if self._closed:

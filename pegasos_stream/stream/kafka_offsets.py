@@ -193,6 +193,17 @@ class OffsetBook:
         with self._lock:
             self._committed.update(offsets)
 
+    def next_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[Partition, int]:
+        """The next offset to process of each of ``partitions`` where it is known: past the last claim
+        (or sought), else the first offset polled since the partition's assignment."""
+        with self._lock:
+            known = {}
+            for p in map(Partition._make, partitions):
+                offset = self._claimed.get(p, self._first_polled.get(p))
+                if offset is not None:
+                    known[p] = offset
+            return known
+
     def position(self) -> dict[Partition, int]:
         """The next offset of each partition claimed from, and of those sought and not claimed from
         since: where a resumed run starts."""

@@ -34,7 +34,7 @@ from .sources import Source
 if TYPE_CHECKING:
     from ..persist.checkpoint import Checkpoints
 
-__all__ = ["RunStats", "Runner", "StopRun", "rejection_reason"]
+__all__ = ["RunMonitor", "RunStats", "Runner", "StopRun", "rejection_reason"]
 
 _log = logging.getLogger(__name__)
 
@@ -74,6 +74,19 @@ class RunStats:
         if self.first is None or self.last is None or self.last == self.first:
             return math.nan
         return self.timed / (self.last - self.first)
+
+
+# -- what watches a run ------------------------------------------------------------------------
+
+
+class RunMonitor(Protocol):
+    """What watches a run from outside it (the metrics of `stream.metrics`), called in the runner's thread."""
+
+    def tick(self, idle: bool) -> None:
+        """A batch was processed (``idle``: the source had nothing) and the loop goes round again."""
+
+    def rejected(self, reason: str) -> None:
+        """A record was rejected: "malformed" (it is no event) or "refused" (the learner refused a value)."""
 
 
 # -- the binary and the multiclass handling of predictions and labels --------------------------
@@ -230,6 +243,7 @@ class Runner:
         self.stats = RunStats()
         self._emits = not isinstance(sink, NullSink)
         self._batches = BatchParser(parser, features if isinstance(features, EmailFeatures) else None)
+        self.monitor: RunMonitor | None = None  # told of each round of the loop and each rejection (metrics)
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
 
@@ -284,6 +298,8 @@ class Runner:
         if self.dead_letters is not None:
             self.dead_letters.emit(dead_letter(record.position, reason, record.value))
         self.stats.rejected += 1
+        if self.monitor is not None:
+            self.monitor.rejected("malformed" if isinstance(error, BadRecord) else "refused")
 
     # -- many records: the compiled loop ------------------------------------------------------
 
@@ -435,6 +451,8 @@ class Runner:
                     last_stats, events_at_stats = now, self.stats.events
                 if on_progress is not None and records:
                     on_progress(source)
+                if self.monitor is not None:
+                    self.monitor.tick(idle=not records)
                 if self._stop_requested:
                     break
                 if stop_when_idle is not None and now - last_event >= stop_when_idle:

@@ -80,6 +80,10 @@ class Source:
         """Records waiting upstream (Kafka consumer lag), when known."""
         return None
 
+    def partition_lags(self) -> dict[tuple[str, int], int]:
+        """Records waiting upstream after the last one processed, by (topic, partition), where known."""
+        return {}
+
     def position(self) -> dict:
         """Where a resumed run starts: every record claimed so far counts as read."""
         raise NotImplementedError
