@@ -11,7 +11,7 @@ from ..stream.pending import PendingLabels
 from ..stream.runner import Runner
 from ..stream.sinks import JsonLinesSink, NullSink, Sink
 from ..stream.sources import FileSource, Source, StdinSource
-from .config import LEARNERS, config_hash
+from .config import LEARNERS, config_hash, kafka_client_settings, without_secrets
 
 __all__ = ["build_checkpoints", "build_model", "build_runner", "build_source"]
 
@@ -72,7 +72,7 @@ def build_source(config: dict, position: dict | None = None) -> Source:
         topics=source["topics"],
         group_id=source["group_id"],
         start=source["start"],
-        consumer=source["consumer"],
+        consumer=kafka_client_settings(source, source["consumer"]),
         poll_seconds=source["poll_seconds"],
         on_offset_out_of_range=source["on_offset_out_of_range"],
     )
@@ -88,7 +88,7 @@ def build_checkpoints(config: dict) -> Checkpoints | None:
     section = config["checkpoint"]
     if not section["dir"]:
         return None
-    manifest = {"config": config, "config_sha256": config_hash(config)}
+    manifest = {"config": without_secrets(config), "config_sha256": config_hash(config)}
     return Checkpoints(section["dir"], section["every_events"], section["every_seconds"], section["keep"], manifest)
 
 
@@ -100,7 +100,9 @@ def _sink(kind: str, section: dict) -> Sink:
     if kind == "kafka":
         from ..stream.kafka import KafkaSink
 
-        return KafkaSink(section["bootstrap_servers"], section["topic"], section.get("producer"))
+        return KafkaSink(
+            section["bootstrap_servers"], section["topic"], kafka_client_settings(section, section.get("producer"))
+        )
     return NullSink()
 
 

@@ -20,7 +20,7 @@ from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.runner import Runner, StopRun
 from ..stream.sources import Source, SourceError
 from .assemble import build_checkpoints, build_runner, build_source
-from .config import ConfigError, config_file, config_hash, load_config, shipped_configs
+from .config import ConfigError, check_kafka_checkpoints, config_file, config_hash, load_config, shipped_configs
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
 DEFAULT_CONFIG = "spam"
@@ -212,6 +212,8 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     if evaluate and args.output is None:
         overrides.insert(0, "output.type=none")
     config = load_config(config_path, overrides)
+    if not evaluate:
+        check_kafka_checkpoints(config, str(config_path))
     checkpoints = None if evaluate else build_checkpoints(config)
     state, position = _resume(config, args.accept_config) if not evaluate and args.resume else (None, None)
     runner = build_runner(config, model=state and state["model"], exact_auc=True if evaluate else None)
