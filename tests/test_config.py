@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,20 +17,26 @@ import yaml
 from pegasos_stream import cli
 from pegasos_stream.cli.assemble import build_features
 from pegasos_stream.cli.config import (
+    KAFKA_CONNECTION,
+    SECRETS,
     ConfigError,
     apply_override,
+    check_kafka_checkpoints,
     config_file,
     config_hash,
+    kafka_client_settings,
     load_config,
     parse_override,
     shipped_configs,
     validate,
 )
 from pegasos_stream.features import DictHasher
+from pegasos_stream.persist.checkpoint import latest_valid
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
+BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
 
 
 def _write(path: Path, config: dict) -> Path:
@@ -60,6 +67,7 @@ def test_shipped_config_loads_and_validates(path):
         "run",
         "checkpoint",
         "metrics",
+        "kafka",
     }
     raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     # what the file says is what was loaded (paths aside, which become absolute)
@@ -108,9 +116,11 @@ def test_defaults_alone_validate():
     assert config["model"] == {"kind": "linear"}
     assert config["source"]["type"] == "stdin"
     assert config["source"]["max_bytes"] == 1_000_000
+    connection = dict.fromkeys(KAFKA_CONNECTION) | {"bootstrap_servers": "127.0.0.1:9092"}
+    assert config["kafka"] == connection
     assert config["errors"] == {
         "on_error": "skip",
-        "dead_letter": {"type": "none", "path": None, "bootstrap_servers": "127.0.0.1:9092", "topic": None},
+        "dead_letter": {"type": "none", "path": None, **connection, "topic": None},
     }
     assert config["metrics"] == {"port": None, "host": "127.0.0.1"}  # no metrics served; loopback only when asked
 
@@ -497,14 +507,19 @@ def test_config_hash_ignores_keys_at_their_default(name):
 def test_config_hash_changes_with_any_value(name):
     config = load_config(ROOT / "configs" / name)
     digest = config_hash(config)
-    # the run and metrics sections (how long this run goes on, where it serves its figures) are not part of the
-    # job the hash identifies
-    leaves = [(keys, value) for keys, value in _leaves(config) if keys[0] not in ("run", "metrics")]
-    assert len(leaves) > 30
-    for section, key, value in (("run", "max_events", 12345), ("run", "stop_when_idle", 5), ("metrics", "port", 9108)):
+    # Not part of the job the hash identifies: the run and metrics sections (how long this run goes on, where it
+    # serves its figures), the kafka section (the validated client sections hold its settings, and the hash
+    # counts them there) and the passwords (a password changed is the same job, and a digest is no place for one).
+    ignored = [keys for keys, _ in _leaves(config) if keys[0] in ("run", "metrics", "kafka") or keys[-1] in SECRETS]
+    leaves = [(keys, value) for keys, value in _leaves(config) if keys not in ignored]
+    assert len(leaves) > 30 and len(ignored) > 10
+    for keys in ignored:
         other = copy.deepcopy(config)
-        other[section][key] = value
-        assert config_hash(other) == digest
+        node = other
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = "12345"
+        assert config_hash(other) == digest, f"changing {'.'.join(keys)} changed the hash"
     seen = {digest}
     for keys, value in leaves:
         changed = copy.deepcopy(config)
@@ -705,3 +720,282 @@ def test_hash_bits_out_of_range_refused(text):
     message = str(caught.value)
     assert message.startswith(f"--set {f'features.hash_bits={text}'!r}: features.hash_bits: "), message
     assert "an integer from 1 to 32" in message, message
+
+
+# -- the kafka connection, shared by the source, the output and the dead-letter topic ----------
+
+KAFKA_JOB = {
+    "source": {"type": "kafka", "topics": ["mail"]},
+    "output": {"type": "kafka", "topic": "predictions"},
+    "errors": {"dead_letter": {"type": "kafka", "topic": "rejected"}},
+}
+CLIENTS = (("source",), ("output",), ("errors", "dead_letter"))
+
+
+def _client(config: dict, path: tuple[str, ...]) -> dict:
+    return config[path[0]] if len(path) == 1 else config[path[0]][path[1]]
+
+
+def test_one_kafka_section_connects_every_kafka_client(tmp_path):
+    kafka = {
+        "bootstrap_servers": ["k1:9093", "k2:9093"],
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "pegasos",
+        "sasl_plain_password": "s3cr3t",
+        "ssl_cafile": "certs/ca.pem",
+    }
+    path = _write(tmp_path / "conf" / "job.yaml", {**KAFKA_JOB, "kafka": kafka})
+    config = load_config(path)
+    ca = str(tmp_path.resolve() / "conf" / "certs" / "ca.pem")  # relative to the file, as every path
+    for client in CLIENTS:
+        section = _client(config, client)
+        assert {key: section[key] for key in kafka} == {**kafka, "ssl_cafile": ca}, client
+        assert section["ssl_certfile"] is None and section["ssl_check_hostname"] is None
+    assert config["kafka"]["ssl_cafile"] == ca
+    assert kafka_client_settings(config["source"], config["source"]["consumer"]) == {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "pegasos",
+        "sasl_plain_password": "s3cr3t",
+        "ssl_cafile": ca,
+    }
+
+
+def test_each_kafka_client_may_override_any_connection_setting(tmp_path):
+    job = copy.deepcopy(KAFKA_JOB)
+    job["kafka"] = {"bootstrap_servers": "shared:9092", "security_protocol": "SSL", "ssl_check_hostname": False}
+    job["output"].update(bootstrap_servers="other:9092", security_protocol="PLAINTEXT", ssl_check_hostname=None)
+    job["output"]["producer"] = {"acks": "all", "security_protocol": "SSL"}  # a client's own settings win
+    job["errors"]["dead_letter"].update(sasl_mechanism="PLAIN", security_protocol="SASL_PLAINTEXT")
+    job["errors"]["dead_letter"].update(sasl_plain_username="dead", sasl_plain_password="letters")
+    config = load_config(_write(tmp_path / "job.yaml", job))
+    source, output, dead = (_client(config, client) for client in CLIENTS)
+    assert (source["bootstrap_servers"], source["security_protocol"], source["ssl_check_hostname"]) == (
+        "shared:9092",
+        "SSL",
+        False,
+    )
+    assert (output["bootstrap_servers"], output["security_protocol"], output["ssl_check_hostname"]) == (
+        "other:9092",
+        "PLAINTEXT",
+        None,
+    )
+    assert kafka_client_settings(output, output["producer"]) == {"security_protocol": "SSL", "acks": "all"}
+    assert kafka_client_settings(dead) == {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "dead",
+        "sasl_plain_password": "letters",
+        "ssl_check_hostname": False,
+    }
+    assert validate(copy.deepcopy(config), "job.yaml") == config  # validating again changes nothing
+
+
+def test_per_section_servers_keep_working_and_hash_as_the_shared_section(tmp_path):
+    """A configuration that names the servers in each section (as before the kafka section) runs as it did,
+    and one that names them once in the kafka section is the same job: its checkpoints resume either way."""
+    each = copy.deepcopy(KAFKA_JOB)
+    for client in CLIENTS:
+        _client(each, client)["bootstrap_servers"] = "broker:9092"
+    once = {**copy.deepcopy(KAFKA_JOB), "kafka": {"bootstrap_servers": "broker:9092"}}
+    per_section, shared = (
+        load_config(_write(tmp_path / "each.yaml", each)),
+        load_config(_write(tmp_path / "once.yaml", once)),
+    )
+    for client in CLIENTS:
+        assert _client(per_section, client)["bootstrap_servers"] == "broker:9092"
+        assert _client(shared, client)["bootstrap_servers"] == "broker:9092"
+    assert per_section["kafka"]["bootstrap_servers"] == "127.0.0.1:9092"  # the default, which no client takes
+    assert config_hash(per_section) == config_hash(shared)
+    assert config_hash(
+        load_config(None, ["kafka.bootstrap_servers=other:9092", "source.type=kafka", "source.topics=[mail]"])
+    ) != config_hash(load_config(None, ["source.type=kafka", "source.topics=[mail]"]))
+
+
+KAFKA_REFUSED = [
+    # (configuration, key path, a fragment of the message)
+    ({"kafka": {"bogus": 1}}, "kafka.bogus", "unknown key (expected one of: bootstrap_servers, sasl_kerberos"),
+    (
+        {"kafka": {"bootstrap_servers": 9092}},
+        "kafka.bootstrap_servers",
+        "expected host:port or a list of them, got 9092",
+    ),
+    ({"kafka": {"bootstrap_servers": ["a:1", 2]}}, "kafka.bootstrap_servers", "expected host:port or a list of them"),
+    ({"kafka": {"security_protocol": "TLS"}}, "kafka.security_protocol", "PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL"),
+    ({"kafka": {"ssl_check_hostname": "no"}}, "kafka.ssl_check_hostname", "expected true | false, got 'no'"),
+    ({"output": {"sasl_mechanism": "OAUTHBEARER"}}, "output.sasl_mechanism", "PLAIN | SCRAM-SHA-256"),
+    ({"errors": {"dead_letter": {"ssl_cafile": 1}}}, "errors.dead_letter.ssl_cafile", "expected a file path"),
+    ({"kafka": "127.0.0.1:9092"}, "kafka", "expected a mapping"),
+    ({"source": {"commit_without_checkpoint": "yes"}}, "source.commit_without_checkpoint", "expected true | false"),
+    # settings that do not fit together, named where they come from
+    (
+        {"kafka": {"security_protocol": "SASL_SSL"}},
+        "kafka.sasl_mechanism",
+        "required when kafka.security_protocol is SASL_SSL",
+    ),
+    (
+        {"kafka": {"sasl_mechanism": "PLAIN", "sasl_plain_username": "u", "sasl_plain_password": "p"}},
+        "kafka.security_protocol",
+        "expected SASL_PLAINTEXT | SASL_SSL with kafka.sasl_mechanism set, got PLAINTEXT (the default)",
+    ),
+    (
+        {"kafka": {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "u"}},
+        "kafka.sasl_plain_password",
+        "required when kafka.sasl_mechanism is SCRAM-SHA-256",
+    ),
+    (
+        {
+            "kafka": {"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI"},
+            "output": {"sasl_mechanism": "PLAIN", "sasl_plain_password": "p"},
+        },
+        "kafka.sasl_plain_username",
+        "required when output.sasl_mechanism is PLAIN",
+    ),
+    (
+        {"kafka": {"ssl_cafile": "/ca.pem"}, "output": {"security_protocol": "SSL"}},
+        "kafka.security_protocol",
+        "expected SSL | SASL_SSL with kafka.ssl_cafile set, got PLAINTEXT (the default)",
+    ),
+    (
+        {"kafka": {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "GSSAPI"}, "output": {"ssl_cafile": "/c"}},
+        "output.security_protocol",
+        "expected SSL | SASL_SSL with output.ssl_cafile set, got SASL_PLAINTEXT",
+    ),
+    (
+        {"source": {"security_protocol": "SSL", "ssl_password": "s3cr3t", "sasl_mechanism": "PLAIN"}},
+        "source.security_protocol",
+        "expected SASL_PLAINTEXT | SASL_SSL with source.sasl_mechanism set, got SSL",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "config, key_path, fragment",
+    KAFKA_REFUSED,
+    ids=[f"{path}:{i}" for i, (_, path, _) in enumerate(KAFKA_REFUSED)],
+)
+def test_kafka_settings_refused_in_one_line_naming_the_key(tmp_path, config, key_path, fragment):
+    job = copy.deepcopy(KAFKA_JOB)
+    for section, value in config.items():
+        job[section] = _merge_sections(job.get(section), value)
+    path = _write(tmp_path / "job.yaml", job)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: {key_path}: "), message
+    assert fragment in message and "\n" not in message, message
+
+
+def _merge_sections(base: object, update: object) -> object:
+    if isinstance(base, dict) and isinstance(update, dict):
+        return {**base, **{key: _merge_sections(base.get(key), value) for key, value in update.items()}}
+    return update
+
+
+def test_kafka_settings_of_clients_that_are_not_kafka_are_not_checked_together():
+    config = load_config(None, ["kafka.security_protocol=SASL_SSL"])  # no Kafka client: nothing to connect
+    assert config["output"]["security_protocol"] == "SASL_SSL"
+
+
+PASSWORD = "hunter2-123"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "kafka:\n  sasl_plain_password: 123456\n",  # YAML reads it as a number: refused, not shown
+        f'kafka:\n  sasl_plain_password: "{PASSWORD}\n',  # unterminated: a YAML error quotes no line
+        f"source:\n  consumer:\n    ssl_password: [{PASSWORD}, {{a: 1}}]\n",
+    ],
+    ids=["wrong-type", "yaml-error", "free-form"],
+)
+def test_a_password_is_never_shown_in_a_message(tmp_path, capsys, text):
+    path = tmp_path / "job.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert cli.main(["eval", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"configuration error: {path}: ") and err.count("\n") == 1, err
+    assert PASSWORD not in err and "123456" not in err
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, [f"kafka.sasl_plain_password=[{PASSWORD}"])
+    assert str(caught.value).startswith("--set kafka.sasl_plain_password=...: not valid YAML") and PASSWORD not in str(
+        caught.value
+    )
+
+
+def test_a_password_stays_out_of_checkpoints_and_their_hash(tmp_path, capsys):
+    events = tmp_path / "events.jsonl"
+    events.write_text(json.dumps({"id": 1, "x": {"a": 1.0}, "label": True}) + "\n", encoding="utf-8")
+    job = {
+        "source": {"type": "file", "path": str(events), "consumer": {"ssl_password": PASSWORD + "-tls"}},
+        "output": {"type": "none"},
+        "kafka": {"sasl_plain_password": PASSWORD},
+        "checkpoint": {"dir": "ck"},
+    }
+    path = _write(tmp_path / "job.yaml", job)
+    config = load_config(path)
+    assert config["source"]["sasl_plain_password"] == PASSWORD  # the clients get it
+    assert cli.main(["run", "--config", str(path)]) == 0
+    capsys.readouterr()
+    found = latest_valid(tmp_path / "ck")
+    assert found is not None
+    path_written, _, manifest = found
+    assert PASSWORD.encode() not in path_written.read_bytes()  # the manifest is stored as plain JSON
+    assert PASSWORD not in json.dumps(manifest, default=str)
+    assert manifest["config"]["kafka"]["sasl_plain_password"] is None
+    assert manifest["config"]["source"]["consumer"] == {}
+    other = load_config(path, ["kafka.sasl_plain_password=changed"])
+    assert config_hash(other) == config_hash(config) == manifest["config_sha256"]  # a new password, same job
+    assert cli.main(["run", "--config", str(path), "--resume", "--set", "kafka.sasl_plain_password=changed"]) == 0
+    assert "resuming from" in capsys.readouterr().err
+
+
+# -- run on a Kafka source needs checkpoints, or an explicit opt-in --------------------------
+
+
+def test_run_on_kafka_without_checkpoints_is_refused_in_one_line(tmp_path):
+    """Refused before anything connects: no broker is needed to see it."""
+    path = _write(
+        tmp_path / "job.yaml",
+        {"source": {"type": "kafka", "topics": ["mail"], "bootstrap_servers": "127.0.0.1:1"}},
+    )
+    done = subprocess.run([BIN, "run", "--config", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"configuration error: {path}: checkpoint.dir: required for a Kafka source: "), (
+        done.stderr
+    )
+    assert "a restart would start a new model after those records" in done.stderr
+    assert "set checkpoint.dir, or source.commit_without_checkpoint: true" in done.stderr
+    shipped = subprocess.run(
+        [BIN, "run", "--config", "kafka", "--set", "checkpoint.dir="],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert shipped.returncode == 2 and "checkpoint.dir: required for a Kafka source" in shipped.stderr
+
+
+def test_the_opt_in_and_other_sources_need_no_checkpoints():
+    kafka = load_config(None, ["source.type=kafka", "source.topics=[mail]"])
+    with pytest.raises(ConfigError, match=r"^job\.yaml: checkpoint\.dir: required for a Kafka source"):
+        check_kafka_checkpoints(kafka, "job.yaml")
+    check_kafka_checkpoints({**kafka, "source": {**kafka["source"], "commit_without_checkpoint": True}}, "job.yaml")
+    check_kafka_checkpoints({**kafka, "checkpoint": {**kafka["checkpoint"], "dir": "ck"}}, "job.yaml")
+    check_kafka_checkpoints(load_config(None), "job.yaml")  # standard input
+    check_kafka_checkpoints(load_config(ROOT / "configs" / "kafka.yaml"), "kafka.yaml")  # it ships with checkpoints
+
+
+def test_a_shipped_configuration_writes_in_the_working_directory(tmp_path, monkeypatch):
+    """Run by name (or by its own path), a shipped configuration resolves relative paths in the working
+    directory, not in the package that holds it; a copy resolves them next to itself."""
+    monkeypatch.chdir(tmp_path)
+    assert load_config(config_file("kafka"))["checkpoint"]["dir"] == "checkpoints/kafka"
+    assert load_config(ROOT / "configs" / "kafka.yaml")["checkpoint"]["dir"] == "checkpoints/kafka"
+    assert load_config(config_file("replay-svmlight"))["errors"]["dead_letter"]["path"] == "rejected.jsonl"
+    copied = tmp_path / "mine" / "kafka.yaml"
+    copied.parent.mkdir()
+    copied.write_text((ROOT / "configs" / "kafka.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    assert Path(load_config(copied)["checkpoint"]["dir"]) == copied.parent.resolve() / "checkpoints" / "kafka"

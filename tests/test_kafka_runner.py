@@ -8,14 +8,16 @@ from pathlib import Path
 import yaml
 
 from pegasos_stream import cli
-from pegasos_stream.testing.kafka_broker import committed_offset, kafka_source_config
+from pegasos_stream.persist.checkpoint import latest_valid
+from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS, committed_offset, consume, kafka_source_config
 
 
 def _config(tmp_path: Path, broker: str, topic: str, group: str) -> Path:
     config = {
         "model": {"kind": "linear", "lambda_": 0.01},
         "features": {"type": "dict"},
-        "source": kafka_source_config(broker, topic, group),
+        # no checkpoint.dir: the run commits offsets that no saved model covers, as the opt-in allows
+        "source": {**kafka_source_config(broker, topic, group), "commit_without_checkpoint": True},
         "evaluation": {"stats_every_seconds": 1},
     }
     path = tmp_path / "kafka.yaml"
@@ -59,3 +61,40 @@ def test_run_predicts_each_message_once_and_a_second_run_continues(
     assert summary["events"] == 10 and summary["learned"] == 10
 
     assert committed_offset(kafka_broker, "runner-group", topic) == 40
+
+
+def test_one_kafka_section_connects_the_source_the_output_and_the_dead_letter_topic(
+    tmp_path, kafka_broker, kafka_topic, produce, capsys
+):
+    """Only kafka.bootstrap_servers names the broker (on a port of its own, not the default 9092): the source
+    reads from it, and the predictions and the rejected record go to their topics on it."""
+    mail, predictions, rejected = kafka_topic(1), kafka_topic(1), kafka_topic(1)
+    produce(kafka_broker, mail, [*_events(range(6)), b"not JSON", *_events(range(6, 10))])
+    group = f"{mail}-group"
+    config = {
+        "kafka": {"bootstrap_servers": kafka_broker},
+        "model": {"kind": "linear", "lambda_": 0.01},
+        "features": {"type": "dict"},
+        "source": {
+            "type": "kafka",
+            "topics": [mail],
+            "group_id": group,
+            "consumer": GROUP_SETTINGS,
+            "poll_seconds": 0.2,
+        },
+        "output": {"type": "kafka", "topic": predictions},
+        "errors": {"dead_letter": {"type": "kafka", "topic": rejected}},
+        "checkpoint": {"dir": "checkpoints"},
+    }
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+
+    assert cli.main(["run", "--config", str(path), "--stop-when-idle", "3"]) == 0
+    summary = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert (summary["events"], summary["learned"], summary["rejected"]) == (11, 10, 1)
+    assert [json.loads(value)["id"] for value in consume(kafka_broker, predictions, 10)] == list(range(10))
+    [dead] = [json.loads(value) for value in consume(kafka_broker, rejected, 1)]
+    assert dead["position"] == f"{mail}/0/6" and "malformed JSON" in dead["error"]
+    assert committed_offset(kafka_broker, group, mail) == 11  # committed once the checkpoint covered it
+    found = latest_valid(tmp_path / "checkpoints")
+    assert found is not None and found[2]["source"] == {"offsets": [[mail, 0, 11]]}

@@ -14,7 +14,7 @@ from ..stream.runner import Runner
 from ..stream.sinks import JsonLinesSink, NullSink, Sink
 from ..stream.sources import FileSource, Source, StdinSource
 from .checks import StartupError
-from .config import LEARNERS, ConfigError, config_hash
+from .config import LEARNERS, ConfigError, config_hash, kafka_client_settings, without_secrets
 
 if TYPE_CHECKING:
     from ..stream.metrics import RunMetrics
@@ -87,7 +87,7 @@ def build_source(config: dict, position: dict | None = None) -> Source:
             topics=source["topics"],
             group_id=source["group_id"],
             start=source["start"],
-            consumer=source["consumer"],
+            consumer=kafka_client_settings(source, source["consumer"]),
             poll_seconds=source["poll_seconds"],
             on_offset_out_of_range=source["on_offset_out_of_range"],
         )
@@ -107,7 +107,7 @@ def build_checkpoints(config: dict) -> Checkpoints | None:
     section = config["checkpoint"]
     if not section["dir"]:
         return None
-    manifest = {"config": config, "config_sha256": config_hash(config)}
+    manifest = {"config": without_secrets(config), "config_sha256": config_hash(config)}
     return Checkpoints(section["dir"], section["every_events"], section["every_seconds"], section["keep"], manifest)
 
 
@@ -121,7 +121,9 @@ def _sink(kind: str, section: dict, key: str) -> Sink:
         from ..stream.kafka import BrokerUnreachable, KafkaSink
 
         try:
-            return KafkaSink(section["bootstrap_servers"], section["topic"], section.get("producer"))
+            return KafkaSink(
+                section["bootstrap_servers"], section["topic"], kafka_client_settings(section, section.get("producer"))
+            )
         except BrokerUnreachable as error:
             settings = f" (the wait is {key}.producer.bootstrap_timeout_ms)" if "producer" in section else ""
             raise StartupError(f"{key}.bootstrap_servers: {error}{settings}") from None

@@ -4,6 +4,11 @@ A configuration is a nested dict. Every key is checked against ``SCHEMA`` (or, f
 ``features``, against the constructor of the class they build): an unknown key, a wrong type or a
 bad value stops with a `ConfigError` naming the file, the key path and the expected form.
 
+The ``kafka`` section holds the connection settings (`KAFKA_CONNECTION`) that the Kafka source, the Kafka
+output and the Kafka dead-letter topic share; each of those sections takes every setting of ``kafka`` it does
+not set itself. Secrets (`SECRETS`, the passwords) are never shown in a message, and are left out of
+`config_hash` and of what `without_secrets` gives to be stored.
+
 What a configuration may cost is bounded before anything is built: the file is read up to
 ``MAX_FILE_BYTES``; YAML aliases are refused (an alias repeats a value at no cost in the text, so a
 few lines can stand for gigabytes) and so is nesting deeper than ``MAX_DEPTH``; the free-form client
@@ -36,14 +41,20 @@ from ..learners.validation import binary_sign
 from ..stream.parsing import MAIL_FORMATS
 
 __all__ = [
+    "KAFKA_CONNECTION",
     "LEARNERS",
     "PACKAGE_PREFIX",
+    "SECRETS",
     "ConfigError",
+    "check_kafka_checkpoints",
     "config_file",
     "config_hash",
+    "kafka_client_settings",
     "load_config",
     "parse_override",
+    "set_flag",
     "shipped_configs",
+    "without_secrets",
 ]
 
 LEARNERS = {
@@ -106,8 +117,22 @@ def _yaml(text: str | bytes, where: str) -> Any:
         return yaml.load(text, Loader=_Loader)
     except _RefusedYAML as error:
         raise ConfigError(f"{where}: {error}") from None
+    except yaml.MarkedYAMLError as error:
+        raise ConfigError(f"{where}: not valid YAML: {_yaml_problem(error)}") from None
     except (yaml.YAMLError, ValueError) as error:  # ValueError: e.g. an integer too long to convert
         raise ConfigError(f"{where}: not valid YAML: {error}") from None
+
+
+def _mark(mark: yaml.Mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _yaml_problem(error: yaml.MarkedYAMLError) -> str:
+    """What is wrong and where, on one line and without quoting the text (which may hold a password)."""
+    problem = error.problem or "not valid YAML"
+    at = f"{_mark(error.problem_mark)}: " if error.problem_mark else ""
+    context = f" ({error.context} from {_mark(error.context_mark)})" if error.context and error.context_mark else ""
+    return at + problem + context
 
 
 def _shown(value: object) -> str:
@@ -126,6 +151,8 @@ class Option:
     choices: tuple = ()
     minimum: float | None = None
     maximum: float | None = None
+    items: tuple[type, ...] = ()  # the types of a list's items (when set)
+    secret: bool = False  # a password: a message never shows its value
 
 
 def _text(default: str | None, form: str = "a string") -> Option:
@@ -188,7 +215,53 @@ def _check_settings(value: Any, path: str, where: str) -> None:
             )
         items = item if isinstance(item, list) else [item]
         if len(items) > MAX_SETTINGS or not all(map(_is_setting_scalar, items)):
-            raise ConfigError(f"{where}: {path}.{key}: expected {_SETTING_FORM}, got {_shown(item)}")
+            got = _SECRET_SHOWN if key in SECRETS else _shown(item)
+            raise ConfigError(f"{where}: {path}.{key}: expected {_SETTING_FORM}, got {got}")
+
+
+#: The settings that are passwords; a message, a checkpoint and `config_hash` never hold their values.
+SECRETS = ("sasl_plain_password", "ssl_password")
+
+#: What a message says in place of a secret's value.
+_SECRET_SHOWN = "a value not shown here (a password)"
+
+
+def _secret(form: str) -> Option:
+    return Option((str,), None, form, secret=True)
+
+
+#: kafka-python's connection and security settings (KafkaConsumer and KafkaProducer take them alike) that a
+#: file can give: not ``ssl_context``, ``sasl_kerberos_name`` and ``sasl_oauth_token_provider``, which are
+#: Python objects (and so not the OAUTHBEARER mechanism, which needs the last). None: kafka-python's default.
+KAFKA_CONNECTION: dict[str, Option] = {
+    "bootstrap_servers": Option((str, list), "127.0.0.1:9092", "host:port or a list of them", items=(str,)),
+    "security_protocol": Option(
+        (str,), None, "PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL", ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+    ),
+    "sasl_mechanism": Option(
+        (str,),
+        None,
+        "PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | GSSAPI | AWS_MSK_IAM",
+        ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "AWS_MSK_IAM"),
+    ),
+    "sasl_plain_username": _text(None),
+    "sasl_plain_password": _secret("a string (quote a password YAML would read as a number, true or null)"),
+    "sasl_kerberos_service_name": _text(None),
+    "sasl_kerberos_domain_name": _text(None),
+    "ssl_cafile": _text(None, "a file path"),
+    "ssl_certfile": _text(None, "a file path"),
+    "ssl_keyfile": _text(None, "a file path"),
+    "ssl_password": _secret("a string (quote a password YAML would read as a number, true or null)"),
+    "ssl_crlfile": _text(None, "a file path"),
+    "ssl_check_hostname": Option((bool,), None, "true | false"),
+    "ssl_ciphers": _text(None, "an OpenSSL cipher list"),
+}
+
+#: The sections of the Kafka clients, which take the settings of ``kafka`` they do not set themselves.
+KAFKA_CLIENTS = (("source",), ("output",), ("errors", "dead_letter"))
+
+#: The connection settings that are file paths.
+_KAFKA_FILES = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_crlfile")
 
 
 SCHEMA: dict = {
@@ -211,18 +284,20 @@ SCHEMA: dict = {
         "label": Option((str, int, float, bool), None, "a label value"),  # of every message of a mail source
         "folders": Option((dict,), None, "a mapping of folder name: label"),  # of a maildir's messages
         "max_bytes": _integer(1_000_000),
-        "bootstrap_servers": Option((str, list), "127.0.0.1:9092", "host:port or a list of them"),
+        **KAFKA_CONNECTION,
         "topics": Option((list,), [], "a list of topic names"),
         "group_id": _text("pegasos-stream"),
         "start": _choice("earliest", "earliest", "latest"),
         "on_offset_out_of_range": _choice("stop", "stop", "earliest"),
         "consumer": Settings(),
         "poll_seconds": _number(0.5),
+        # run without checkpoints on a Kafka source, committing offsets that no saved model covers
+        "commit_without_checkpoint": Option((bool,), False, "true | false"),
     },
     "output": {
         "type": _choice("stdout", "stdout", "file", "kafka", "none"),
         "path": _text(None, "a file path"),
-        "bootstrap_servers": Option((str, list), "127.0.0.1:9092", "host:port or a list of them"),
+        **KAFKA_CONNECTION,
         "topic": _text(None, "a topic name"),
         "producer": Settings(),
     },
@@ -235,7 +310,7 @@ SCHEMA: dict = {
         "dead_letter": {
             "type": _choice("none", "none", "file", "kafka"),
             "path": _text(None, "a file path"),
-            "bootstrap_servers": Option((str, list), "127.0.0.1:9092", "host:port or a list of them"),
+            **KAFKA_CONNECTION,
             "topic": _text(None, "a topic name"),
         },
     },
@@ -258,6 +333,7 @@ SCHEMA: dict = {
         "port": Option((int,), None, "a port number (1 to 65535)", minimum=1, maximum=65535),
         "host": _text("127.0.0.1", "a host name or address to listen on"),
     },
+    "kafka": KAFKA_CONNECTION,
 }
 
 #: Keys whose schema is the constructor of the class they configure.
@@ -302,17 +378,22 @@ def _check(value: Any, spec: Option | Settings | dict, path: str, where: str) ->
         return
     if value is None and spec.default is None:
         return
+    refused = ConfigError(
+        f"{where}: {path}: expected {spec.form}, got {_SECRET_SHOWN if spec.secret else _shown(value)}"
+    )
     if isinstance(value, bool) and bool not in spec.types:
-        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
+        raise refused
     if not isinstance(value, spec.types):
-        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
+        raise refused
     if spec.choices and value not in spec.choices:
-        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
+        raise refused
     number = cast(float, value)  # only numeric options have bounds
     if spec.minimum is not None and not (math.isfinite(number) and number >= spec.minimum):
-        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
+        raise refused
     if spec.maximum is not None and number > spec.maximum:
-        raise ConfigError(f"{where}: {path}: expected {spec.form}, got {_shown(value)}")
+        raise refused
+    if isinstance(value, list) and spec.items and not all(isinstance(item, spec.items) for item in value):
+        raise refused
 
 
 def _check_constructor(section: dict, cls: type, skip: set[str], path: str, where: str) -> Any:
@@ -363,7 +444,101 @@ def validate(config: dict, where: str = "<config>") -> dict:
             _check_constructor(merged["features"], DictHasher, {"type"}, "features", where)
     _check_requirements(merged, where)
     _check_mail(config.get("source", {}), merged, model._multiclass, where)
+    _share_kafka(config, merged, where)
     return merged
+
+
+def _section(config: dict, path: tuple[str, ...]) -> dict:
+    """The section of ``config`` at ``path`` (an empty mapping when it is not there)."""
+    node: Any = config
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+def _share_kafka(given: dict, config: dict, where: str) -> None:
+    """Each Kafka client section of ``config`` takes every connection setting of the ``kafka`` section that it
+    does not set itself in ``given`` (the configuration as written); then the settings of each Kafka client
+    must fit together."""
+    for path in KAFKA_CLIENTS:
+        own, section = _section(given, path), _section(config, path)
+        for key in KAFKA_CONNECTION:
+            if key not in own:
+                section[key] = copy.deepcopy(config["kafka"][key])
+        if section["type"] == "kafka":
+            _check_security(section, config["kafka"], ".".join(path), own, where)
+
+
+#: The security protocols that authenticate with SASL, and those that encrypt with TLS.
+_SASL_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+_SSL_PROTOCOLS = ("SSL", "SASL_SSL")
+
+#: The TLS settings.
+_SSL_KEYS = tuple(key for key in KAFKA_CONNECTION if key.startswith("ssl_"))
+
+#: The SASL mechanisms that need ``sasl_plain_username`` and ``sasl_plain_password``.
+_PASSWORD_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _check_security(section: dict, kafka: dict, name: str, given: dict, where: str) -> None:
+    """The connection settings of the Kafka client section ``name`` must fit together: a SASL protocol needs a
+    mechanism, and the mechanisms that take them a user name and password; a mechanism or a TLS setting with a
+    protocol that does not use it is refused, unless it is ``kafka``'s and the protocol the section's own (a
+    client section with a protocol of its own leaves aside the settings of ``kafka`` it does not use). A
+    setting is the section's own when it is written there (``given``) with another value than ``kafka``'s; a
+    message names the key where a setting comes from."""
+
+    def own(key: str) -> bool:
+        return key in given and section[key] != kafka[key]
+
+    def origin(key: str) -> str:
+        return f"{name if own(key) else 'kafka'}.{key}"
+
+    protocol, mechanism = section["security_protocol"], section["sasl_mechanism"]
+    if protocol in _SASL_PROTOCOLS:
+        if mechanism is None:
+            raise ConfigError(
+                f"{where}: {origin('sasl_mechanism')}: required when {origin('security_protocol')} is {protocol}"
+            )
+        for key in ("sasl_plain_username", "sasl_plain_password"):
+            if mechanism in _PASSWORD_MECHANISMS and section[key] is None:
+                raise ConfigError(f"{where}: {origin(key)}: required when {origin('sasl_mechanism')} is {mechanism}")
+    for key in ("sasl_mechanism", *_SSL_KEYS):
+        protocols = _SASL_PROTOCOLS if key == "sasl_mechanism" else _SSL_PROTOCOLS
+        if protocol in protocols or section[key] is None or (own("security_protocol") and not own(key)):
+            continue
+        protocol_path = f"{name}.security_protocol" if own(key) else origin("security_protocol")
+        raise ConfigError(
+            f"{where}: {protocol_path}: expected {' | '.join(protocols)} with {origin(key)} set,"
+            f" got {protocol or 'PLAINTEXT (the default)'}"
+        )
+
+
+def kafka_client_settings(section: dict, own: dict | None = None) -> dict:
+    """The keyword arguments of a Kafka client for a validated client ``section``: its connection settings
+    that are set (less ``bootstrap_servers``, which the clients take apart), under its own free-form client
+    settings ``own`` (``source.consumer``, ``output.producer``), which win."""
+    connection = {
+        key: section[key] for key in KAFKA_CONNECTION if key != "bootstrap_servers" and section[key] is not None
+    }
+    return {**connection, **(own or {})}
+
+
+def check_kafka_checkpoints(config: dict, where: str) -> None:
+    """``run`` on a Kafka source needs checkpoints, unless ``source.commit_without_checkpoint`` accepts
+    what a restart then does: the run commits the offsets it read, but its model lives only in memory."""
+    if (
+        config["source"]["type"] != "kafka"
+        or config["checkpoint"]["dir"]
+        or config["source"]["commit_without_checkpoint"]
+    ):
+        return
+    raise ConfigError(
+        f"{where}: checkpoint.dir: required for a Kafka source: without checkpoints a run commits the offsets it"
+        " read but keeps its model only in memory, so a restart would start a new model after those records (what"
+        " was learned and the pending labels lost); set checkpoint.dir, or source.commit_without_checkpoint: true"
+        " to run so anyway"
+    )
 
 
 def _check_requirements(config: dict, where: str) -> None:
@@ -480,15 +655,17 @@ def _check_label(label: object, path: str, mapping: dict, multiclass: bool, wher
 def parse_override(text: str, given_as: str | None = None) -> tuple[list[str], Any]:
     """``dotted.key=value`` as (["dotted", "key"], value parsed as YAML); an error names the
     override as ``given_as`` (by default ``--set 'TEXT'``)."""
-    where = given_as or _set_flag(text)
+    where = given_as or set_flag(text)
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise ConfigError(f"{where}: expected dotted.key=value")
     return key.split("."), _yaml(value, where)
 
 
-def _set_flag(text: str) -> str:
-    return f"--set {text!r}"
+def set_flag(text: str) -> str:
+    """How an error names the override ``text``: ``--set 'TEXT'``, or ``--set KEY=...`` for a secret."""
+    key = text.partition("=")[0]
+    return f"--set {key}=..." if key.split(".")[-1] in SECRETS else f"--set {text!r}"
 
 
 def apply_override(config: dict, keys: list[str], value: Any, given_as: str | None = None) -> None:
@@ -535,11 +712,13 @@ def config_file(name: str) -> Path:
 def load_config(path: str | Path | None, overrides: Sequence[str] = (), given_as: Sequence[str] | None = None) -> dict:
     """Read, override and validate a configuration file (None: the defaults alone).
 
-    Relative paths in the file are taken relative to the file; those of ``overrides`` (the
-    command line) relative to the working directory. A path ``package:NAME`` (`PACKAGE_PREFIX`), in
-    either, is the file NAME of the installed package (the bundled sample: ``package:data/...``). An
-    error names the file when the file is at fault, else the override that is: as ``given_as`` names it
-    (the flag it came from, one name per override), by default ``--set 'TEXT'``.
+    Relative paths in the file are taken relative to the file, but those of a shipped configuration
+    (`shipped_configs`) and of ``overrides`` (the command line) relative to the working directory: a
+    shipped configuration writes where it is run, as a copy of it there would. A path ``package:NAME``
+    (`PACKAGE_PREFIX`), in either, is the file NAME of the installed package (the bundled sample:
+    ``package:data/...``). An error names the file when the file is at fault, else the override that is:
+    as ``given_as`` names it (the flag it came from, one name per override), by default ``--set 'TEXT'``
+    (a secret's value hidden).
     """
     where = str(path) if path else "<defaults>"
     raw: dict = {}
@@ -552,8 +731,8 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = (), given_as
         if len(content) > MAX_FILE_BYTES:
             raise ConfigError(f"{where}: larger than {MAX_FILE_BYTES} bytes: not a configuration file")
         raw = _yaml(content, where) or {}
-        _resolve_paths(raw, Path(path).resolve().parent)
-    names = list(given_as) if given_as is not None else [_set_flag(text) for text in overrides]
+        _resolve_paths(raw, None if _is_shipped(path) else Path(path).resolve().parent)
+    names = list(given_as) if given_as is not None else [set_flag(text) for text in overrides]
     configs = [raw]  # the file alone, then with each override in turn
     for text, name in zip(overrides, names):
         configs.append(copy.deepcopy(configs[-1]))
@@ -580,8 +759,19 @@ def _blame(configs: list[dict], names: list[str]) -> None:
     validate(configs[last_valid + 1], names[last_valid + 1])
 
 
+def _is_shipped(path: str | Path) -> bool:
+    """Whether ``path`` is the file of a shipped configuration."""
+    return Path(path).resolve() in {shipped.resolve() for shipped in shipped_configs().values()}
+
+
 #: The file paths a configuration may hold; relative ones are relative to the configuration file.
-_PATH_KEYS = (("source", "path"), ("output", "path"), ("errors", "dead_letter", "path"), ("checkpoint", "dir"))
+_PATH_KEYS = (
+    ("source", "path"),
+    ("output", "path"),
+    ("errors", "dead_letter", "path"),
+    ("checkpoint", "dir"),
+    *((*section, key) for section in (("kafka",), *KAFKA_CLIENTS) for key in _KAFKA_FILES),
+)
 
 
 def _resolve_paths(raw: dict, base: Path | None) -> None:
@@ -606,14 +796,36 @@ _RUN_SECTIONS = ("run", "metrics")
 
 def config_hash(config: dict) -> str:
     """SHA-256 of the configuration's canonical JSON form, less the ``run`` and ``metrics`` sections
-    (how long this particular run goes on, and where it shows its figures, do not change the job) and
-    less every key at its default value (same value, same type): a key a later version adds with a
-    default leaves the hash, and the checkpoints written before it, as they were."""
+    (how long this particular run goes on, and where it shows its figures, do not change the job), less
+    the ``kafka`` section (its settings count where they are used: the validated Kafka client sections
+    hold them), less the secrets (`SECRETS`: a password changed is the same job, and a digest is no place
+    for a password) and less every key at its default value (same value, same type): a key a later
+    version adds with a default leaves the hash, and the checkpoints written before it, as they were."""
     job = _without_defaults(
-        {section: value for section, value in config.items() if section not in _RUN_SECTIONS}, _DEFAULTS
+        {
+            section: value
+            for section, value in without_secrets(config).items()
+            if section not in (*_RUN_SECTIONS, "kafka")
+        },
+        _DEFAULTS,
     )
     canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def without_secrets(config: dict) -> dict:
+    """A copy of ``config`` without its secrets: each of `SECRETS` null in the connection settings, and left
+    out of the free-form client settings (what a checkpoint stores of the configuration)."""
+    public = copy.deepcopy(config)
+    for path in (("kafka",), *KAFKA_CLIENTS):
+        section = _section(public, path)
+        for key in SECRETS:
+            if key in section:
+                section[key] = None
+        for settings in ("consumer", "producer"):
+            if isinstance(section.get(settings), dict):
+                section[settings] = {key: value for key, value in section[settings].items() if key not in SECRETS}
+    return public
 
 
 def _without_defaults(node: dict, defaults: dict) -> dict:

@@ -23,7 +23,15 @@ from ..stream.runner import Runner, StopRun
 from ..stream.sources import Source, SourceError
 from .assemble import build_checkpoints, build_metrics, build_runner, build_source
 from .checks import StartupError, check_files, check_plot, checkpoint_directory_error
-from .config import ConfigError, config_file, config_hash, load_config, shipped_configs
+from .config import (
+    ConfigError,
+    check_kafka_checkpoints,
+    config_file,
+    config_hash,
+    load_config,
+    set_flag,
+    shipped_configs,
+)
 from .predict import EVENT_SUFFIXES, command_predict
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
@@ -68,7 +76,7 @@ def process_wide(runner: Runner) -> Iterator[None]:
 def _overrides(args: argparse.Namespace) -> list[tuple[str, str]]:
     """The ``--set`` overrides and the common flags as overrides, applied after them: (override,
     the flag it came from, as an error names it)."""
-    sets = [(text, f"--set {text!r}") for text in args.set]
+    sets = [(text, set_flag(text)) for text in args.set]
     texts: tuple[str, ...]
     if args.input == "-":
         sets.append(("source.type=stdin", "--input -"))
@@ -240,6 +248,8 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     if evaluate and args.output is None:
         overrides.insert(0, ("output.type=none", "eval"))
     config = load_config(config_path, [text for text, _ in overrides], [flag for _, flag in overrides])
+    if not evaluate:
+        check_kafka_checkpoints(config, str(config_path))
     check_files(config, _flags_of_paths(args))
     if evaluate and args.plot:
         check_plot(args.plot)

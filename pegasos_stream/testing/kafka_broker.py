@@ -10,12 +10,19 @@ latest offset is wrong, so consumers start from "earliest" or from stored offset
     create_topic(broker.address, "events")
     produce(broker.address, "events", [b'{"x": {"a": 1.0}, "label": true}'])
     broker.stop()
+
+From a shell, ``python -m pegasos_stream.testing.kafka_broker --port 9092`` runs one until it is
+interrupted (Ctrl-C or SIGTERM).
 """
 
 from __future__ import annotations
 
+import argparse
+import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +35,7 @@ __all__ = [
     "GROUP_SETTINGS",
     "BrokerUnavailable",
     "TansuBroker",
+    "consume",
     "create_topic",
     "free_port",
     "kafka_source_config",
@@ -146,6 +154,24 @@ def produce(address: str, topic: str, values: Sequence[bytes | None], partition:
         producer.close(timeout=5)
 
 
+def consume(address: str, topic: str, count: int, timeout: float = 10.0) -> list[bytes]:
+    """The values of the first ``count`` messages of ``topic`` (fewer when no more come within ``timeout``
+    seconds), as they arrive (each partition's in offset order); read without a consumer group."""
+    consumer = KafkaConsumer(bootstrap_servers=address, enable_auto_commit=False)
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        values: list[bytes] = []
+        deadline = time.monotonic() + timeout
+        while len(values) < count and time.monotonic() < deadline:
+            for messages in consumer.poll(timeout_ms=200).values():
+                values += [message.value for message in messages]
+        return values
+    finally:
+        consumer.close()
+
+
 def committed_offset(address: str, group: str, topic: str, partition: int = 0) -> int | None:
     """The offset consumer group ``group`` committed for ``topic``/``partition`` (None: none yet)."""
     consumer = KafkaConsumer(bootstrap_servers=address, group_id=group, enable_auto_commit=False)
@@ -166,3 +192,45 @@ def kafka_source_config(broker: str, topic: str, group: str) -> dict:
         "consumer": GROUP_SETTINGS,
         "poll_seconds": 0.2,
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a tansu broker on 127.0.0.1 until SIGINT or SIGTERM."""
+    parser = argparse.ArgumentParser(
+        prog="python -m pegasos_stream.testing.kafka_broker",
+        description="Run a tansu Kafka broker on 127.0.0.1, with in-memory storage, until Ctrl-C or SIGTERM.",
+    )
+    parser.add_argument("--port", type=int, default=9092, help="the port to listen on (default 9092)")
+    parser.add_argument("--log", type=Path, help="the broker's log file (default: a file in the temporary directory)")
+    args = parser.parse_args(argv)
+    log = args.log or Path(tempfile.gettempdir()) / f"tansu-{args.port}.log"
+    try:
+        socket.create_server(("127.0.0.1", args.port)).close()
+    except OSError as error:
+        print(f"error: cannot listen on 127.0.0.1:{args.port}: {error.strerror}", file=sys.stderr)
+        return 1
+    try:
+        broker = TansuBroker(tansu_binary(), log, args.port)
+        broker.start()
+    except (BrokerUnavailable, RuntimeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for stop in (signal.SIGINT, signal.SIGTERM):  # SIGINT too where it is ignored (a job started with &)
+        signal.signal(stop, lambda signum, frame: sys.exit(0))
+    print(
+        f"tansu Kafka broker on {broker.address} (log: {log}); its topics and offsets are in memory, gone when it"
+        " stops; Ctrl-C stops it",
+        file=sys.stderr,
+        flush=True,
+    )
+    assert broker.process is not None
+    try:
+        status = broker.process.wait()
+    finally:
+        broker.stop()
+    print(f"error: tansu stopped by itself (exit status {status}); see {log}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
