@@ -34,6 +34,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* The entries of the state, integer state and parameter arrays of learn_rows: an enum of their indices and
  * a tuple of their names (the module's STATE, ISTATE and PARAMS), from one list each. */
@@ -1691,15 +1694,34 @@ static inline int hex4(const unsigned char *s) {
     return code;
 }
 
-/* The JSON string at s[k] == '"' as json.loads reads it (strict: no raw control character), its value
- * appended to ``out`` in UTF-8 when ``out`` is given: the index past its closing quote. -1 for anything the
- * Python parser must take: invalid UTF-8, a bad escape, or a \u escape of a surrogate that is not the high half
- * of a pair of escapes (json keeps those alone, and only surrogatepass encodes them). -2 on a memory error. */
-static Py_ssize_t json_text(const char *s, Py_ssize_t k, Growing *out) {
+/* The JSON string at s[k] == '"' of an input of len bytes, as json.loads reads it (strict: no raw control
+ * character), its value appended to ``out`` in UTF-8 when ``out`` is given: the index past its closing quote.
+ * -1 for anything the Python parser must take: invalid UTF-8, a bad escape, or a \u escape of a surrogate that
+ * is not the high half of a pair of escapes (json keeps those alone, and only surrogatepass encodes them). -2 on
+ * a memory error. */
+static Py_ssize_t json_text(const char *s, Py_ssize_t k, Py_ssize_t len, Growing *out) {
     const unsigned char *u = (const unsigned char *)s;
     k++;
     for (;;) {
         Py_ssize_t run = k;
+#if defined(__SSE2__)
+        /* Sixteen bytes at a time while they lie within the input: a signed byte below 0x20 is a control
+         * character or a byte of a multi-byte UTF-8 sequence; those, a quote and a backslash end the run. */
+        const __m128i space = _mm_set1_epi8(0x20), quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+        while (k + 16 <= len) {
+            __m128i bytes = _mm_loadu_si128((const __m128i *)(s + k));
+            __m128i stop = _mm_or_si128(_mm_cmplt_epi8(bytes, space),
+                                        _mm_or_si128(_mm_cmpeq_epi8(bytes, quote), _mm_cmpeq_epi8(bytes, backslash)));
+            int mask = _mm_movemask_epi8(stop);
+            if (mask) {
+                k += __builtin_ctz((unsigned)mask);
+                break;
+            }
+            k += 16;
+        }
+#else
+        (void)len;
+#endif
         while (u[k] >= 0x20 && u[k] < 0x80 && u[k] != '"' && u[k] != '\\') k++;
         if (out && k > run && grow(out, s + run, k - run) < 0) return -2;
         unsigned char c = u[k];
@@ -1778,7 +1800,7 @@ static int json_text_line(const char *s, Py_ssize_t len, const Field *fields, Gr
         if (is_field(s + start, name_len, &fields[3])) {
             if (has_text || s[k] != '"') return LINE_PYTHON;
             has_text = 1;
-            k = json_text(s, k, text);
+            k = json_text(s, k, len, text);
             if (k == -2) return -2;
         } else if (is_field(s + start, name_len, &fields[0])) {
             if (id->kind != V_NONE) return LINE_PYTHON;
@@ -1791,7 +1813,7 @@ static int json_text_line(const char *s, Py_ssize_t len, const Field *fields, Gr
             return LINE_PYTHON;  /* a feature event */
         } else {  /* a member the event does not use; a repeat of one goes unnoticed, as json keeps the last */
             Scalar skipped;
-            if (s[k] == '"') k = json_text(s, k, NULL);
+            if (s[k] == '"') k = json_text(s, k, len, NULL);
             else if (!strncmp(s + k, "null", 4)) k += 4;
             else k = json_scalar(s, k, s + len + 1, &skipped);
         }

@@ -16,9 +16,12 @@
 
 /* -- growable byte buffers, and the writer of the reader's output ------------------------------ */
 
+/* A buffer that doubles as it fills: PyMem memory, or the inside of a bytes object (``bytes``), which buf_take
+ * then hands over without a copy (nor the page faults of a second big buffer). */
 typedef struct {
     unsigned char *p;
     Py_ssize_t len, cap;
+    PyObject *bytes;
 } Buf;
 
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
@@ -28,11 +31,40 @@ static int buf_reserve(Buf *b, Py_ssize_t extra) {
         if (cap > PY_SSIZE_T_MAX / 2) { PyErr_NoMemory(); return -1; }
         cap *= 2;
     }
-    unsigned char *p = PyMem_Realloc(b->p, (size_t)cap);
-    if (!p) { PyErr_NoMemory(); return -1; }
-    b->p = p;
+    if (b->bytes) {
+        if (_PyBytes_Resize(&b->bytes, cap) < 0) {  /* frees the object on failure */
+            b->p = NULL;
+            b->len = b->cap = 0;
+            return -1;
+        }
+        b->p = (unsigned char *)PyBytes_AS_STRING(b->bytes);
+    } else {
+        unsigned char *p = PyMem_Realloc(b->p, (size_t)cap);
+        if (!p) { PyErr_NoMemory(); return -1; }
+        b->p = p;
+    }
     b->cap = cap;
     return 0;
+}
+
+/* An empty buffer inside a bytes object of room for ``cap`` bytes (untouched pages cost nothing). */
+static int buf_in_bytes(Buf *b, Py_ssize_t cap) {
+    b->bytes = PyBytes_FromStringAndSize(NULL, cap > 0 ? cap : 1);
+    if (!b->bytes) return -1;
+    b->p = (unsigned char *)PyBytes_AS_STRING(b->bytes);
+    b->len = 0;
+    b->cap = cap > 0 ? cap : 1;
+    return 0;
+}
+
+/* The buffer's bytes as a bytes object (a new reference), the buffer left empty. */
+static PyObject *buf_take(Buf *b) {
+    PyObject *bytes = b->bytes;
+    if (!bytes) return PyBytes_FromStringAndSize(b->p ? (const char *)b->p : "", b->len);
+    b->bytes = NULL;
+    b->p = NULL;
+    b->cap = 0;
+    return _PyBytes_Resize(&bytes, b->len) < 0 ? NULL : bytes;
 }
 
 static int buf_put(Buf *b, const unsigned char *s, Py_ssize_t n) {
@@ -45,7 +77,8 @@ static int buf_put(Buf *b, const unsigned char *s, Py_ssize_t n) {
 static int buf_byte(Buf *b, unsigned char c) { return buf_put(b, &c, 1); }
 
 static void buf_free(Buf *b) {
-    PyMem_Free(b->p);
+    if (b->bytes) Py_CLEAR(b->bytes);
+    else PyMem_Free(b->p);
     b->p = NULL;
     b->len = b->cap = 0;
 }
@@ -798,7 +831,7 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     }
     if (!out || !batch.keys || (direct && (!batch.seen || !batch.local || (o.binary && !row_bits))) ||
         map_init(&batch.batch, 16) < 0 ||
-        buf_reserve(&batch.indices, entries * 8) < 0 || buf_reserve(&batch.data, entries * 8) < 0 ||
+        buf_in_bytes(&batch.indices, entries * 8) < 0 || buf_in_bytes(&batch.data, entries * 8) < 0 ||
         buf_put(&batch.indptr, (const unsigned char *)&zero, 8) < 0) {
         if (!out || (direct && (!batch.seen || !batch.local || (o.binary && !row_bits)))) PyErr_NoMemory();
         goto done;
@@ -821,8 +854,12 @@ static PyObject *rows(PyObject *self, PyObject *args) {
         if (add_row(&batch, &o, out, w.len, &row, row_bits, &columns, &counts, &capacity) < 0) goto done;
     }
     if (direct && number_columns(&batch) < 0) goto done;
-    result = Py_BuildValue("(y#y#y#O)", batch.indptr.p, batch.indptr.len, batch.indices.p ? (const char *)batch.indices.p : "",
-                           batch.indices.len, batch.data.p ? (const char *)batch.data.p : "", batch.data.len, batch.keys);
+    PyObject *indices = buf_take(&batch.indices), *data = indices ? buf_take(&batch.data) : NULL;
+    if (!indices || !data) {
+        Py_XDECREF(indices);
+        goto done;
+    }
+    result = Py_BuildValue("(y#NNO)", batch.indptr.p, batch.indptr.len, indices, data, batch.keys);
 done:
     PyMem_Free(out);
     PyMem_Free(batch.local);
