@@ -10,6 +10,7 @@
  *     in their order (the Python side builds and reads the arrays by these names).
  * learn_logistic_rows: AdaGradLogistic.learn_one over the rows of a CSR batch, bit-identical likewise;
  *     dense_dot, logistic_step: its margin and its step on one example over its weight arrays.
+ * platt_rows: OnlinePlatt over a run of margins (a committee's sums), as learn_rows calibrates its own.
  * check_rows: the CSR checks of learn_rows, naming the repeated column by its key.
  * sparse_dot, axpy_sq_norm: learn_one's passes over one example, as its Python expressions compute them.
  * gather, scatter: the weights a batch touches, out of the learner's dicts and back.
@@ -436,6 +437,41 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(i);
 }
 
+/* platt_rows(margins, signs, probas, state, istate, params): OnlinePlatt over a run of margins, as learn_rows
+ * calibrates its own: each margin's probability into probas, then the update with its label (sign > 0). The
+ * state, integer state and parameter arrays are learn_rows' (only their Platt entries are read and written). */
+static PyObject *platt_rows(PyObject *self, PyObject *args) {
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    static const char *names[6] = {"margins", "signs", "probas", "state", "istate", "params"};
+    static const Kind kinds[6] = {F64, F64, F64, F64, I64, F64};
+    static const int writable[6] = {0, 0, 1, 1, 1, 0};
+    Buf b[6];
+    memset(b, 0, sizeof b);
+    for (int a = 0; a < 6; a++)
+        if (get_buffer(o[a], &b[a], writable[a], kinds[a], "platt_rows", names[a]) < 0) {
+            release(b, 6);
+            return NULL;
+        }
+    Py_ssize_t n = length(&b[0]);
+    const Py_ssize_t want[6] = {n, n, n, N_STATE, N_ISTATE, N_PARAMS};
+    for (int a = 1; a < 6; a++)
+        if (length(&b[a]) != want[a]) {
+            PyErr_Format(PyExc_ValueError, "platt_rows: %s: %zd items, expected %zd", names[a], length(&b[a]), want[a]);
+            release(b, 6);
+            return NULL;
+        }
+    const double *margins = b[0].view.buf, *signs = b[1].view.buf, *p = b[5].view.buf;
+    double *probas = b[2].view.buf, *s = b[3].view.buf;
+    int64_t *is = b[4].view.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        probas[i] = squash(s[S_SLOPE] * margins[i] + s[S_OFFSET], p);
+        platt_update(margins[i], signs[i] > 0, s, is, p);
+    }
+    release(b, 6);
+    Py_RETURN_NONE;
+}
+
 /* A hint to load the cache line of an address about to be read (nothing where the compiler has no such hint). */
 #if defined(__GNUC__)
 #define PREFETCH(address) __builtin_prefetch(address)
@@ -458,13 +494,13 @@ static const struct { const char *name; Kind kind; int writable; } LOGISTIC_ARRA
 /* learn_logistic_rows(indptr, indices, data, signs, weights, columns, w, g2, present, new, decisions,
  *                     learning_rate, initial_accumulator, compensated, start) -> (stop row, columns first written)
  * AdaGradLogistic.learn_one over CSR rows from ``start``, with the same floating-point operations in the same
- * order. The rows' column j is the weights' column columns[j] (w, g2 and present have one entry per weight
- * column: the gathered weights of a dict learner, or a dense learner's arrays). Each row's margin m = <w, x>
- * (summed as sum() sums) goes into decisions[i]; then, with c = -weight*sign/(1 +
- * exp(clamp(sign*m, ±700))), for each feature in row order g = c*x, g2 += g*g (from initial_accumulator for a column
- * not present), w -= rate*g/sqrt(g2).
- * A column first written is marked present and appended to ``new``. The loop stops before a row whose margin or
- * squared gradient is not finite (learn_one refuses it). Every array is checked first; the loop runs without the GIL. */
+ * order. The rows' column j is the weights' column columns[j]: w, g2 and present have one entry per weight column
+ * (the gathered weights of a dict learner, or a dense learner's arrays, whose columns are all present: ``present``
+ * may then be empty). Each row's margin m = <w, x> (summed as sum() sums) goes into decisions[i]; then, with
+ * c = -weight*sign/(1 + exp(clamp(sign*m, ±700))), for each feature in row order g = c*x, g2 += g*g (from
+ * initial_accumulator for a column not present), w -= rate*g/sqrt(g2). A column first written is marked present
+ * and appended to ``new``. The loop stops before a row whose margin or squared gradient is not finite (learn_one
+ * refuses it). Every array is checked first; the loop runs without the GIL. */
 static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
     PyObject *o[N_LOGISTIC];
     double rate, initial;
@@ -483,8 +519,9 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
         }
     Py_ssize_t n = length(&b[L_SIGNS]), nnz = length(&b[L_INDICES]), m = length(&b[L_COLUMNS]), M = length(&b[L_W]);
     const Py_ssize_t want[N_LOGISTIC] = {n + 1, nnz, nnz, n, n, m, M, M, M, m, n};
+    int tracked = length(&b[L_PRESENT]) != 0;  /* no presence flags: every column is present */
     for (int a = 0; a < N_LOGISTIC; a++) {
-        if (length(&b[a]) != want[a]) {
+        if (length(&b[a]) != want[a] && !(a == L_PRESENT && !tracked)) {
             PyErr_Format(PyExc_ValueError, "learn_logistic_rows: %s: %zd items, expected %zd", LOGISTIC_ARRAYS[a].name,
                          length(&b[a]), want[a]);
             release(b, N_LOGISTIC);
@@ -537,10 +574,11 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
             for (Py_ssize_t k = a; k < e; k++) {
                 int64_t c = columns[idx[k]];
                 double g = coef * x[k];
-                double acc = (present[c] ? g2[c] : initial) + g * g;
+                int known = !tracked || present[c];
+                double acc = (known ? g2[c] : initial) + g * g;
                 g2[c] = acc;
                 w[c] = w[c] - rate * g / sqrt(acc);
-                if (!present[c]) {
+                if (!known) {
                     present[c] = 1;
                     new[n_new++] = c;
                 }
@@ -1879,6 +1917,7 @@ static PyMethodDef methods[] = {
     {"learn_rows", learn_rows, METH_VARARGS, "PegasosClassifier.learn_one over CSR rows; returns the stop row."},
     {"learn_logistic_rows", learn_logistic_rows, METH_VARARGS,
      "AdaGradLogistic.learn_one over CSR rows; returns (stop row, columns first written)."},
+    {"platt_rows", platt_rows, METH_VARARGS, "OnlinePlatt over a run of margins: probabilities, then updates."},
     {"dense_dot", dense_dot, METH_VARARGS, "<w, x> of one example over a weight array, summed as sum() sums."},
     {"logistic_step", logistic_step, METH_VARARGS, "AdaGradLogistic's step on one example over its weight arrays."},
     {"check_rows", check_rows, METH_VARARGS, "Check CSR rows (bounds, columns, no repeat), naming columns by keys."},

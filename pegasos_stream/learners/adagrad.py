@@ -282,7 +282,7 @@ class AdaGradLogistic(base.Classifier):
             )  # fmt: skip
 
         if isinstance(w_store, np.ndarray) and isinstance(g2_store, np.ndarray):
-            stop = loop(w_store, g2_store, np.ones(len(w_store), dtype=bool))[0]
+            stop = loop(w_store, g2_store, np.empty(0, dtype=bool))[0]  # every column is present
         elif isinstance(w_store, dict) and isinstance(g2_store, dict):
             w, present = gather(w_store, keys)
             g2 = gather(g2_store, keys)[0]

@@ -10,6 +10,7 @@ from river import base
 
 from .adagrad import AdaGradLogistic
 from .calibration import OnlinePlatt, PlattScaledMargin
+from .compiled import calibrate_rows
 from .linear import PegasosClassifier
 from .rows import Rows
 from .validation import binary_sign, check_sample_weight
@@ -176,10 +177,7 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
             raise RuntimeError(f"the committee's logistic regression refused a safe row: {learned}")
         sums = svm_margins[start:stop] + logistic_margins[start:stop]
         decisions[start:stop] = sums
-        platt = self._platt
-        for i, decision, sign in zip(range(start, stop), sums.tolist(), signs[start:stop].tolist()):
-            probas[i] = platt.proba(decision)
-            platt.update(decision, sign > 0)
+        calibrate_rows(self._platt, sums, signs[start:stop], probas[start:stop])
         return stop, error
 
     def _predict_refused(self, x: dict, i: int, decisions: np.ndarray, probas: np.ndarray) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from .._compiled import FAST as _fast
-from .calibration import MAX_LOG_SLOPE, MIN_TAIL, TAIL_MASS, TAIL_START
+from .calibration import MAX_LOG_SLOPE, MIN_TAIL, TAIL_MASS, TAIL_START, OnlinePlatt
 from .rows import Rows
 from .schedule import MAX_NORM
 from .validation import binary_sign, check_features, check_sample_weight
@@ -30,7 +30,17 @@ from .weights import COMPENSATED_SUM, MAX_AVERAGE_CANCELLATION, MIN_SCALE
 if TYPE_CHECKING:
     from .linear import PegasosClassifier
 
-__all__ = ["ISTATE_HOMES", "STATE_HOMES", "Stored", "gather", "learn_csr", "learn_rows", "params", "scatter"]
+__all__ = [
+    "ISTATE_HOMES",
+    "STATE_HOMES",
+    "Stored",
+    "calibrate_rows",
+    "gather",
+    "learn_csr",
+    "learn_rows",
+    "params",
+    "scatter",
+]
 
 #: Where the model keeps each entry of ``_fast.STATE``: (its holder: "" the model, "_u" its weights,
 #: "_platt" its calibration; the attribute).
@@ -207,6 +217,39 @@ def _learn_compiled(
     _write(model, ISTATE_HOMES, _fast.ISTATE, istate.tolist())
     model._last_scored = None
     return stop
+
+
+#: The settings calibration reads from the compiled parameters, besides "platt_rate" (the others are left 0).
+_PLATT_SETTINGS = {
+    "tail_start": TAIL_START,
+    "tail_mass": TAIL_MASS,
+    "min_tail": MIN_TAIL,
+    "max_log_slope": MAX_LOG_SLOPE,
+}
+
+
+def calibrate_rows(platt: OnlinePlatt, margins: np.ndarray, signs: np.ndarray, probas: np.ndarray) -> None:
+    """For each margin in order, its probability ``platt.proba(margin)`` into ``probas``, then
+    ``platt.update(margin, sign > 0)``: compiled when the compiled module is in use (the same operations, as
+    `learn_rows` calibrates a `PegasosClassifier`), else in Python."""
+    if _fast is None:
+        for i, margin, sign in zip(range(len(margins)), margins.tolist(), signs.tolist()):
+            probas[i] = platt.proba(margin)
+            platt.update(margin, sign > 0)
+        return
+    # the entries of the state arrays a model keeps in its "_platt": (index, attribute of the OnlinePlatt)
+    floats = [(i, STATE_HOMES[name][1]) for i, name in enumerate(_fast.STATE) if STATE_HOMES[name][0] == "_platt"]
+    ints = [(i, home[1]) for i, name in enumerate(_fast.ISTATE) if (home := ISTATE_HOMES[name]) and home[0] == "_platt"]
+    state, istate = np.zeros(len(_fast.STATE)), np.zeros(len(_fast.ISTATE), dtype=np.int64)
+    for array, entries in ((state, floats), (istate, ints)):
+        for index, attribute in entries:
+            array[index] = getattr(platt, attribute)
+    settings = np.array([_PLATT_SETTINGS.get(name, 0.0) for name in _fast.PARAMS])
+    settings[_fast.PARAMS.index("platt_rate")] = platt.learning_rate
+    _fast.platt_rows(margins, signs, probas, state, istate, settings)
+    for array, entries in ((state, floats), (istate, ints)):
+        for index, attribute in entries:
+            setattr(platt, attribute, array[index].item())
 
 
 def _read(model: PegasosClassifier, homes: dict, names: tuple[str, ...]) -> list:
