@@ -328,6 +328,24 @@ def test_the_one_example_passes_over_weight_arrays_refuse_malformed_arrays_and_w
         _fast.logistic_step(_read_only(w), columns, values, g2, -0.5, 0.7)
 
 
+def test_the_calibration_pass_refuses_arrays_of_the_wrong_length():
+    margins, signs, probas = np.array([0.5, -1.0]), np.array([1.0, -1.0]), np.zeros(2)
+    state, istate, params = (
+        np.zeros(len(_fast.STATE)),
+        np.zeros(len(_fast.ISTATE), np.int64),
+        np.zeros(len(_fast.PARAMS)),
+    )
+    for name, arrays in {
+        "signs": (margins, signs[:1], probas, state, istate, params),
+        "probas": (margins, signs, np.zeros(3), state, istate, params),
+        "state": (margins, signs, probas, state[:-1], istate, params),
+        "params": (margins, signs, probas, state, istate, np.zeros(len(_fast.PARAMS) + 1)),
+    }.items():
+        with pytest.raises(ValueError, match=f"^platt_rows: {name}: "):
+            _fast.platt_rows(*arrays)
+    assert not probas.any() and not state.any()
+
+
 # -- names of the arrays -----------------------------------------------------------------------
 
 
