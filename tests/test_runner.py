@@ -10,7 +10,9 @@ import io
 import json
 import math
 import os
+import pty
 import random
+import re
 import selectors
 import shutil
 import signal
@@ -160,6 +162,28 @@ def test_eval_default_config_matches_a_hand_written_prequential_loop(capsys):
     assert report["roc_auc"] == pytest.approx(metrics.roc_auc_score(positives, scores), abs=1e-12)
     assert report["f1"] == pytest.approx(metrics.f1_score(positives, [s > 0 for s in scores]), abs=1e-12)
     assert 0.8 < report["accuracy"] < 1.0  # the filter learns something on 404 messages
+
+
+def test_eval_on_a_terminal_shows_progress_events_bytes_rate_and_time_left():
+    """The progress bar is drawn when stderr is a terminal (a real pseudo-terminal here)."""
+    leader, follower = pty.openpty()
+    with os.fdopen(leader, "rb", buffering=0) as terminal:
+        done = subprocess.run(
+            [sys.executable, "-m", "pegasos_stream.cli", "eval", "--json"],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            timeout=120,
+        )
+        os.close(follower)
+        shown = b""
+        try:
+            while chunk := terminal.read(4096):
+                shown += chunk
+        except OSError:  # the terminal is read to its end
+            pass
+    assert done.returncode == 0 and json.loads(done.stdout)["events"] == 404
+    bar = shown.decode("utf-8", "replace").split("\r")[1]
+    assert re.search(r"\[#* *\] +[0-9.]+%  [0-9,]+ events  [0-9.]+/[0-9.]+ MiB  [0-9,]+/s  ETA ", bar), bar
 
 
 def test_eval_text_report(capsys):

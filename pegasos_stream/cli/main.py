@@ -15,11 +15,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 from .. import __version__, _compiled
 from ..persist.checkpoint import CheckpointError, Checkpoints, describe, latest_valid
 from ..persist.checkpoint import checkpoints as checkpoint_files
-from ..stream.runner import Runner, StopRun
+from ..stream.runner import Runner, RunStats, StopRun
 from ..stream.sources import Source, SourceError
 from .assemble import build_checkpoints, build_metrics, build_runner, build_source
 from .checks import StartupError, check_files, check_plot, checkpoint_directory_error
@@ -99,11 +100,16 @@ def _overrides(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr, redrawn at most twice a second, when stderr is a terminal."""
+    """A one-line progress bar on stderr when stderr is a terminal, redrawn at most twice a second: the
+    share of the input read, the events processed, the bytes read of the input's size (on disk: compressed
+    for a gzip file), the rate since the start and the time left at that pace."""
 
-    def __init__(self) -> None:
+    def __init__(self, stats: RunStats, stream: TextIO | None = None) -> None:
+        self._stats = stats
+        self._stream = stream or sys.stderr
+        self._start = time.monotonic()
         self._shown = 0.0
-        self.enabled = sys.stderr.isatty()
+        self.enabled = self._stream.isatty()
 
     def __call__(self, source: Source) -> None:
         now = time.monotonic()
@@ -114,13 +120,23 @@ class ProgressBar:
             return
         done, total = progress
         fraction = min(done / total, 1.0) if total else 1.0
-        bar = "#" * int(30 * fraction)
-        print(f"\r[{bar:<30}] {100 * fraction:5.1f}%", end="", file=sys.stderr, flush=True)
+        elapsed = now - self._start
+        events = self._stats.events
+        rate = f"{events / elapsed:,.0f}/s" if elapsed > 0 else "-"
+        left = f"{elapsed * (total - done) / done:,.0f} s" if 0 < done < total else "-"
+        mib = 2**20
+        print(
+            f"\r[{'#' * int(30 * fraction):<30}] {100 * fraction:5.1f}%  {events:,} events  "
+            f"{done / mib:,.1f}/{total / mib:,.1f} MiB  {rate}  ETA {left}   ",
+            end="",
+            file=self._stream,
+            flush=True,
+        )
         self._shown = now
 
     def close(self) -> None:
         if self.enabled and self._shown:
-            print(file=sys.stderr)
+            print(file=self._stream)
 
 
 def _plot(report, path: str) -> None:
@@ -266,7 +282,7 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
             runner.restore(state["runner"])
         source = build_source(config, position)
         opened.callback(source.close)
-        progress = ProgressBar() if evaluate else None
+        progress = ProgressBar(runner.stats) if evaluate else None
         if progress is not None:
             opened.callback(progress.close)
         metrics = None if evaluate else build_metrics(config, runner, source, checkpoints)
