@@ -56,7 +56,9 @@ class AdaGradLogistic(base.Classifier):
     n_features
         None for weights in dicts, keyed by any feature name. An integer n keeps them in two arrays of n
         floats instead, for features that are int columns 0..n − 1 (hashed features): a step then touches
-        no dict, which makes the compiled loop several times faster on text. Other keys are refused.
+        no dict, and a batch needs no gathering and scattering of its weights around the compiled loop
+        (on the SpamAssassin batch of the spam configuration, about 0.08 s instead of 0.05 s of loop plus
+        0.1 s of dict work). Other keys are refused.
     initial_accumulator
         ε > 0, where every G_j starts. A feature's first step is η·g/√(ε + g²): about η for a gradient
         well above √ε, small for a smaller one, so that an example already classified with confidence
@@ -226,13 +228,18 @@ class AdaGradLogistic(base.Classifier):
         decisions: np.ndarray,
         probas: np.ndarray,
         start: int = 0,
+        columns: np.ndarray | None = None,
     ) -> tuple[int, ValueError | None]:
         """``learn_one`` over rows ``start:`` (signs ±1, sample weights), in a compiled loop that leaves the
         model bit-identical to the ``learn_one`` loop; ``decisions`` and ``probas`` receive each row's margin
         and probability before it was learned. A row ``learn_one`` refuses stops the run unlearned: returns
-        (that row, the error), or (len(rows), None) when every row is learned."""
+        (that row, the error), or (len(rows), None) when every row is learned. ``columns``: the
+        ``columns_of(rows.keys)`` the caller already has, if any."""
         n = len(rows)
-        columns = None if _fast is None else self._columns(rows.keys)
+        if columns is None and _fast is not None:
+            columns = self.columns_of(rows.keys)
+        if _fast is None:
+            columns = None
         while start < n:
             stop = start if columns is None else self._learn_compiled(rows, columns, signs, weights, decisions, start)
             probas[start:stop] = [squash(margin) for margin in decisions[start:stop].tolist()]
@@ -250,14 +257,15 @@ class AdaGradLogistic(base.Classifier):
             start = stop + 1
         return n, None
 
-    def foreign_keys(self, keys: list) -> np.ndarray:
-        """Which of ``keys`` are no weight column (with ``n_features``: not an int from 0 to n_features − 1)."""
-        if isinstance(self._w, dict) or self._columns(keys) is not None:
+    def foreign_keys(self, keys: list, columns: np.ndarray | None) -> np.ndarray:
+        """Which of ``keys`` are no weight column (with ``n_features``: not an int from 0 to n_features − 1),
+        given their ``columns_of(keys)``."""
+        if isinstance(self._w, dict) or columns is not None:
             return np.zeros(len(keys), dtype=bool)
         n = len(self._w)
         return np.array([not (isinstance(key, numbers.Integral) and 0 <= int(key) < n) for key in keys], dtype=bool)
 
-    def _columns(self, keys: list) -> np.ndarray | None:
+    def columns_of(self, keys: list) -> np.ndarray | None:
         """The weight column of each key of a batch: its position (dicts) or the key (arrays); None when some
         key is no column of the arrays (the batch then goes through ``learn_one``)."""
         if isinstance(self._w, dict):

@@ -120,11 +120,12 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         no column of its weight arrays, goes through ``learn_one``.
         """
         n = len(rows)
-        safe = self._safe_rows(rows, weights)
+        columns = self.logistic.columns_of(rows.keys)  # the logistic regression's weight column of each key
+        safe = self._safe_rows(rows, weights, columns)
         while start < n:
             end = start + int(np.argmin(safe[start:])) if not safe[start:].all() else n
             if end > start:
-                stop, error = self._learn_members(rows.slice(0, end), signs, weights, decisions, probas, start)
+                stop, error = self._learn_members(rows.slice(0, end), signs, weights, decisions, probas, start, columns)
                 if error is not None:
                     self._predict_refused(rows.row(stop), stop, decisions, probas)
                     return stop, error
@@ -139,11 +140,11 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
                 start += 1
         return n, None
 
-    def _safe_rows(self, rows: Rows, weights: np.ndarray) -> np.ndarray:
+    def _safe_rows(self, rows: Rows, weights: np.ndarray, columns: np.ndarray | None) -> np.ndarray:
         """Which rows the logistic regression cannot refuse while it learns this batch: their features are
         columns of its weights, |f(x)| is at most η·(t + rows)·‖x‖₁ (no step moves a weight by more than η)
         and a gradient's square at most (c·‖x‖₁)²."""
-        foreign = self.logistic.foreign_keys(rows.keys)
+        foreign = self.logistic.foreign_keys(rows.keys, columns)
         if foreign.any():
             counts = np.concatenate(([0], np.cumsum(foreign[rows.indices])))
             native = counts[rows.indptr[1:]] == counts[rows.indptr[:-1]]
@@ -163,15 +164,29 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
             return native & np.isfinite(bound * l1) & np.isfinite(steepest * steepest)
 
     def _learn_members(
-        self, rows: Rows, signs: np.ndarray, weights: np.ndarray, decisions: np.ndarray, probas: np.ndarray, start: int
+        self,
+        rows: Rows,
+        signs: np.ndarray,
+        weights: np.ndarray,
+        decisions: np.ndarray,
+        probas: np.ndarray,
+        start: int,
+        columns: np.ndarray | None,
     ) -> tuple[int, ValueError | None]:
         """The SVM's compiled loop over ``rows`` from ``start``, then the logistic regression's over the rows
-        the SVM learned, then the sums of their margins and their probabilities."""
+        the SVM learned (``columns``: its weight column of each key, if known), then the sums of their margins
+        and their probabilities."""
         n = len(rows)
         svm_margins, logistic_margins, member_probas = np.empty(n), np.empty(n), np.empty(n)
         stop, error = self.svm.learn_rows(rows, signs[:n], weights[:n], svm_margins, member_probas, start)
         learned = self.logistic.learn_rows(
-            rows.slice(0, stop), signs[:stop], weights[:stop], logistic_margins[:stop], member_probas[:stop], start
+            rows.slice(0, stop),
+            signs[:stop],
+            weights[:stop],
+            logistic_margins[:stop],
+            member_probas[:stop],
+            start,
+            columns,
         )
         if learned[1] is not None:  # safe rows only: never seen
             raise RuntimeError(f"the committee's logistic regression refused a safe row: {learned}")
