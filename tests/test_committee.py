@@ -115,7 +115,7 @@ def test_adagrad_compiled_rows_are_bit_identical_to_learn_one(dense):
 
 def test_adagrad_dict_and_array_weights_learn_alike():
     in_dicts, in_arrays = AdaGradLogistic(), AdaGradLogistic(n_features=N_COLUMNS)
-    for x, y in _stream(200, 3):
+    for x, y in [({}, True), *_stream(200, 3)]:  # an example without features learns nothing but counts
         assert in_dicts.decision_function_one(x) == in_arrays.decision_function_one(x)
         in_dicts.learn_one(x, y)
         in_arrays.learn_one(x, y)

@@ -6,7 +6,7 @@ import math
 import numbers
 from collections.abc import Mapping
 from operator import mul
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 from river import base
@@ -153,21 +153,25 @@ class AdaGradLogistic(base.Classifier):
     def _dense_example(self, x: Mapping) -> tuple[np.ndarray, np.ndarray]:
         """(columns, values) of ``x`` for the compiled passes over the weight arrays; a ValueError naming a
         feature that is no column or a value that is no number."""
-        columns = np.array(list(x))
-        if columns.dtype.kind not in "iub" or (len(columns) and not 0 <= columns.min() <= columns.max() < len(self._w)):
+        columns = self.columns_of(list(x))
+        if columns is None:
             self._check_columns(x)
         try:
             values = np.fromiter(x.values(), np.float64, len(x))
         except (TypeError, ValueError, OverflowError):
             reject_features(x)  # names the value that is no finite number
-        return columns.astype(np.int64, copy=False), values
+        return cast(np.ndarray, columns), values
 
     def _check_columns(self, x: Mapping) -> None:
         """With ``n_features``: a ValueError for a feature that is no int column 0..n_features − 1."""
-        n = len(self._w)
         for key in x:
-            if not (isinstance(key, numbers.Integral) and 0 <= int(key) < n):
+            if not self._is_column(key):
+                n = len(self._w)
                 raise ValueError(f"feature {key!r}: expected an int column from 0 to {n - 1} (n_features={n})")
+
+    def _is_column(self, key: object) -> bool:
+        """Whether ``key`` names a column of the weight arrays: an int from 0 to n_features − 1."""
+        return isinstance(key, numbers.Integral) and 0 <= int(key) < len(self._w)
 
     def probability(self, margin: float) -> float:
         """P(True) for a margin: σ(margin), as ``predict_proba_one`` gives it."""
@@ -236,10 +240,10 @@ class AdaGradLogistic(base.Classifier):
         (that row, the error), or (len(rows), None) when every row is learned. ``columns``: the
         ``columns_of(rows.keys)`` the caller already has, if any."""
         n = len(rows)
-        if columns is None and _fast is not None:
-            columns = self.columns_of(rows.keys)
         if _fast is None:
-            columns = None
+            columns = None  # every row through learn_one
+        elif columns is None:
+            columns = self.columns_of(rows.keys)
         while start < n:
             stop = start if columns is None else self._learn_compiled(rows, columns, signs, weights, decisions, start)
             probas[start:stop] = [squash(margin) for margin in decisions[start:stop].tolist()]
@@ -262,13 +266,12 @@ class AdaGradLogistic(base.Classifier):
         given their ``columns_of(keys)``."""
         if isinstance(self._w, dict) or columns is not None:
             return np.zeros(len(keys), dtype=bool)
-        n = len(self._w)
-        return np.array([not (isinstance(key, numbers.Integral) and 0 <= int(key) < n) for key in keys], dtype=bool)
+        return np.array([not self._is_column(key) for key in keys], dtype=bool)
 
     def columns_of(self, keys: list) -> np.ndarray | None:
         """The weight column of each key of a batch: its position (dicts) or the key (arrays); None when some
         key is no column of the arrays (the batch then goes through ``learn_one``)."""
-        if isinstance(self._w, dict):
+        if isinstance(self._w, dict) or not keys:
             return np.arange(len(keys), dtype=np.int64)
         given = np.array(keys)
         if given.dtype.kind not in "iub" or (len(given) and not 0 <= given.min() <= given.max() < len(self._w)):
