@@ -10,6 +10,7 @@
  *     in their order (the Python side builds and reads the arrays by these names).
  * learn_logistic_rows: AdaGradLogistic.learn_one over the rows of a CSR batch, bit-identical likewise;
  *     dense_dot, logistic_step: its margin and its step on one example over its weight arrays.
+ * dense_axpy: the step of a PegasosClassifier with n_features on one example over its weight array.
  * platt_rows: OnlinePlatt over a run of margins (a committee's sums), as learn_rows calibrates its own.
  * check_rows: the CSR checks of learn_rows, naming the repeated column by its key.
  * sparse_dot, axpy_sq_norm: learn_one's passes over one example, as its Python expressions compute them.
@@ -78,9 +79,22 @@ static inline double sum_result(const Sum *s) {
     return (s->c != 0.0 && isfinite(s->c)) ? s->f + s->c : s->f;
 }
 
+/* A hint to load the cache line of an address about to be read (nothing where the compiler has no such hint). */
+#if defined(__GNUC__)
+#define PREFETCH(address) __builtin_prefetch(address)
+#else
+#define PREFETCH(address) ((void)(address))
+#endif
+
+/* How many features ahead the loops over a row ask for the weights they are about to read and write. */
+#define AHEAD 16
+
 static double dot(const double *w, const int64_t *idx, const double *x, Py_ssize_t a, Py_ssize_t e, int comp) {
     Sum s = {0.0, 0.0, comp};
-    for (Py_ssize_t k = a; k < e; k++) sum_add(&s, w[idx[k]] * x[k]);
+    for (Py_ssize_t k = a; k < e; k++) {
+        if (k + AHEAD < e) PREFETCH(&w[idx[k + AHEAD]]);  /* a text row's weights lie scattered over w */
+        sum_add(&s, w[idx[k]] * x[k]);
+    }
     return sum_result(&s);
 }
 
@@ -164,11 +178,14 @@ static void release(Buf *bufs, int n) {
 }
 
 /* Check CSR rows start..n (``indptr`` holds n + 1 entries, ``indices`` nnz; ``prefix`` starts each message): indptr[start:] non-decreasing
- * within 0..nnz, every column within 0..n_columns - 1 and none repeated within a row (found with a stamp per
- * column: the last row it appeared in). A ValueError naming the row otherwise; the repeated column is named
- * by its key when ``keys`` (a list of n_columns keys) is given. Runs no Python code unless it fails. */
+ * within 0..nnz, every column within 0..n_columns - 1 and none repeated within a row. The repeats are found with
+ * a small hash set of the row's columns (sized for the longest row, its slots stamped with the row that filled
+ * them, so that it is never cleared): the cost follows the rows, not the number of columns, which may be every
+ * hashed column of a dense learner; ``distinct`` rows (each known to hold a column at most once: rows this package's
+ * readers built) skip that search. A ValueError naming the row otherwise; the repeated column is named by its key
+ * when ``keys`` (a list of n_columns keys) is given. Runs no Python code unless it fails. */
 static int check_csr(const char *prefix, const int64_t *indptr, Py_ssize_t n, const int64_t *indices,
-                     Py_ssize_t nnz, Py_ssize_t n_columns, Py_ssize_t start, PyObject *keys) {
+                     Py_ssize_t nnz, Py_ssize_t n_columns, Py_ssize_t start, PyObject *keys, int distinct) {
     if (start < 0 || start > n) {
         PyErr_Format(PyExc_ValueError, "%sstart = %zd is outside 0..%zd (the number of rows)", prefix, start, n);
         return -1;
@@ -178,24 +195,49 @@ static int check_csr(const char *prefix, const int64_t *indptr, Py_ssize_t n, co
                      start, (long long)indptr[start], nnz);
         return -1;
     }
-    Py_ssize_t *stamps = PyMem_Calloc(n_columns ? n_columns : 1, sizeof(Py_ssize_t));
-    if (!stamps) { PyErr_NoMemory(); return -1; }
+    int64_t longest = 0;
     for (Py_ssize_t i = start; i < n; i++) {
         int64_t a = indptr[i], e = indptr[i + 1];
         if (e < a || e > nnz) {
             PyErr_Format(PyExc_ValueError, "%srow %zd: indptr[%zd] = %lld %s indptr[%zd] = %lld", prefix, i, i + 1,
                          (long long)e, e < a ? "decreases from" : "is past the end of indices, after",
                          i, (long long)a);
-            goto fail;
+            return -1;
         }
-        for (int64_t k = a; k < e; k++) {
+        if (e - a > longest) longest = e - a;
+    }
+    if (distinct) {
+        for (int64_t k = indptr[start]; k < indptr[n]; k++)
+            if (indices[k] < 0 || indices[k] >= n_columns) {
+                Py_ssize_t i = start;
+                while (indptr[i + 1] <= k) i++;
+                PyErr_Format(PyExc_ValueError, "%srow %zd: column %lld is out of range: expected 0 <= column < %zd",
+                             prefix, i, (long long)indices[k], n_columns);
+                return -1;
+            }
+        return 0;
+    }
+    size_t size = 16;
+    while (size < 2 * (size_t)longest) size *= 2;
+    int64_t *slot_column = PyMem_Malloc(size * sizeof(int64_t));
+    Py_ssize_t *slot_row = PyMem_Calloc(size, sizeof(Py_ssize_t));  /* row + 1 of the column in the slot; 0: none */
+    if (!slot_column || !slot_row) {
+        PyMem_Free(slot_column);
+        PyMem_Free(slot_row);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = start; i < n; i++) {
+        for (int64_t k = indptr[i]; k < indptr[i + 1]; k++) {
             int64_t column = indices[k];
             if (column < 0 || column >= n_columns) {
                 PyErr_Format(PyExc_ValueError, "%srow %zd: column %lld is out of range: expected 0 <= column < %zd",
                              prefix, i, (long long)column, n_columns);
                 goto fail;
             }
-            if (stamps[column] == i + 1) {
+            size_t s = (size_t)(((uint64_t)column * 0x9E3779B97F4A7C15ull) >> 20) & (size - 1);
+            while (slot_row[s] == i + 1 && slot_column[s] != column) s = (s + 1) & (size - 1);
+            if (slot_row[s] == i + 1) {
                 if (keys) {
                     PyObject *key = PyList_GET_ITEM(keys, column);
                     Py_INCREF(key);
@@ -203,24 +245,35 @@ static int check_csr(const char *prefix, const int64_t *indptr, Py_ssize_t n, co
                                  "one value per key; scipy's sum_duplicates() adds them up)", prefix, i, key);
                     Py_DECREF(key);
                 } else
-                    PyErr_Format(PyExc_ValueError, "%srow %zd: column %lld appears more than once", prefix, i,
+                    PyErr_Format(PyExc_ValueError, "%srow %zd: column %lld appears more than once (a feature dict "
+                                 "holds one value per key; scipy's sum_duplicates() adds them up)", prefix, i,
                                  (long long)column);
                 goto fail;
             }
-            stamps[column] = i + 1;
+            slot_row[s] = i + 1;
+            slot_column[s] = column;
         }
     }
-    PyMem_Free(stamps);
+    PyMem_Free(slot_column);
+    PyMem_Free(slot_row);
     return 0;
 fail:
-    PyMem_Free(stamps);
+    PyMem_Free(slot_column);
+    PyMem_Free(slot_row);
     return -1;
 }
 
-/* check_rows(indptr, indices, keys): check_csr over every row, the columns named by the list ``keys``. */
+/* check_rows(indptr, indices, keys): check_csr over every row, the columns named by the list ``keys``, or
+ * numbered 0..keys - 1 when ``keys`` is an int (the columns of weight arrays). */
 static PyObject *check_rows(PyObject *self, PyObject *args) {
     PyObject *o[2], *keys;
-    if (!PyArg_ParseTuple(args, "OOO!", &o[0], &o[1], &PyList_Type, &keys)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOO", &o[0], &o[1], &keys)) return NULL;
+    Py_ssize_t n_columns = PyList_Check(keys) ? PyList_GET_SIZE(keys) : PyLong_Check(keys) ? PyLong_AsSsize_t(keys) : -1;
+    if (n_columns < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "check_rows: keys: expected a list of keys or a number of columns >= 0");
+        return NULL;
+    }
     Buf b[2];
     memset(b, 0, sizeof b);
     int failed = get_buffer(o[0], &b[0], 0, I64, "check_rows", "indptr") < 0
@@ -229,8 +282,8 @@ static PyObject *check_rows(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "check_rows: indptr: expected the n + 1 bounds of n rows, got none");
         failed = 1;
     }
-    failed = failed || check_csr("", b[0].view.buf, length(&b[0]) - 1, b[1].view.buf, length(&b[1]),
-                                 PyList_GET_SIZE(keys), 0, keys) < 0;
+    failed = failed || check_csr("", b[0].view.buf, length(&b[0]) - 1, b[1].view.buf, length(&b[1]), n_columns, 0,
+                                 PyList_Check(keys) ? keys : NULL, 0) < 0;
     release(b, 2);
     if (failed) return NULL;
     Py_RETURN_NONE;
@@ -258,9 +311,11 @@ static inline int whole(double x) { return x >= 0.0 && x <= 9007199254740992.0 &
 
 /* Everything learn_rows reads and writes checked: formats, lengths, the CSR rows from ``start``, the integer
  * settings and counters, and room for the columns first written (one per absent column at most). */
-static int check_learn_rows(const Buf *b, Py_ssize_t start) {
+static int check_learn_rows(const Buf *b, Py_ssize_t start, int distinct) {
     Py_ssize_t n = length(&b[A_SIGNS]), nnz = length(&b[A_INDICES]), m = length(&b[A_V]);
     static const int per_row[] = {A_WEIGHTS, A_DECISIONS, A_PROBAS};
+    /* one entry per column, or none: the average's offset without averaging, the prior without one, the
+     * presence flags and the list of columns first written of weights whose every column is present (arrays) */
     static const int per_column[] = {A_OFFSET, A_PRIOR, A_PRESENT_V, A_PRESENT_OFFSET, A_NEW_V, A_NEW_OFFSET};
     if (check_length(b, A_INDPTR, n + 1, "one more than the rows of signs")
         || check_length(b, A_DATA, nnz, "as many as indices")
@@ -270,9 +325,17 @@ static int check_learn_rows(const Buf *b, Py_ssize_t start) {
         return -1;
     for (size_t k = 0; k < sizeof per_row / sizeof *per_row; k++)
         if (check_length(b, per_row[k], n, "one per row of signs")) return -1;
-    for (size_t k = 0; k < sizeof per_column / sizeof *per_column; k++)
-        if (check_length(b, per_column[k], m, "one per column, as v")) return -1;
     const double *p = b[A_PARAMS].view.buf;
+    const int optional[] = {p[P_AVERAGE_FROM] == 0.0, p[P_HAS_PRIOR] == 0.0, 1, 1, 1, 1};
+    for (size_t k = 0; k < sizeof per_column / sizeof *per_column; k++)
+        if (!(optional[k] && length(&b[per_column[k]]) == 0) && check_length(b, per_column[k], m, "one per column, as v"))
+            return -1;
+    if ((length(&b[A_PRESENT_V]) == 0) != (length(&b[A_NEW_V]) == 0)
+        || (length(&b[A_PRESENT_OFFSET]) == 0) != (length(&b[A_NEW_OFFSET]) == 0)) {
+        PyErr_SetString(PyExc_ValueError, "learn_rows: present_v and new_v, present_offset and new_offset: "
+                        "expected both empty (every column present) or both one per column");
+        return -1;
+    }
     if (!whole(p[P_HORIZON]) || !whole(p[P_T0]) || !whole(p[P_AVERAGE_FROM])) {
         PyErr_SetString(PyExc_ValueError, "learn_rows: params: horizon, t0 and average_from must be whole numbers >= 0");
         return -1;
@@ -288,23 +351,28 @@ static int check_learn_rows(const Buf *b, Py_ssize_t start) {
     for (int k = 0; k < 2; k++) {
         const char *present = b[presence[k][0]].view.buf;
         Py_ssize_t absent = 0;
-        for (Py_ssize_t j = 0; j < m; j++) absent += !present[j];
+        for (Py_ssize_t j = 0; j < length(&b[presence[k][0]]); j++) absent += !present[j];
         if (is[presence[k][1]] > m - absent) {
             PyErr_Format(PyExc_ValueError, "learn_rows: istate: %s = %lld leaves no room for the %zd absent columns",
                          ISTATE_NAMES[presence[k][1]], (long long)is[presence[k][1]], absent);
             return -1;
         }
     }
-    return check_csr("learn_rows: ", b[A_INDPTR].view.buf, n, b[A_INDICES].view.buf, nnz, m, start, NULL);
+    return check_csr("learn_rows: ", b[A_INDPTR].view.buf, n, b[A_INDICES].view.buf, nnz, m, start, NULL, distinct);
 }
 
 /* learn_rows(indptr, indices, data, signs, weights, v, offset, prior, present_v, present_offset,
- *            new_v, new_offset, state, istate, params, decisions, probas, start) -> stop row */
+ *            new_v, new_offset, state, istate, params, decisions, probas, start[, distinct]) -> stop row
+ * v (and offset, prior, present_*, new_*) have one entry per column: the gathered weights of a dict learner, or a
+ * dense learner's arrays, indexed by the rows' columns. The presence flags and lists of columns first written
+ * are empty for weights whose every column is present; offset is empty without averaging, prior without one.
+ * ``distinct``: the rows are known to hold each column at most once (see check_csr). */
 static PyObject *learn_rows(PyObject *self, PyObject *args) {
     PyObject *o[N_ARRAYS];
     Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
-                          &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &start))
+    int distinct = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOn|p", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &start, &distinct))
         return NULL;
     Buf b[N_ARRAYS];
     memset(b, 0, sizeof b);
@@ -313,7 +381,7 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
             release(b, N_ARRAYS);
             return NULL;
         }
-    if (check_learn_rows(b, start) < 0) {
+    if (check_learn_rows(b, start, distinct) < 0) {
         release(b, N_ARRAYS);
         return NULL;
     }
@@ -327,6 +395,7 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
     double *decisions = b[A_DECISIONS].view.buf, *probas = b[A_PROBAS].view.buf;
     Py_ssize_t n = length(&b[A_SIGNS]);
     int comp = p[P_COMPENSATED] != 0.0, has_prior = p[P_HAS_PRIOR] != 0.0, averaged = p[P_AVERAGE_FROM] != 0.0;
+    int track_v = length(&b[A_PRESENT_V]) != 0, track_offset = length(&b[A_PRESENT_OFFSET]) != 0;
     int64_t horizon = (int64_t)p[P_HORIZON], t0 = (int64_t)p[P_T0], average_from = (int64_t)p[P_AVERAGE_FROM];
     double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
     Py_ssize_t i;
@@ -414,10 +483,13 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
                 for (Py_ssize_t k = a; k < e; k++) {
                     int64_t j = idx[k];
                     v[j] = v[j] + d * x[k];
-                    if (!present_v[j]) { present_v[j] = 1; new_v[is[I_NEW_V]++] = j; }
+                    if (track_v && !present_v[j]) { present_v[j] = 1; new_v[is[I_NEW_V]++] = j; }
                     if (shift_offset) {
                         offset[j] = offset[j] + minus_a_d * x[k];
-                        if (!present_offset[j]) { present_offset[j] = 1; new_offset[is[I_NEW_OFFSET]++] = j; }
+                        if (track_offset && !present_offset[j]) {
+                            present_offset[j] = 1;
+                            new_offset[is[I_NEW_OFFSET]++] = j;
+                        }
                     }
                 }
                 s[S_SQ_NORM] = sq_norm;
@@ -472,15 +544,7 @@ static PyObject *platt_rows(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* A hint to load the cache line of an address about to be read (nothing where the compiler has no such hint). */
-#if defined(__GNUC__)
-#define PREFETCH(address) __builtin_prefetch(address)
-#else
-#define PREFETCH(address) ((void)(address))
-#endif
 
-/* How many features ahead learn_logistic_rows asks for the weights it is about to read and write. */
-#define AHEAD 16
 
 /* -- AdaGrad logistic regression ------------------------------------------------------------------- */
 
@@ -492,36 +556,40 @@ static const struct { const char *name; Kind kind; int writable; } LOGISTIC_ARRA
 };
 
 /* learn_logistic_rows(indptr, indices, data, signs, weights, columns, w, g2, present, new, decisions,
- *                     learning_rate, initial_accumulator, compensated, start) -> (stop row, columns first written)
+ *                     learning_rate, initial_accumulator, compensated, start[, distinct])
+ *     -> (stop row, columns first written)
  * AdaGradLogistic.learn_one over CSR rows from ``start``, with the same floating-point operations in the same
- * order. The rows' column j is the weights' column columns[j]: w, g2 and present have one entry per weight column
+ * order. The rows' column j is the weights' column columns[j] (None: column j itself, the rows' columns being the
+ * weights' columns): w, g2 and present have one entry per weight column
  * (the gathered weights of a dict learner, or a dense learner's arrays, whose columns are all present: ``present``
  * may then be empty). Each row's margin m = <w, x> (summed as sum() sums) goes into decisions[i]; then, with
  * c = -weight*sign/(1 + exp(clamp(sign*m, ±700))), for each feature in row order g = c*x, g2 += g*g (from
  * initial_accumulator for a column not present), w -= rate*g/sqrt(g2). A column first written is marked present
  * and appended to ``new``. The loop stops before a row whose margin or squared gradient is not finite (learn_one
- * refuses it). Every array is checked first; the loop runs without the GIL. */
+ * refuses it). Every array is checked first (``distinct``: as in learn_rows); the loop runs without the GIL. */
 static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
     PyObject *o[N_LOGISTIC];
     double rate, initial;
-    int comp;
+    int comp, distinct = 0;
     Py_ssize_t start;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOddpn", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
-                          &o[9], &o[10], &rate, &initial, &comp, &start))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOddpn|p", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &rate, &initial, &comp, &start, &distinct))
         return NULL;
     Buf b[N_LOGISTIC];
     memset(b, 0, sizeof b);
+    int mapped = o[L_COLUMNS] != Py_None;  /* None: the rows' columns are the weights' columns */
     for (int a = 0; a < N_LOGISTIC; a++)
-        if (get_buffer(o[a], &b[a], LOGISTIC_ARRAYS[a].writable, LOGISTIC_ARRAYS[a].kind, "learn_logistic_rows",
-                       LOGISTIC_ARRAYS[a].name) < 0) {
+        if ((a != L_COLUMNS || mapped) && get_buffer(o[a], &b[a], LOGISTIC_ARRAYS[a].writable, LOGISTIC_ARRAYS[a].kind,
+                                                     "learn_logistic_rows", LOGISTIC_ARRAYS[a].name) < 0) {
             release(b, N_LOGISTIC);
             return NULL;
         }
-    Py_ssize_t n = length(&b[L_SIGNS]), nnz = length(&b[L_INDICES]), m = length(&b[L_COLUMNS]), M = length(&b[L_W]);
+    Py_ssize_t n = length(&b[L_SIGNS]), nnz = length(&b[L_INDICES]), M = length(&b[L_W]);
+    Py_ssize_t m = mapped ? length(&b[L_COLUMNS]) : M;
     const Py_ssize_t want[N_LOGISTIC] = {n + 1, nnz, nnz, n, n, m, M, M, M, m, n};
     int tracked = length(&b[L_PRESENT]) != 0;  /* no presence flags: every column is present */
     for (int a = 0; a < N_LOGISTIC; a++) {
-        if (length(&b[a]) != want[a] && !(a == L_PRESENT && !tracked)) {
+        if ((a != L_COLUMNS || mapped) && length(&b[a]) != want[a] && !((a == L_PRESENT || a == L_NEW) && !tracked)) {
             PyErr_Format(PyExc_ValueError, "learn_logistic_rows: %s: %zd items, expected %zd", LOGISTIC_ARRAYS[a].name,
                          length(&b[a]), want[a]);
             release(b, N_LOGISTIC);
@@ -534,12 +602,14 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
         release(b, N_LOGISTIC);
         return NULL;
     }
-    if (check_csr("learn_logistic_rows: ", b[L_INDPTR].view.buf, n, b[L_INDICES].view.buf, nnz, m, start, NULL) < 0) {
+    if (check_csr("learn_logistic_rows: ", b[L_INDPTR].view.buf, n, b[L_INDICES].view.buf, nnz, m, start, NULL,
+                  distinct) < 0) {
         release(b, N_LOGISTIC);
         return NULL;
     }
-    const int64_t *indptr = b[L_INDPTR].view.buf, *idx = b[L_INDICES].view.buf, *columns = b[L_COLUMNS].view.buf;
-    for (Py_ssize_t j = 0; j < m; j++)
+    const int64_t *indptr = b[L_INDPTR].view.buf, *idx = b[L_INDICES].view.buf;
+    const int64_t *columns = mapped ? b[L_COLUMNS].view.buf : NULL;
+    for (Py_ssize_t j = 0; mapped && j < m; j++)
         if (columns[j] < 0 || columns[j] >= M) {
             PyErr_Format(PyExc_ValueError, "learn_logistic_rows: columns[%zd] = %lld is outside 0..%zd (the weights)",
                          j, (long long)columns[j], M - 1);
@@ -557,10 +627,11 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
             Sum sum = {0.0, 0.0, comp};
             for (Py_ssize_t k = a; k < e; k++) {
                 if (k + AHEAD < e) {  /* a text row's weights lie scattered over the arrays: ask for them early */
-                    PREFETCH(&w[columns[idx[k + AHEAD]]]);
-                    PREFETCH(&g2[columns[idx[k + AHEAD]]]);
+                    int64_t ahead = mapped ? columns[idx[k + AHEAD]] : idx[k + AHEAD];
+                    PREFETCH(&w[ahead]);
+                    PREFETCH(&g2[ahead]);
                 }
-                sum_add(&sum, w[columns[idx[k]]] * x[k]);
+                sum_add(&sum, w[mapped ? columns[idx[k]] : idx[k]] * x[k]);
             }
             double margin = sum_result(&sum);
             if (!isfinite(margin)) break;
@@ -572,7 +643,7 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
             double steepest = coef * largest;
             if (e > a && !isfinite(steepest * steepest)) break;  /* a gradient whose square overflows: refused */
             for (Py_ssize_t k = a; k < e; k++) {
-                int64_t c = columns[idx[k]];
+                int64_t c = mapped ? columns[idx[k]] : idx[k];
                 double g = coef * x[k];
                 int known = !tracked || present[c];
                 double acc = (known ? g2[c] : initial) + g * g;
@@ -661,6 +732,34 @@ static PyObject *logistic_step(PyObject *self, PyObject *args) {
     }
     release(b, 4);
     Py_RETURN_NONE;
+}
+
+/* dense_axpy(w, columns, values, c, compensated) -> the change of the squared norm: w[k] += c*x for each feature
+ * in order, and sum(after*after) - sum(before*before) over them, summed as sum() sums: a dense
+ * PegasosClassifier's step on one example, as _axpy_sq_norm takes it over a dict and learn_rows over rows. */
+static PyObject *dense_axpy(PyObject *self, PyObject *args) {
+    PyObject *o[3];
+    double c;
+    int comp;
+    if (!PyArg_ParseTuple(args, "OOOdp", &o[0], &o[1], &o[2], &c, &comp)) return NULL;
+    Buf b[3];
+    memset(b, 0, sizeof b);
+    if (dense_example("dense_axpy", o, b, 3, 1) < 0) {
+        release(b, 3);
+        return NULL;
+    }
+    double *w = b[0].view.buf;
+    const double *x = b[2].view.buf;
+    const int64_t *columns = b[1].view.buf;
+    Sum fresh = {0.0, 0.0, comp}, old = {0.0, 0.0, comp};
+    for (Py_ssize_t j = 0; j < length(&b[1]); j++) {
+        double before = w[columns[j]], after = before + c * x[j];
+        w[columns[j]] = after;
+        sum_add(&fresh, after * after);
+        sum_add(&old, before * before);
+    }
+    release(b, 3);
+    return PyFloat_FromDouble(sum_result(&fresh) - sum_result(&old));
 }
 
 /* -- one example at a time ------------------------------------------------------------------------ */
@@ -1920,6 +2019,7 @@ static PyMethodDef methods[] = {
     {"platt_rows", platt_rows, METH_VARARGS, "OnlinePlatt over a run of margins: probabilities, then updates."},
     {"dense_dot", dense_dot, METH_VARARGS, "<w, x> of one example over a weight array, summed as sum() sums."},
     {"logistic_step", logistic_step, METH_VARARGS, "AdaGradLogistic's step on one example over its weight arrays."},
+    {"dense_axpy", dense_axpy, METH_VARARGS, "w += c*x over a weight array; the change of the squared norm."},
     {"check_rows", check_rows, METH_VARARGS, "Check CSR rows (bounds, columns, no repeat), naming columns by keys."},
     {"rows_from_dicts", rows_from_dicts, METH_VARARGS, "Feature dicts to CSR bytes (indptr, indices, data)."},
     {"parse_svmlight", parse_svmlight, METH_VARARGS, "svmlight lines to (status, indptr, indices, data, labels)."},

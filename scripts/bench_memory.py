@@ -2,11 +2,13 @@
 
 Every event carries ``--names`` feature names never seen before (value 1/√names, alternating labels),
 as a long-running filter on character n-grams meets them. A ``PegasosClassifier(lambda_=1e-4)``
-learns them one event at a time with ``learn_one``, on the names as they come ("plain") and hashed
-into 2^``--hash-bits`` columns by ``DictHasher`` ("hashed"). At each of ``--at`` events: the process's
-resident memory (``/proc/self/statm``), the weights held, and the size of ``pegasos_stream.persist.save``
-of the model and the seconds it took. Each variant runs in a fresh interpreter, so that neither
-inherits the other's heap.
+learns them one event at a time with ``learn_one``, on the names as they come ("plain"), hashed
+into 2^``--hash-bits`` columns by ``DictHasher`` ("hashed", weights in a dict) and hashed likewise into
+a model with ``n_features=2**hash_bits`` ("arrays", weights in a float64 array). At each of ``--at``
+events: the process's resident memory (``/proc/self/statm``), its growth since before the model was
+made, per weight held (for "arrays": per column, every column being held, against the 8 bytes of a
+float64 array), the weights held, and the size of ``pegasos_stream.persist.save`` of the model and the
+seconds it took. Each variant runs in a fresh interpreter, so that none inherits another's heap.
 
 Usage: ``python scripts/bench_memory.py [--at 100000 500000] [--names 50] [--hash-bits 20]
 [--out reports/memory.json]``
@@ -30,7 +32,13 @@ from pegasos_stream import PegasosClassifier
 from pegasos_stream.features import DictHasher
 from pegasos_stream.persist import save
 
-VARIANTS = ("plain", "hashed")
+VARIANTS = ("plain", "hashed", "arrays")
+#: How the table names each variant.
+LABELS = {
+    "plain": "plain (dict)",
+    "hashed": "DictHasher({bits}), dict",
+    "arrays": "DictHasher({bits}), n_features=2**{bits} (array)",
+}
 
 
 def resident_bytes() -> int:
@@ -41,8 +49,9 @@ def resident_bytes() -> int:
 
 def measure_variant(variant: str, at: list[int], names: int, hash_bits: int) -> list[dict]:
     """Learn up to max(at) events of ever-new names; one measurement at each count in ``at``."""
-    model = PegasosClassifier(lambda_=1e-4)
-    hasher = DictHasher(hash_bits) if variant == "hashed" else None
+    baseline = resident_bytes()
+    model = PegasosClassifier(lambda_=1e-4, n_features=2**hash_bits if variant == "arrays" else None)
+    hasher = DictHasher(hash_bits) if variant != "plain" else None
     value = 1.0 / math.sqrt(names)
     results, learn_seconds, learnt = [], 0.0, 0
     with tempfile.TemporaryDirectory(prefix="bench_memory_") as directory:
@@ -58,12 +67,14 @@ def measure_variant(variant: str, at: list[int], names: int, hash_bits: int) -> 
             start = time.perf_counter()
             save(model, path)
             save_seconds = time.perf_counter() - start
+            held = 2**hash_bits if variant == "arrays" else len(model.weights)
             results.append(
                 {
                     "variant": variant,
                     "events": target,
-                    "weights": len(model.weights),
+                    "weights": held,
                     "rss_bytes": rss,
+                    "growth_bytes_per_weight": (rss - baseline) / held,
                     "checkpoint_bytes": path.stat().st_size,
                     "save_seconds": save_seconds,
                     "learn_seconds": learn_seconds,
@@ -97,13 +108,23 @@ def main() -> None:
     rows = [row for variant in VARIANTS for row in run_variant(variant, args)]
     table = section(
         f"PegasosClassifier.learn_one, {args.names} new feature names per event",
-        ["variant", ">events", ">weights", ">RSS (MB)", ">checkpoint (MB)", ">save (s)", ">learning (s)"],
+        [
+            "variant",
+            ">events",
+            ">weights",
+            ">RSS (MB)",
+            ">RSS growth per weight (bytes)",
+            ">checkpoint (MB)",
+            ">save (s)",
+            ">learning (s)",
+        ],
         [
             [
-                row["variant"] if row["variant"] == "plain" else f"DictHasher({args.hash_bits})",
+                LABELS[row["variant"]].format(bits=args.hash_bits),
                 f"{row['events']:,}",
                 f"{row['weights']:,}",
                 f"{row['rss_bytes'] / 1e6:,.0f}",
+                f"{row['growth_bytes_per_weight']:.1f}",
                 f"{row['checkpoint_bytes'] / 1e6:,.1f}",
                 f"{row['save_seconds']:.2f}",
                 f"{row['learn_seconds']:.1f}",
@@ -111,8 +132,9 @@ def main() -> None:
             for row in rows
         ],
         [
-            "Each variant in a fresh interpreter; RSS from /proc/self/statm before the save; learning time is "
-            "cumulative and includes building each event's dict (and hashing it)."
+            "Each variant in a fresh interpreter; RSS from /proc/self/statm before the save, its growth from before "
+            "the model was made, per weight held (arrays: per column; a float64 array takes 8 bytes a weight); "
+            "learning time is cumulative and includes building each event's dict (and hashing it)."
         ],
     )
     write_results(args, "Memory of a stream with ever-new feature names", [table], rows=rows)

@@ -18,8 +18,8 @@ Every pass is timed on the wall clock from its start to its end (CPU time is rec
   shows its rate. Margins stay in a list; nothing is written. For each loss (hinge, logistic) the text form and
   ``-l`` ∈ {0.1, 0.5, 2} are chosen by (1−ROCA)% from one pass of each of the 6 settings (the grid table).
 * **bare learning**: the same ``EmailFeatures`` and learner (from the configuration) over messages
-  parsed from JSON before the clock starts, ``transform_texts`` + ``learn_rows`` per batch of ``run.batch_size``
-  texts. Runner overhead = 1 − eval rate / bare rate.
+  parsed from JSON before the clock starts, ``transform_texts`` + ``learn_rows`` per batch of the runner's size
+  (``run.batch_size`` texts, about ``run.batch_bytes`` of them). Runner overhead = 1 − eval rate / bare rate.
 
 Pairing: after one untimed warm-up pass of each, ``--repeat`` rounds of (ours, VW hinge, VW logistic, bare), back
 to back, so that a slow spell of the machine hits them all. Each system's fastest, median and slowest rate is
@@ -78,7 +78,9 @@ from vowpalwabbit import pyvw
 
 from pegasos_stream.cli.assemble import build_features, build_model
 from pegasos_stream.cli.config import load_config
+from pegasos_stream.features import EmailFeatures
 from pegasos_stream.learners.rows import Rows
+from pegasos_stream.stream.runner import takes_hashed_columns
 
 SPAM_CONFIG = REPO / "configs" / "spam.yaml"
 #: The target of the spam path: emails per second per core, fastest pass.
@@ -168,14 +170,19 @@ def vw_pass(path: Path, limit: int | None, setting: VWSetting, predict_first: bo
 
 
 def bare_pass(config: dict, texts: list[str], signs: np.ndarray) -> Pass:
-    """EmailFeatures.transform_texts + the configured learner's learn_rows over pre-parsed messages, per batch."""
+    """EmailFeatures.transform_texts + the configured learner's learn_rows over pre-parsed messages, per batch
+    (of the runner's bounds: ``run.batch_size`` messages, about ``run.batch_bytes`` of them), the rows over the
+    hashed columns when the learner keeps its weights in arrays of them, as the runner gives them."""
     features, model = build_features(config), build_model(config)
-    size = config["run"]["batch_size"] or len(texts)
+    assert isinstance(features, EmailFeatures)
+    hashed = takes_hashed_columns(model, features)
+    mean_bytes = sum(map(len, texts)) / max(len(texts), 1)
+    size = max(1, min(config["run"]["batch_size"] or len(texts), int(config["run"]["batch_bytes"] / mean_bytes)))
     decisions, probas, weights = np.empty(len(texts)), np.empty(len(texts)), np.ones(len(texts))
     start = time.perf_counter()
     for first in range(0, len(texts), size):
         last = min(first + size, len(texts))
-        rows = Rows(*features.transform_texts(texts[first:last]))
+        rows = Rows(*features.transform_texts(texts[first:last], hashed), distinct=True)
         _, error = model.learn_rows(
             rows, signs[first:last], weights[first:last], decisions[first:last], probas[first:last]
         )

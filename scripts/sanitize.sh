@@ -53,7 +53,7 @@ status=0
         ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$reports/asan" \
         UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan" \
         "$python" -m pytest -q -p no:cacheprovider tests/test_compiled.py tests/test_compiled_boundary.py \
-        tests/test_text_compiled.py tests/test_committee.py "$@"
+        tests/test_text_compiled.py tests/test_committee.py tests/test_dense_weights.py "$@"
 ) || status=$?
 
 if [ -n "$(ls -A "$reports")" ]; then

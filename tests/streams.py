@@ -1,9 +1,38 @@
-"""Event streams shared by the runner tests (imported by them; not a test module)."""
+"""Event streams and learner settings shared by the tests (imported by them; not a test module)."""
 
 from __future__ import annotations
 
 import json
 import random
+
+from hypothesis import strategies as st
+
+#: Settings of PegasosClassifier covering every variant, rare branches included.
+PEGASOS_PARAMS = st.fixed_dictionaries(
+    {},
+    optional={
+        "lambda_": st.sampled_from([1e-4, 1e-2, 0.3, 2.0]),
+        "fit_intercept": st.booleans(),
+        "projection": st.booleans(),
+        "average": st.sampled_from([False, True, 1, 7, 40]),
+        "class_weight": st.sampled_from([None, "balanced", {True: 3.0, False: 0.5}]),
+        "prior": st.sampled_from([None, {0: 0.5, 3: -1.0, 9: 0.25}]),
+        "horizon": st.sampled_from([None, 1, 2, 5, 30]),  # small horizons fold the scale often
+        "t0": st.sampled_from([0, 1, 10, 1000]),
+    },
+)
+
+
+def int_stream(seed: int, n: int, n_features: int) -> tuple[list[dict], list[bool], list[float]]:
+    """Examples over int columns 0..n_features - 1 with values of every size, labels and sample weights."""
+    rng = random.Random(seed)
+    xs, ys, ws = [], [], []
+    for _ in range(n):
+        keys = rng.sample(range(n_features), rng.randint(0, min(6, n_features)))
+        xs.append({k: rng.choice([1, rng.gauss(0, 3), rng.uniform(-1e3, 1e3)]) for k in keys})
+        ys.append(rng.random() < 0.4)
+        ws.append(rng.choice([1.0, 1.0, 0.0, 2.5]))
+    return xs, ys, ws
 
 
 def binary_events(n: int, seed: int = 0, prefix: str = "e") -> list[dict]:

@@ -193,7 +193,7 @@ class _PlainCommittee:
     OnlinePlatt on the sums."""
 
     def __init__(self, **params):
-        self.svm = PegasosClassifier(lambda_=params["lambda_"], t0=params["t0"])
+        self.svm = PegasosClassifier(lambda_=params["lambda_"], t0=params["t0"], n_features=params.get("n_features"))
         self.logistic = AdaGradLogistic(params["learning_rate"], params.get("n_features"))
         self.platt = OnlinePlatt()
 
@@ -300,6 +300,22 @@ def test_the_spam_configuration_runs_in_batches_as_one_at_a_time(tmp_path, n_fea
         digests.add(model_digest(runner.model))
         scores.add(runner.report.summary()["roc_auc"])
     assert len(digests) == 1 and len(scores) == 1
+
+
+def test_batches_bounded_by_bytes_stay_small_and_learn_the_same_model(tmp_path):
+    path = _spam_job(tmp_path)
+    asked: list[int] = []
+    digests = set()
+    for batch_bytes in (20_000, 1 << 22):
+        config = load_config(path, [f"run.batch_bytes={batch_bytes}", "output.type=none"])
+        runner, source = build_runner(config), build_source(config)
+        read = source.read
+        source.read = lambda n, read=read, small=batch_bytes < 1 << 22: (asked.append(n) if small else None) or read(n)
+        runner.run(source)
+        digests.add(model_digest(runner.model))
+    # the sample's messages average several KB: after the first batch (64 records), a handful at a time
+    assert asked[0] == 64 and 1 <= max(asked[1:]) <= 20 and len(asked) > 404 // 20
+    assert len(digests) == 1
 
 
 def test_n_features_must_cover_the_hashed_columns(tmp_path):

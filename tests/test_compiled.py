@@ -27,35 +27,15 @@ from pegasos_stream.stream.fastparse import name_table, parse_json_events, parse
 from pegasos_stream.stream.parsing import BadRecord, EventParser
 from pegasos_stream.stream.records import Record
 
+try:  # tests/ as a package
+    from .streams import PEGASOS_PARAMS, int_stream
+except ImportError:  # tests/ as a plain directory: pytest puts it on sys.path
+    from streams import PEGASOS_PARAMS, int_stream
+
 if _compiled.FAST is None:
     pytest.skip(
         "the compiled module is not in use (not built, or PEGASOS_STREAM_PURE_PYTHON is set)", allow_module_level=True
     )
-
-PARAMS = st.fixed_dictionaries(
-    {},
-    optional={
-        "lambda_": st.sampled_from([1e-4, 1e-2, 0.3, 2.0]),
-        "fit_intercept": st.booleans(),
-        "projection": st.booleans(),
-        "average": st.sampled_from([False, True, 1, 7, 40]),
-        "class_weight": st.sampled_from([None, "balanced", {True: 3.0, False: 0.5}]),
-        "prior": st.sampled_from([None, {0: 0.5, 3: -1.0, 9: 0.25}]),
-        "horizon": st.sampled_from([None, 1, 2, 5, 30]),  # small horizons fold the scale often
-        "t0": st.sampled_from([0, 1, 10, 1000]),
-    },
-)
-
-
-def _stream(seed: int, n: int, n_features: int) -> tuple[list[dict], list[bool], list[float]]:
-    rng = random.Random(seed)
-    xs, ys, ws = [], [], []
-    for _ in range(n):
-        keys = rng.sample(range(n_features), rng.randint(0, min(6, n_features)))
-        xs.append({k: rng.choice([1, rng.gauss(0, 3), rng.uniform(-1e3, 1e3)]) for k in keys})
-        ys.append(rng.random() < 0.4)
-        ws.append(rng.choice([1.0, 1.0, 0.0, 2.5]))
-    return xs, ys, ws
 
 
 def _csr(xs: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -75,9 +55,9 @@ def _one_at_a_time(params: dict, xs, ys, ws) -> tuple[PegasosClassifier, list[fl
 
 
 @settings(max_examples=120, deadline=None)
-@given(params=PARAMS, seed=st.integers(0, 10**6), n=st.integers(0, 120), chunk=st.integers(1, 60))
+@given(params=PEGASOS_PARAMS, seed=st.integers(0, 10**6), n=st.integers(0, 120), chunk=st.integers(1, 60))
 def test_learn_csr_is_bit_identical_to_learn_one(params, seed, n, chunk):
-    xs, ys, ws = _stream(seed, n, 12)
+    xs, ys, ws = int_stream(seed, n, 12)
     reference, expected = _one_at_a_time(params, xs, ys, ws)
     model = PegasosClassifier(**params)
     indptr, indices, data = _csr(xs)
@@ -91,7 +71,7 @@ def test_learn_csr_is_bit_identical_to_learn_one(params, seed, n, chunk):
 
 
 def test_learn_csr_names_columns_and_takes_any_label_form():
-    xs, ys, _ = _stream(3, 200, 8)
+    xs, ys, _ = int_stream(3, 200, 8)
     names = [f"w{j}" for j in range(8)]
     reference, expected = _one_at_a_time({}, [{names[k]: v for k, v in x.items()} for x in xs], ys, [1.0] * 200)
     model = PegasosClassifier()
@@ -133,7 +113,7 @@ def test_learn_rows_stops_at_a_refused_row_and_resumes_after_it():
 def test_learn_csr_never_changes_a_weight_float_held_elsewhere():
     """The compiled loop stores each learned weight as a new float: a float taken from the dict keeps
     its value."""
-    xs, ys, _ = _stream(5, 60, 4)
+    xs, ys, _ = int_stream(5, 60, 4)
     model, reference = PegasosClassifier(), PegasosClassifier()
     model.learn_csr(*_csr(xs[:30]), ys[:30])
     taken = dict(model._u.v)  # a second reference to every weight's float

@@ -29,8 +29,8 @@ if _compiled.FAST is None:
 _fast = _compiled.FAST
 
 
-def _trained() -> PegasosClassifier:
-    model = PegasosClassifier(lambda_=1e-2, fit_intercept=True, average=True)
+def _trained(n_features: int | None = None) -> PegasosClassifier:
+    model = PegasosClassifier(lambda_=1e-2, fit_intercept=True, average=True, n_features=n_features)
     model.learn_csr([0, 2, 3, 5], [0, 1, 1, 0, 2], [1.0, -2.0, 0.5, 3.0, 1.0], [True, False, True])
     return model
 
@@ -76,16 +76,38 @@ MALFORMED_CSR = {
     "2-d data": (([0, 2], [0, 1], np.array([[1.0, 2.0]]), [True]), {}, r"^data: expected a 1-d array of numbers"),
     "text data": (([0, 1], [0], np.array(["1.0"]), [True]), {}, r"^data: expected a 1-d array of numbers"),
     "2-d labels": (([0, 1], [0], [1.0], np.array([[True]])), {}, r"^learn_csr: 1 rows but labels of shape \(1, 1\)$"),
+    "unknown label": (([0, 1, 2], [0, 1], [1.0, 1.0], np.array([1, 2])), {}, r"^unknown label 2: a binary label is"),
+    "NaN label": (([0, 1], [0], [1.0], np.array([math.nan])), {}, r"^unknown label nan"),
+    "negative sample weight": (
+        ([0, 1, 2], [0, 1], [1.0, 1.0], [True, False]),
+        {"sample_weight": np.array([1.0, -1.0])},
+        r"^sample weight -1\.0: expected a finite number >= 0$",
+    ),
+    "infinite sample weight": (
+        ([0, 1], [0], [1.0], [True]),
+        {"sample_weight": np.array([math.inf])},
+        r"^sample weight inf: expected",
+    ),
 }
 
 
+@pytest.mark.parametrize("n_features", [None, 4], ids=["dicts", "arrays"])
 @pytest.mark.parametrize("case", MALFORMED_CSR, ids=list(MALFORMED_CSR))
-def test_learn_csr_refuses_a_malformed_matrix_and_learns_nothing(case):
+def test_learn_csr_refuses_a_malformed_matrix_and_learns_nothing(case, n_features):
+    """Alike with weights in dicts (the matrix's columns numbered) and in arrays (the columns as they are)."""
     args, kwargs, message = MALFORMED_CSR[case]
-    model = _trained()
+    model = _trained(n_features)
     before = pickle.dumps(model)
     with pytest.raises(ValueError, match=message):
         model.learn_csr(*args, **kwargs)
+    assert pickle.dumps(model) == before
+
+
+def test_learn_csr_over_arrays_refuses_a_column_past_them_and_learns_nothing():
+    model = _trained(4)
+    before = pickle.dumps(model)
+    with pytest.raises(ValueError, match=r"^indices: row 1: column 4 is out of range: expected 0 <= column < 4 "):
+        model.learn_csr([0, 1, 2], [3, 4], [1.0, 1.0], [True, False])
     assert pickle.dumps(model) == before
 
 
@@ -190,6 +212,11 @@ RAW_CASES = {
     "fewer weights than rows": (_replace("weights", lambda a: a[:-1]), r"weights: 2 items, expected 3"),
     "short prior": (_replace("prior", lambda a: a[:-1]), r"prior: 2 items, expected 3 \(one per column, as v\)"),
     "short new_offset": (_replace("new_offset", lambda a: a[:-1]), r"new_offset: 2 items, expected 3"),
+    "presence without a list of new columns": (
+        _replace("new_v", lambda a: a[:0]),
+        r"present_v and new_v, present_offset and new_offset: expected both empty .* or both one per column",
+    ),
+    "no average offset while averaging": (_replace("offset", lambda a: a[:0]), r"offset: 0 items, expected 3"),
     "short params": (_replace("params", lambda a: a[:-1]), r"params: 19 items, expected 20 \(the names of PARAMS\)"),
     "long state": (_replace("state", lambda a: np.append(a, 0.0)), r"state: 11 items, expected 10"),
     "fractional horizon": (_param("horizon", 2.5), r"params: horizon, t0 and average_from must be whole numbers"),
@@ -198,6 +225,27 @@ RAW_CASES = {
     "no room for new columns": (_istate("n_new_v", 1), r"istate: n_new_v = 1 leaves no room for the 3 absent columns"),
     "start past the rows": (_replace("start", lambda _: 4), r"start = 4 is outside 0\.\.3"),
 }
+
+
+def test_distinct_rows_skip_the_repeat_search_but_not_the_bounds():
+    """``distinct`` (rows this package built) spares the search for a column repeated within a row, never the
+    checks that keep every read and write inside the arrays."""
+    arguments = _raw_arguments()
+    arguments["indices"][1] = 0  # row 0 then holds column 0 twice
+    assert _fast.learn_rows(*(arguments[name] for name in ARRAYS), 0, True) == 3
+    for index, value, message in ((4, 3, r"row 2: column 3 is out of range"), (0, -1, r"row 0: column -1 is out")):
+        arguments = _raw_arguments()
+        arguments["indices"][index] = value
+        before = {name: np.array(arguments[name], copy=True) for name in ARRAYS}
+        with pytest.raises(ValueError, match=r"^learn_rows: " + message):
+            _fast.learn_rows(*(arguments[name] for name in ARRAYS), 0, True)
+        assert all(np.array_equal(arguments[name], before[name]) for name in ARRAYS)
+    logistic = _logistic_arguments()
+    logistic["indices"][4] = 3
+    with pytest.raises(ValueError, match=r"^learn_logistic_rows: row 2: column 3 is out of range"):
+        _fast.learn_logistic_rows(
+            *(logistic[name] for name in LOGISTIC_ARRAYS), 0.5, 1e-6, False, 0, True
+        )  # fmt: skip
 
 
 def test_the_raw_arguments_are_learned():
@@ -274,6 +322,22 @@ def test_the_logistic_loop_learns_the_raw_arguments_as_learn_one():
         model.learn_one(x, y)
     assert arguments["decisions"].tolist() == expected
     assert arguments["w"].tolist() == model._w.tolist() and arguments["g2"].tolist() == model._g2.tolist()
+
+
+def test_the_logistic_loop_without_a_column_map_reads_the_rows_columns_as_the_weights():
+    mapped, direct = _logistic_arguments(), _logistic_arguments()
+    direct["indices"] = mapped["columns"][mapped["indices"]]  # the weight columns themselves
+    direct["columns"], direct["new"] = None, np.zeros(5, dtype=np.int64)  # room for a new column per weight
+    stop, n_new = _logistic_call(mapped)
+    assert _logistic_call(direct) == (stop, n_new) and np.array_equal(mapped["new"][:n_new], direct["new"][:n_new])
+    for name in ("w", "g2", "present", "decisions"):
+        assert np.array_equal(mapped[name], direct[name]), name
+    direct = _logistic_arguments()
+    direct["columns"], direct["new"], direct["indices"][0] = None, np.zeros(5, dtype=np.int64), 5
+    with pytest.raises(
+        ValueError, match=r"^learn_logistic_rows: row 0: column 5 is out of range: expected 0 <= column < 5"
+    ):
+        _logistic_call(direct)
 
 
 LOGISTIC_CASES = {

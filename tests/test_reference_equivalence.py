@@ -99,9 +99,10 @@ SAMPLE_WEIGHTS = st.one_of(st.none(), st.just(0.0), st.floats(0.0, 5.0))
 
 
 @st.composite
-def binary_ops(draw, sample_weight=False, batches=False, max_size=20):
+def binary_ops(draw, sample_weight=False, batches=False, max_size=20, keys=tuple(KEYS)):
     """A stream of ("one", x, y, w) and (with batches) ("many", rows, ys, columns) operations."""
-    columns = draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=4, unique=True))
+    columns = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=4, unique=True))
+    features = st.dictionaries(st.sampled_from(keys), VALUES, max_size=5)
     ops = []
     for _ in range(draw(st.integers(1, max_size))):
         if batches and draw(st.booleans()):
@@ -112,7 +113,7 @@ def binary_ops(draw, sample_weight=False, batches=False, max_size=20):
             ops.append(("many", rows, ys, columns))
         else:
             w = draw(SAMPLE_WEIGHTS) if sample_weight else None
-            ops.append(("one", draw(FEATURES), draw(LABELS), w))
+            ops.append(("one", draw(features), draw(LABELS), w))
     return ops
 
 
@@ -129,9 +130,6 @@ def class_weights(draw):
         if draw(st.booleans()):
             cw[draw(st.sampled_from(forms))] = draw(st.sampled_from([0.0, 0.25, 0.5, 2.0, 3.0]))
     return cw
-
-
-PRIORS = st.dictionaries(st.sampled_from(KEYS + ["prior_only"]), st.floats(-3.0, 3.0), max_size=5)
 
 
 # -- binary runner -------------------------------------------------------------------------------
@@ -173,7 +171,7 @@ def run_binary(params: dict, ops, prior=None):
     for op in ops:
         keys.extend(op[1] if op[0] == "one" else op[3])
     vocab = vocabulary(keys, prior or {})
-    ref_params = {k: v for k, v in params.items() if k not in ("prior", "seed")}
+    ref_params = {k: v for k, v in params.items() if k not in ("prior", "seed", "n_features")}
     ref = DenseReference(vocab, prior=prior, **ref_params)
 
     for step, op in enumerate(ops, start=1):
@@ -243,8 +241,8 @@ BINARY_VARIANTS = {
 }
 
 
-def draw_binary_case(data, variant):
-    """(constructor params, prior dict, ops) for a variant."""
+def draw_binary_case(data, variant, keys=tuple(KEYS)):
+    """(constructor params, prior dict, ops) for a variant, its features named by ``keys``."""
     if variant == "random":
         variant = {
             name: data.draw(st.booleans(), label=name)
@@ -273,10 +271,13 @@ def draw_binary_case(data, variant):
         params["class_weight"] = data.draw(class_weights(), label="class_weight")
     prior = None
     if variant.get("prior"):
-        prior = data.draw(PRIORS, label="prior")
+        only = "prior_only" if keys == tuple(KEYS) else len(keys)  # a feature only the prior has
+        prior = data.draw(
+            st.dictionaries(st.sampled_from([*keys, only]), st.floats(-3.0, 3.0), max_size=5), label="prior"
+        )
         params["prior"] = prior
     ops = data.draw(
-        binary_ops(sample_weight=variant.get("sample_weight", False), batches=variant.get("batches", False)),
+        binary_ops(sample_weight=variant.get("sample_weight", False), batches=variant.get("batches", False), keys=keys),
         label="ops",
     )
     return params, prior, ops
@@ -296,6 +297,16 @@ def test_binary_matches_reference(variant, data):
     want = sum(float(v) * (prior or {}).get(k, 0.0) for k, v in probe.items())
     assert_close(model.decision_function_one(probe), want, "decision before any learning")
     run_binary(ref_params, ops, prior=prior)
+
+
+@pytest.mark.parametrize("variant", ["everything", "learn_many_all", "random"])
+@EQ
+@given(data=st.data())
+def test_binary_over_weight_arrays_matches_reference(variant, data):
+    """``n_features``: the same comparison with int features, the weights in arrays."""
+    params, prior, ops = draw_binary_case(data, BINARY_VARIANTS[variant], keys=tuple(range(10)))
+    params.setdefault("lambda_", 1e-4)
+    run_binary({**params, "n_features": 12}, ops, prior=prior)
 
 
 @EQ

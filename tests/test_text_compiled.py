@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pegasos_stream import _compiled
-from pegasos_stream.features import EmailFeatures
+from pegasos_stream.features import EmailFeatures, email
 from pegasos_stream.features.email import rows_of
 from pegasos_stream.features.mime import message_bytes
 
@@ -126,11 +126,62 @@ def test_compiled_rows_are_the_rows_of_transform_one(options, texts):
     _assert_same_rows(EmailFeatures(reader="bytes", **options), texts)
 
 
+def _assert_hashed_rows(features: EmailFeatures, texts: list) -> None:
+    """The rows over hashed columns are the dicts of ``transform_one`` (keys, order and values bit for bit),
+    the rows over local columns, and those of the Python code path."""
+    indptr, indices, data, keys = features.transform_texts(texts, hashed_columns=True)
+    assert features.hash_bits is not None and keys == range(2**features.hash_bits)
+    for i, text in enumerate(texts):
+        a, b = int(indptr[i]), int(indptr[i + 1])
+        row = {keys[c]: v for c, v in zip(indices[a:b].tolist(), data[a:b].tolist())}
+        want = features.transform_one(text)
+        assert list(row) == list(want)
+        assert data[a:b].tobytes() == np.array(list(want.values()), dtype=np.float64).tobytes()
+    local = features.transform_texts(texts)
+    assert indptr.tolist() == local.indptr.tolist() and data.tobytes() == local.data.tobytes()
+    assert indices.tolist() == [local.keys[c] for c in local.indices.tolist()]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(email, "_text", None)  # the Python code path
+        pure = features.transform_texts(texts, hashed_columns=True)
+    assert pure.keys == keys and pure.indptr.tolist() == indptr.tolist() and pure.indices.tolist() == indices.tolist()
+    assert pure.data.tobytes() == data.tobytes()
+
+
+@settings(max_examples=300, deadline=None)
+@given(_OPTIONS, st.lists(st.one_of(_MESSAGES, st.text(max_size=60)), max_size=6))
+def test_rows_over_hashed_columns_are_the_dicts_of_transform_one(options, texts):
+    _assert_hashed_rows(EmailFeatures(reader="bytes", **options), texts)
+
+
+@pytest.mark.parametrize("binary", [True, False])
+@pytest.mark.parametrize("words", [True, False])
+@pytest.mark.parametrize("hash_bits", [4, 12, 20, 24, 25, 32])
+def test_rows_over_hashed_columns_of_the_edges(binary, words, hash_bits):
+    features = EmailFeatures(reader="bytes", words=words, hash_bits=hash_bits, binary=binary, normalize=not binary)
+    _assert_hashed_rows(features, [*_EDGES, "Subject: one\n\nbody body body", ""])
+
+
+@pytest.mark.parametrize("n", range(1, 13))
+def test_every_ngram_length_hashes_as_zlib(n):
+    """The n-grams hashed by the tables (n <= 8) and by the byte-at-a-time CRC (longer) against zlib.crc32."""
+    texts = [bytes(range(256)) * 2, b"Subject: s\n\n" + bytes(range(255, -1, -1)), "caf\u00e9 na\u00efve " * 20]
+    features = EmailFeatures(reader="bytes", parse=False, char_ngram=n, hash_bits=32, binary=False)
+    _assert_same_rows(features, texts)
+    _assert_hashed_rows(features, texts)
+
+
+def test_hashed_columns_need_hash_bits():
+    with pytest.raises(ValueError, match="hash_bits"):
+        EmailFeatures(reader="bytes").transform_texts(["text"], hashed_columns=True)
+
+
 def test_a_batch_of_one_and_an_empty_batch():
     features = EmailFeatures(reader="bytes", hash_bits=20)
     _assert_same_rows(features, ["Subject: one\n\nbody"])
     indptr, indices, data, keys = features.transform_texts([])
     assert indptr.tolist() == [0] and not len(indices) and not len(data) and keys == []
+    indptr, indices, data, keys = features.transform_texts([], hashed_columns=True)
+    assert indptr.tolist() == [0] and not len(indices) and not len(data) and keys == range(2**20)
 
 
 @pytest.mark.skipif(not SPAMASSASSIN.exists(), reason="the shared SpamAssassin data is not here")
@@ -141,3 +192,4 @@ def test_every_spamassassin_message_reads_and_hashes_as_the_reference():
         raw = text.encode("utf-8", "surrogatepass")
         assert _text.message(raw, 10**9) == message_bytes(raw)
     _assert_same_rows(EmailFeatures(reader="bytes", hash_bits=20), texts[:1500])
+    _assert_hashed_rows(EmailFeatures(reader="bytes", hash_bits=20), texts[:300])

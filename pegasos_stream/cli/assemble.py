@@ -153,6 +153,7 @@ def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Run
         dead_letters=None if dead["type"] == "none" else _sink(dead["type"], dead, "errors.dead_letter"),
         stats_every_seconds=config["evaluation"]["stats_every_seconds"],
         batch_size=config["run"]["batch_size"],
+        batch_bytes=config["run"]["batch_bytes"],
     )
 
 

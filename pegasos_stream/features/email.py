@@ -37,13 +37,14 @@ _MESSAGE_HEADERS = ("from", "to", "subject", "date", "received", "message-id", "
 
 
 class TextRows(NamedTuple):
-    """Feature dicts of a batch as CSR rows over columns numbered by first appearance: row i holds
-    ``keys[indices[k]]: data[k]`` for k in ``indptr[i]:indptr[i+1]``, in the dict's order."""
+    """Feature dicts of a batch as CSR rows: row i holds ``keys[indices[k]]: data[k]`` for k in
+    ``indptr[i]:indptr[i+1]``, in the dict's order. The columns are numbered by first appearance
+    (``keys``: a list), or are the hashed columns themselves (``keys``: ``range(2**hash_bits)``)."""
 
     indptr: np.ndarray
     indices: np.ndarray
     data: np.ndarray
-    keys: list
+    keys: list | range
 
 
 def _decoded_payload(part: Message) -> str:
@@ -219,9 +220,13 @@ class EmailFeatures(base.Transformer):
         """Whether `transform_texts` runs compiled (the "bytes" reader, with ``hash_bits``)."""
         return _text is not None and self.reader == "bytes" and self.hash_bits is not None
 
-    def transform_texts(self, texts: Sequence[str | bytes]) -> TextRows:
+    def transform_texts(self, texts: Sequence[str | bytes], hashed_columns: bool = False) -> TextRows:
         """``transform_one`` of each text, as CSR rows (compiled when `compiled`, the rows the
-        dicts of ``transform_one`` make otherwise)."""
+        dicts of ``transform_one`` make otherwise). With ``hashed_columns`` (only with ``hash_bits``),
+        the columns are the hashed columns themselves, not numbered per batch."""
+        if hashed_columns and self.hash_bits is None:
+            raise ValueError("hashed_columns=True: the columns are hashed only with hash_bits")
+        columns = range(2**self.hash_bits) if hashed_columns and self.hash_bits is not None else None
         if self.compiled and self.hash_bits is not None:
             data = [text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text) for text in texts]
             indptr, indices, values, keys = _text.rows(
@@ -233,12 +238,16 @@ class EmailFeatures(base.Transformer):
                 self.hash_bits,
                 self.binary,
                 self.normalize,
+                hashed_columns,
             )
             int64 = np.dtype(np.int64)
             return TextRows(
-                np.frombuffer(indptr, int64), np.frombuffer(indices, int64), np.frombuffer(values, np.float64), keys
+                np.frombuffer(indptr, int64),
+                np.frombuffer(indices, int64),
+                np.frombuffer(values, np.float64),
+                keys if columns is None else columns,
             )
-        return rows_of([self.transform_one(text) for text in texts])
+        return rows_of([self.transform_one(text) for text in texts], columns)
 
     def _columns(self, names: Iterable[str | bytes]) -> Iterable[str | int]:
         """The columns of feature names: ``feature_hash(name)`` (CRC-32 of a name's bytes, for the
@@ -251,15 +260,15 @@ class EmailFeatures(base.Transformer):
         return words if mask is None else [feature_hash(word) & mask for word in words]
 
 
-def rows_of(dicts: Sequence[dict]) -> TextRows:
-    """Feature dicts as CSR rows, the columns numbered by first appearance."""
+def rows_of(dicts: Sequence[dict], columns: range | None = None) -> TextRows:
+    """Feature dicts as CSR rows, the columns numbered by first appearance; or, given ``columns``
+    (the range of the hashed columns), each key its own column."""
     vocabulary: dict = {}
     indptr, indices, values = [0], [], []
     for x in dicts:
         for key, value in x.items():
-            indices.append(vocabulary.setdefault(key, len(vocabulary)))
+            indices.append(vocabulary.setdefault(key, len(vocabulary)) if columns is None else key)
             values.append(float(value))
         indptr.append(len(indices))
-    return TextRows(
-        np.array(indptr, dtype=np.int64), np.array(indices, dtype=np.int64), np.array(values), list(vocabulary)
-    )
+    keys = list(vocabulary) if columns is None else columns
+    return TextRows(np.array(indptr, dtype=np.int64), np.array(indices, dtype=np.int64), np.array(values), keys)

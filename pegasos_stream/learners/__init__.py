@@ -13,7 +13,7 @@ from .kernels import RBF, Linear, Polynomial
 from .linear import PegasosClassifier
 from .multiclass import PegasosMulticlass
 from .svstore import SupportVectorStore
-from .weights import SharedScaleWeights, WeightVector
+from .weights import DenseWeightVector, SharedScaleWeights, WeightVector
 
 __all__ = [
     "LEARNERS",
@@ -40,6 +40,7 @@ LEARNERS = (
 STATE_CLASSES = (
     *LEARNERS,
     WeightVector,
+    DenseWeightVector,
     SharedScaleWeights,
     OnlinePlatt,
     SupportVectorStore,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from operator import mul
 from typing import NamedTuple, cast
 
@@ -16,7 +16,7 @@ from .calibration import squash
 from .compiled import Stored, gather, scatter
 from .rows import Rows
 from .validation import binary_sign, check_features, check_sample_weight, reject_features
-from .weights import COMPENSATED_SUM, sparse_dot
+from .weights import COMPENSATED_SUM, check_n_features, dense_columns, is_column, sparse_dot
 
 __all__ = ["AdaGradLogistic"]
 
@@ -30,8 +30,6 @@ class Step(NamedTuple):
     example: tuple[np.ndarray, np.ndarray] | None
 
 
-#: The most columns ``n_features`` may ask for (two arrays of 8-byte floats each).
-MAX_COLUMNS = 2**28
 #: |y·f(x)| is clamped to this before exp, which cannot overflow then (the gradient is unchanged to the last bit).
 MAX_EXPONENT = 700.0
 
@@ -97,14 +95,8 @@ class AdaGradLogistic(base.Classifier):
                 or not (math.isfinite(value) and value > 0)
             ):
                 raise ValueError(f"{name}={value!r}: expected a finite number > 0")
-        if n_features is not None and (
-            isinstance(n_features, bool)
-            or not isinstance(n_features, numbers.Integral)
-            or not 1 <= n_features <= MAX_COLUMNS
-        ):
-            raise ValueError(f"n_features={n_features!r}: expected None or a whole number from 1 to {MAX_COLUMNS}")
+        self.n_features = check_n_features(n_features)
         self.learning_rate = float(learning_rate)
-        self.n_features = None if n_features is None else int(n_features)
         self.initial_accumulator = float(initial_accumulator)
         # w and G_j (ε plus the sum of feature j's squared gradients): dicts, or arrays of n_features.
         self._w: dict | np.ndarray = {} if n_features is None else np.zeros(n_features)
@@ -171,7 +163,7 @@ class AdaGradLogistic(base.Classifier):
 
     def _is_column(self, key: object) -> bool:
         """Whether ``key`` names a column of the weight arrays: an int from 0 to n_features − 1."""
-        return isinstance(key, numbers.Integral) and 0 <= int(key) < len(self._w)
+        return is_column(key, len(self._w))
 
     def probability(self, margin: float) -> float:
         """P(True) for a margin: σ(margin), as ``predict_proba_one`` gives it."""
@@ -232,7 +224,7 @@ class AdaGradLogistic(base.Classifier):
         decisions: np.ndarray,
         probas: np.ndarray,
         start: int = 0,
-        columns: np.ndarray | None = None,
+        columns: np.ndarray | range | None = None,
     ) -> tuple[int, ValueError | None]:
         """``learn_one`` over rows ``start:`` (signs ±1, sample weights), in a compiled loop that leaves the
         model bit-identical to the ``learn_one`` loop; ``decisions`` and ``probas`` receive each row's margin
@@ -240,6 +232,8 @@ class AdaGradLogistic(base.Classifier):
         (that row, the error), or (len(rows), None) when every row is learned. ``columns``: the
         ``columns_of(rows.keys)`` the caller already has, if any."""
         n = len(rows)
+        if isinstance(self._w, dict):
+            rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
         if _fast is None:
             columns = None  # every row through learn_one
         elif columns is None:
@@ -261,40 +255,48 @@ class AdaGradLogistic(base.Classifier):
             start = stop + 1
         return n, None
 
-    def foreign_keys(self, keys: list, columns: np.ndarray | None) -> np.ndarray:
+    def foreign_keys(self, keys: Sequence, columns: np.ndarray | range | None) -> np.ndarray | None:
         """Which of ``keys`` are no weight column (with ``n_features``: not an int from 0 to n_features − 1),
-        given their ``columns_of(keys)``."""
+        given their ``columns_of(keys)``; None when none is."""
         if isinstance(self._w, dict) or columns is not None:
-            return np.zeros(len(keys), dtype=bool)
+            return None
         return np.array([not self._is_column(key) for key in keys], dtype=bool)
 
-    def columns_of(self, keys: list) -> np.ndarray | None:
-        """The weight column of each key of a batch: its position (dicts) or the key (arrays); None when some
+    def columns_of(self, keys: Sequence) -> np.ndarray | range | None:
+        """The weight column of each key of a batch: its position (dicts) or the key (arrays: ``keys`` itself
+        when it is a range of columns from 0, the rows' columns then being the weights' columns); None when some
         key is no column of the arrays (the batch then goes through ``learn_one``)."""
-        if isinstance(self._w, dict) or not keys:
+        if isinstance(self._w, dict):
             return np.arange(len(keys), dtype=np.int64)
-        given = np.array(keys)
-        if given.dtype.kind not in "iub" or (len(given) and not 0 <= given.min() <= given.max() < len(self._w)):
-            return None
-        return given.astype(np.int64, copy=False)
+        if isinstance(keys, range) and keys.start == 0 and keys.step == 1 and len(keys) <= len(self._w):
+            return keys
+        return dense_columns(keys, len(self._w))
 
     def _learn_compiled(
-        self, rows: Rows, columns: np.ndarray, signs: np.ndarray, weights: np.ndarray, decisions: np.ndarray, start: int
+        self,
+        rows: Rows,
+        columns: np.ndarray | range,
+        signs: np.ndarray,
+        weights: np.ndarray,
+        decisions: np.ndarray,
+        start: int,
     ) -> int:
         """Run the compiled loop from ``start`` (around it, gather the weights the rows touch out of the dicts and
         scatter them back); the row the loop stopped before (len(rows) when it learned them all)."""
         keys, w_store, g2_store = rows.keys, self._w, self._g2
-        new = np.empty(len(keys), dtype=np.int64)
+        in_place = isinstance(columns, range)  # the rows' columns are the weights' columns
+        new = np.empty(0 if in_place else len(keys), dtype=np.int64)
 
         def loop(w: np.ndarray, g2: np.ndarray, present: np.ndarray) -> tuple[int, int]:
             return _fast.learn_logistic_rows(
-                rows.indptr, rows.indices, rows.data, signs, weights, columns, w, g2, present, new, decisions,
-                self.learning_rate, self.initial_accumulator, COMPENSATED_SUM, start,
+                rows.indptr, rows.indices, rows.data, signs, weights, None if in_place else columns, w, g2, present,
+                new, decisions, self.learning_rate, self.initial_accumulator, COMPENSATED_SUM, start, rows.distinct,
             )  # fmt: skip
 
         if isinstance(w_store, np.ndarray) and isinstance(g2_store, np.ndarray):
             stop = loop(w_store, g2_store, np.empty(0, dtype=bool))[0]  # every column is present
         elif isinstance(w_store, dict) and isinstance(g2_store, dict):
+            keys = cast(list, keys)
             w, present = gather(w_store, keys)
             g2 = gather(g2_store, keys)[0]
             stored_w, stored_g2 = Stored(w, present), Stored(g2, present)

@@ -41,7 +41,8 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
     learning_rate
         The logistic regression's step η > 0 (`AdaGradLogistic`).
     n_features
-        None, or the logistic regression's arrays of weights for int columns 0..n − 1 (`AdaGradLogistic`).
+        None for weights in dicts, or both members' weights in arrays of int columns 0..n − 1 (hashed features;
+        `PegasosClassifier` and `AdaGradLogistic`).
     initial_accumulator
         The logistic regression's ε > 0 (`AdaGradLogistic`).
 
@@ -77,7 +78,7 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         self.learning_rate = learning_rate
         self.n_features = n_features
         self.initial_accumulator = initial_accumulator
-        self.svm = PegasosClassifier(lambda_=lambda_, t0=t0, horizon=horizon)
+        self.svm = PegasosClassifier(lambda_=lambda_, t0=t0, horizon=horizon, n_features=n_features)
         self.logistic = AdaGradLogistic(learning_rate, n_features, initial_accumulator)
         self._platt = OnlinePlatt()
 
@@ -120,6 +121,8 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         no column of its weight arrays, goes through ``learn_one``.
         """
         n = len(rows)
+        if self.n_features is None:
+            rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
         columns = self.logistic.columns_of(rows.keys)  # the logistic regression's weight column of each key
         safe = self._safe_rows(rows, weights, columns)
         while start < n:
@@ -140,12 +143,12 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
                 start += 1
         return n, None
 
-    def _safe_rows(self, rows: Rows, weights: np.ndarray, columns: np.ndarray | None) -> np.ndarray:
+    def _safe_rows(self, rows: Rows, weights: np.ndarray, columns: np.ndarray | range | None) -> np.ndarray:
         """Which rows the logistic regression cannot refuse while it learns this batch: their features are
         columns of its weights, |f(x)| is at most η·(t + rows)·‖x‖₁ (no step moves a weight by more than η)
         and a gradient's square at most (c·‖x‖₁)²."""
         foreign = self.logistic.foreign_keys(rows.keys, columns)
-        if foreign.any():
+        if foreign is not None and foreign.any():
             counts = np.concatenate(([0], np.cumsum(foreign[rows.indices])))
             native = counts[rows.indptr[1:]] == counts[rows.indptr[:-1]]
         else:
@@ -171,7 +174,7 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         decisions: np.ndarray,
         probas: np.ndarray,
         start: int,
-        columns: np.ndarray | None,
+        columns: np.ndarray | range | None,
     ) -> tuple[int, ValueError | None]:
         """The SVM's compiled loop over ``rows`` from ``start``, then the logistic regression's over the rows
         the SVM learned (``columns``: its weight column of each key, if known), then the sums of their margins

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -25,7 +25,14 @@ from .calibration import MAX_LOG_SLOPE, MIN_TAIL, TAIL_MASS, TAIL_START, OnlineP
 from .rows import Rows
 from .schedule import MAX_NORM
 from .validation import binary_sign, check_features, check_sample_weight
-from .weights import COMPENSATED_SUM, MAX_AVERAGE_CANCELLATION, MIN_SCALE
+from .weights import (
+    COMPENSATED_SUM,
+    MAX_AVERAGE_CANCELLATION,
+    MIN_SCALE,
+    DenseWeightVector,
+    WeightVector,
+    dense_columns,
+)
 
 if TYPE_CHECKING:
     from .linear import PegasosClassifier
@@ -120,18 +127,20 @@ def learn_csr(
     A malformed matrix, a label count or sample weight count that does not match the rows raise a
     ValueError before anything is learned.
     """
-    rows = Rows.from_csr(indptr, indices, data, columns)
+    u = model._u
+    in_place = columns is None and isinstance(u, DenseWeightVector)  # the weights' columns: no numbering
+    rows = Rows.from_csr(indptr, indices, data, columns, len(u.v) if in_place else None)
     labels = np.asarray(y)
     if labels.ndim != 1 or len(labels) != len(rows):
         raise ValueError(f"learn_csr: {len(rows)} rows but labels of shape {labels.shape}")
-    signs = np.array([binary_sign(label) for label in labels.tolist()], dtype=np.float64)
+    signs = _signs(labels)
     if sample_weight is None:
         weights = np.ones(len(rows))
     else:
         given = np.asarray(sample_weight)
         if given.ndim != 1 or len(given) != len(rows):
             raise ValueError(f"learn_csr: {len(rows)} rows but sample weights of shape {given.shape}")
-        weights = np.array([check_sample_weight(w) for w in given.tolist()], dtype=np.float64)
+        weights = _sample_weights(given)
     if not np.isfinite(rows.data).all():
         bad = int(np.searchsorted(rows.indptr, np.flatnonzero(~np.isfinite(rows.data))[0], side="right")) - 1
         try:
@@ -143,6 +152,23 @@ def learn_csr(
     if refusal is not None:
         raise ValueError(f"row {stop}: {refusal}") from None
     return decisions
+
+
+def _signs(labels: np.ndarray) -> np.ndarray:
+    """The ±1.0 sign of each binary label (vectorised for bool and number arrays, ``binary_sign``'s rule)."""
+    if labels.dtype.kind in "biuf" and np.isin(labels, (-1, 0, 1)).all():
+        return np.where(labels == 1, 1.0, -1.0)
+    return np.array([binary_sign(label) for label in labels.tolist()], dtype=np.float64)
+
+
+def _sample_weights(given: np.ndarray) -> np.ndarray:
+    """The sample weights as float64, each a finite number >= 0 (``check_sample_weight``'s rule, vectorised for
+    int and float arrays)."""
+    if given.dtype.kind in "iuf":
+        weights = given.astype(np.float64)
+        if np.isfinite(weights).all() and (weights >= 0.0).all():
+            return weights
+    return np.array([check_sample_weight(w) for w in given.tolist()], dtype=np.float64)
 
 
 def learn_rows(
@@ -160,8 +186,12 @@ def learn_rows(
     anything is learned. Without the compiled module, each row goes through ``learn_one``.
     """
     n = len(rows)
+    u = model._u
+    compiled = _fast is not None and (
+        isinstance(u, WeightVector) or _in_place(u, rows) or dense_columns(rows.keys, len(u.v)) is not None
+    )
     while start < n:
-        stop = start if _fast is None else _learn_compiled(model, rows, signs, weights, decisions, probas, start)
+        stop = _learn_compiled(model, rows, signs, weights, decisions, probas, start) if compiled else start
         if stop == n:
             break
         x = rows.row(stop)  # a rare branch (a fold of the scale, a refusal), or not compiled: learn_one takes it
@@ -186,11 +216,27 @@ def _learn_compiled(
     probas: np.ndarray,
     start: int,
 ) -> int:
-    """Gather the weights the rows touch, run the compiled loop from ``start``, scatter them back.
+    """Run the compiled loop from ``start`` over the weights the rows touch: weight arrays in place when the
+    rows' columns are theirs, else the columns the rows touch taken out of the arrays or dicts and put back.
 
     Returns the row the loop stopped before (len(rows) when it learned them all).
     """
-    u, keys = model._u, rows.keys
+    u = model._u
+    if isinstance(u, DenseWeightVector):
+        batch = _Batch(model, rows, signs, weights, decisions, probas, start)
+        untracked = (np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64))  # every column is present
+        prior = model._prior_array() if model._prior else np.zeros(0)
+        if _in_place(u, rows):
+            return _loop(batch, u.v, u.avg_offset, prior, untracked, untracked)[0]
+        columns = cast(np.ndarray, dense_columns(rows.keys, len(u.v)))
+        v, offset = u.v[columns], u.avg_offset[columns] if u.average else u.avg_offset
+        stop = _loop(batch, v, offset, prior[columns] if model._prior else prior, untracked, untracked)[0]
+        u.v[columns] = v
+        if u.average:
+            u.avg_offset[columns] = offset
+        return stop
+    rows = rows.numbered_locally()
+    keys = cast(list, rows.keys)
     m = len(keys)
     v, present_v = gather(u.v, keys)
     stored_v = Stored(v, present_v)
@@ -201,22 +247,56 @@ def _learn_compiled(
         offset, present_offset = np.zeros(m), np.ones(m, dtype=bool)
     prior = gather(model._prior, keys)[0] if model._prior else np.zeros(m)
     new_v, new_offset = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    batch = _Batch(model, rows, signs, weights, decisions, probas, start)
+    stop, counts = _loop(batch, v, offset, prior, (present_v, new_v), (present_offset, new_offset))
+    scatter(u.v, keys, v, stored_v, new_v[: counts["n_new_v"]])
+    if u.average:
+        scatter(u.avg_offset, keys, offset, stored_offset, new_offset[: counts["n_new_offset"]])
+    return stop
+
+
+def _in_place(u: DenseWeightVector, rows: Rows) -> bool:
+    """Whether the rows' columns are the weights' columns (``rows.keys`` a range from 0 within them)."""
+    keys = rows.keys
+    return isinstance(keys, range) and keys.start == 0 and keys.step == 1 and len(keys) <= len(u.v)
+
+
+class _Batch(NamedTuple):
+    """What one call of the compiled loop learns: the rows from ``start``, with their arrays."""
+
+    model: PegasosClassifier
+    rows: Rows
+    signs: np.ndarray
+    weights: np.ndarray
+    decisions: np.ndarray
+    probas: np.ndarray
+    start: int
+
+
+def _loop(
+    batch: _Batch,
+    v: np.ndarray,
+    offset: np.ndarray,
+    prior: np.ndarray,
+    v_presence: tuple[np.ndarray, np.ndarray],
+    offset_presence: tuple[np.ndarray, np.ndarray],
+) -> tuple[int, dict[str, int]]:
+    """``_fast.learn_rows`` over the weights ``v`` (the average's ``offset``, the ``prior``) of the rows' columns,
+    with the model's state read before and written back after; (the row it stopped before, the counts of columns
+    first written). The presence pairs are (flags, list of columns first written), empty when all are present."""
+    model, rows, signs, weights, decisions, probas, start = batch
     state = np.array(_read(model, STATE_HOMES, _fast.STATE), dtype=np.float64)
     istate = np.array(_read(model, ISTATE_HOMES, _fast.ISTATE), dtype=np.int64)
     settings = params(model)
     stop = _fast.learn_rows(
-        rows.indptr, rows.indices, rows.data, signs, weights, v, offset, prior, present_v, present_offset,
-        new_v, new_offset, state, istate, np.array([settings[name] for name in _fast.PARAMS], dtype=np.float64),
-        decisions, probas, start,
+        rows.indptr, rows.indices, rows.data, signs, weights, v, offset, prior, v_presence[0], offset_presence[0],
+        v_presence[1], offset_presence[1], state, istate,
+        np.array([settings[name] for name in _fast.PARAMS], dtype=np.float64), decisions, probas, start, rows.distinct,
     )  # fmt: skip
-    counts = dict(zip(_fast.ISTATE, istate.tolist()))
-    scatter(u.v, keys, v, stored_v, new_v[: counts["n_new_v"]])
-    if u.average:
-        scatter(u.avg_offset, keys, offset, stored_offset, new_offset[: counts["n_new_offset"]])
     _write(model, STATE_HOMES, _fast.STATE, state.tolist())
     _write(model, ISTATE_HOMES, _fast.ISTATE, istate.tolist())
     model._last_scored = None
-    return stop
+    return stop, dict(zip(_fast.ISTATE, istate.tolist()))
 
 
 #: The settings calibration reads from the compiled parameters, besides "platt_rate" (the others are left 0).

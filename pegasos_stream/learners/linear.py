@@ -6,7 +6,7 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 from operator import mul
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 from river import base, utils
@@ -24,7 +24,7 @@ from .validation import (
     check_t0,
     reject_features,
 )
-from .weights import WeightVector, sparse_dot
+from .weights import DenseWeightVector, WeightVector, check_n_features, sparse_dot
 
 __all__ = ["PegasosClassifier"]
 
@@ -72,6 +72,12 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         Pegasos's first steps (η = 1/λ, then 1/(2λ), ...) let the first examples dominate the weights
         and leave them too large to see most margin violations; an offset tempers them, as the t0 of
         Bottou's SGD schedule does. The regularised objective is the same.
+    n_features
+        None for weights in a dict, keyed by any feature name. An integer n keeps them in float64 arrays of n
+        columns instead, for features that are int columns 0..n − 1 (hashed features, svmlight indices): 8 bytes
+        a weight instead of a dict entry, checkpoints that hold the raw array, and a compiled batch that reads
+        and writes the weights in place (no gathering out of a dict and scattering back). The same stream
+        gives the same floats in either layout. Other keys are refused.
     seed
         Accepted for a uniform interface with the other learners; learning is deterministic,
         so the same stream always gives the same model.
@@ -125,7 +131,8 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     _prior: dict
     _radius: float
     _average_from: int | None
-    _u: WeightVector
+    n_features: int | None = None  # a class default: states saved before n_features existed load with None
+    _u: WeightVector | DenseWeightVector
     _b: float
     _average_b: float
     _t: int
@@ -142,6 +149,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         prior: dict | PegasosClassifier | None = None,
         horizon: int | None = None,
         t0: int = 0,
+        n_features: int | None = None,
         seed: int | None = None,
     ):
         check_lambda(lambda_)
@@ -159,13 +167,21 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         self.prior = prior
         self.horizon = horizon
         self.t0 = int(t0)
+        self.n_features = check_n_features(n_features)
         self.seed = seed
 
         self._class_cost = self._parse_class_weight(class_weight)
         self._prior = self._parse_prior(prior)
         self._radius = 1.0 / math.sqrt(lambda_)
         self._average_from = int(average) or None  # the first step in the average (True: 1)
-        self._u = WeightVector(average=bool(average))  # w = prior + u
+        # w = prior + u
+        self._u = (
+            WeightVector(average=bool(average))
+            if self.n_features is None
+            else DenseWeightVector(self.n_features, average=bool(average))
+        )
+        if self.n_features is not None and self._prior:
+            self._prior_array()  # refuses a prior with a key that is no column
         self._b = 0.0
         self._average_b = 0.0
         self._t = 0
@@ -185,6 +201,17 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         for label, cost in class_weight.items():
             costs[binary_sign(label)] = check_sample_weight(cost)
         return costs
+
+    def _prior_array(self) -> np.ndarray:
+        """With ``n_features`` and a prior: the prior as an array of the weight columns (a cache, not saved)."""
+        cached = self.__dict__.get("_prior_columns")
+        if cached is None:
+            u = cast(DenseWeightVector, self._u)
+            cached = np.zeros(len(u.v))
+            columns, values = u.example(self._prior)
+            cached[columns] = values
+            self._prior_columns = cached
+        return cached
 
     @staticmethod
     def _parse_prior(prior: Mapping | None) -> dict:
@@ -293,6 +320,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_last_scored"] = None  # a cache, not part of the model
+        state.pop("_prior_columns", None)  # another (rebuilt from the prior)
         return state
 
     def decision_function_one(self, x: Mapping) -> float:

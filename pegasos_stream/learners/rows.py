@@ -1,8 +1,10 @@
 """Batches of examples as CSR rows, the input of the compiled replay path.
 
-A `Rows` batch numbers its features locally: column c of the batch is the feature key ``keys[c]``,
-so the learner only gathers and scatters the weights the batch touches. Rows keep the order of each
-example's features (the order ``learn_one`` would sum them in).
+A `Rows` batch names its columns by ``keys``: column c of the batch is the feature key ``keys[c]``.
+Usually the batch numbers its features locally, so that a learner with dict weights only gathers and
+scatters the weights the batch touches; for a learner whose weights are arrays of int columns, the keys
+may be ``range(n)``, the columns then being the features themselves (hashed features need no
+numbering). Rows keep the order of each example's features (the order ``learn_one`` would sum them in).
 """
 
 from __future__ import annotations
@@ -20,13 +22,18 @@ __all__ = ["Rows", "int64_array"]
 
 @dataclass
 class Rows:
-    """CSR rows over locally numbered columns: row i holds ``keys[indices[k]]: data[k]`` for k in
-    ``indptr[i]:indptr[i+1]``."""
+    """CSR rows: row i holds ``keys[indices[k]]: data[k]`` for k in ``indptr[i]:indptr[i+1]``.
+
+    ``distinct`` says that no row holds a column twice, as the rows this package builds (from dicts, checked
+    CSR matrices, its parsers and feature readers): the compiled loops then skip that check (a row holding a
+    column twice is no feature dict, and would not learn what ``learn_one`` learns).
+    """
 
     indptr: np.ndarray
     indices: np.ndarray
     data: np.ndarray
-    keys: list = field(default_factory=list)
+    keys: list | range = field(default_factory=list)
+    distinct: bool = False
 
     def __len__(self) -> int:
         return len(self.indptr) - 1
@@ -40,7 +47,22 @@ class Rows:
     def slice(self, start: int, stop: int) -> Rows:
         """Rows ``start:stop`` (sharing the columns)."""
         first, last = int(self.indptr[start]), int(self.indptr[stop])
-        return Rows(self.indptr[start : stop + 1] - first, self.indices[first:last], self.data[first:last], self.keys)
+        return Rows(
+            self.indptr[start : stop + 1] - first,
+            self.indices[first:last],
+            self.data[first:last],
+            self.keys,
+            self.distinct,
+        )
+
+    def numbered_locally(self) -> Rows:
+        """These rows over local columns, named by a list of the keys they use (in the order of the columns), for
+        a learner that gathers the weights of a batch; the rows themselves when their keys are a list already."""
+        if isinstance(self.keys, list):
+            return self
+        used, local = np.unique(self.indices, return_inverse=True)
+        keys = self.keys
+        return Rows(self.indptr, local.astype(np.int64), self.data, [keys[c] for c in used.tolist()], self.distinct)
 
     @classmethod
     def from_dicts(cls, dicts: Sequence[Mapping]) -> Rows:
@@ -51,7 +73,7 @@ class Rows:
         if built is None:  # not compiled, or keys or values the compiled builder leaves to Python
             return cls._from_dicts_in_python(dicts)
         indptr, indices, data = built
-        return cls(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys)
+        return cls(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys, True)
 
     @classmethod
     def _from_dicts_in_python(cls, dicts: list[Mapping]) -> Rows:
@@ -69,14 +91,26 @@ class Rows:
                 data.append(float(value))
             indptr.append(len(indices))
         return cls(
-            np.array(indptr, dtype=np.int64), np.array(indices, dtype=np.int64), np.array(data, dtype=np.float64), keys
+            np.array(indptr, dtype=np.int64),
+            np.array(indices, dtype=np.int64),
+            np.array(data, dtype=np.float64),
+            keys,
+            True,
         )
 
     @classmethod
     def from_csr(
-        cls, indptr: ArrayLike, indices: ArrayLike, data: ArrayLike, columns: Iterable[Hashable] | None = None
+        cls,
+        indptr: ArrayLike,
+        indices: ArrayLike,
+        data: ArrayLike,
+        columns: Iterable[Hashable] | None = None,
+        n_columns: int | None = None,
     ) -> Rows:
-        """Rows of a CSR matrix; column j is the feature ``columns[j]`` (default: the int j).
+        """Rows of a CSR matrix; column j is the feature ``columns[j]`` (default: the int j). With ``n_columns``
+        (and no ``columns``), the rows keep the matrix's columns, below n_columns (keys ``range(n_columns)``:
+        for a learner with weight arrays, no numbering of the columns); otherwise the columns the rows use are
+        numbered locally.
 
         A malformed matrix raises a ValueError saying what is wrong: arrays that are not 1-d, indices that
         are not integers, indptr decreasing or outside indices, a column out of range or repeated within a
@@ -101,44 +135,51 @@ class Rows:
             raise ValueError(f"indptr: runs from {first} to {last}, outside 0..{len(indices)} (the length of indices)")
         columns_used = indices[first:last]
         names = None if columns is None else list(columns)
-        out_of_range = np.flatnonzero((columns_used < 0) | (names is not None and columns_used >= len(names)))
+        limit = len(names) if names is not None else n_columns
+        out_of_range = np.flatnonzero((columns_used < 0) | (limit is not None and columns_used >= limit))
         if len(out_of_range):
             k = first + int(out_of_range[0])
             row = int(np.searchsorted(indptr, k, side="right")) - 1
-            bound = "" if names is None else f" < {len(names)} (the number of columns)"
+            bound = "" if limit is None else f" < {limit} (the number of columns)"
             raise ValueError(f"indices: row {row}: column {indices[k]} is out of range: expected 0 <= column{bound}")
+        values = np.ascontiguousarray(values[first:last], dtype=np.float64)
+        if names is None and n_columns is not None:
+            rows = cls(indptr - first, np.ascontiguousarray(columns_used), values, range(n_columns))
+            rows._check_columns_once()
+            rows.distinct = True
+            return rows
         mask = np.zeros(int(columns_used.max(initial=-1)) + 1, dtype=bool)
         mask[columns_used] = True
         local = (np.cumsum(mask) - 1)[columns_used]  # the rank of each column among those used
         keys = np.flatnonzero(mask).tolist()
         if names is not None:
             keys = [names[j] for j in keys]
-        rows = cls(indptr - first, local, np.ascontiguousarray(values[first:last], dtype=np.float64), keys)
-        if _fast is None:
-            _check_columns_once(rows)
-        else:
-            _fast.check_rows(rows.indptr, rows.indices, rows.keys)  # a column repeated within a row
+        rows = cls(indptr - first, local, values, keys)
+        rows._check_columns_once()
+        rows.distinct = True
         return rows
 
-
-def _check_columns_once(rows: Rows) -> None:
-    """A ValueError naming the first row that holds a column more than once, and that column (by its key),
-    as the compiled ``check_rows`` gives it."""
-    row_of = np.repeat(np.arange(len(rows)), np.diff(rows.indptr))
-    cells = row_of * max(len(rows.keys), 1) + rows.indices
-    ordered = np.sort(cells)
-    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
-    if not len(repeated):
-        return
-    row = int(repeated.min()) // max(len(rows.keys), 1)
-    seen: set[int] = set()
-    for column in rows.indices[rows.indptr[row] : rows.indptr[row + 1]].tolist():
-        if column in seen:
-            raise ValueError(
-                f"row {row}: column {rows.keys[column]!r} appears more than once (a feature dict holds one value"
-                " per key; scipy's sum_duplicates() adds them up)"
-            )
-        seen.add(column)
+    def _check_columns_once(self) -> None:
+        """A ValueError naming the first row that holds a column more than once, and that column (by its key)."""
+        if _fast is not None:
+            keys = self.keys
+            _fast.check_rows(self.indptr, self.indices, keys if isinstance(keys, list) else len(keys))
+            return
+        row_of = np.repeat(np.arange(len(self)), np.diff(self.indptr))
+        cells = row_of * max(len(self.keys), 1) + self.indices
+        ordered = np.sort(cells)
+        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+        if not len(repeated):
+            return
+        row = int(repeated.min()) // max(len(self.keys), 1)
+        seen: set[int] = set()
+        for column in self.indices[self.indptr[row] : self.indptr[row + 1]].tolist():
+            if column in seen:
+                raise ValueError(
+                    f"row {row}: column {self.keys[column]!r} appears more than once (a feature dict holds one"
+                    " value per key; scipy's sum_duplicates() adds them up)"
+                )
+            seen.add(column)
 
 
 def _integers(values: ArrayLike, name: str) -> np.ndarray:

@@ -8,18 +8,35 @@ into ``v`` (O(nnz(v)), rarely) and the squared norm is recomputed exactly.
 ``WeightVector`` also keeps the averaged iterate with Bottou's sparse trick: the sum of all
 iterates is held as ``S = avg_scale · v + avg_offset`` so that adding the current iterate to
 ``S`` is O(1) and changing ``v`` at a few coordinates is O(nnz(x)).
+
+``DenseWeightVector`` is the same vector over float64 arrays of ``n_features`` columns, for features
+that are int columns (hashed features, svmlight indices): 8 bytes a weight instead of a dict entry,
+and a batch's compiled loop reads and writes the arrays in place. Both give the same floats.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Mapping
+import numbers
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from itertools import repeat
 from operator import add, mul
 
-from .._compiled import FAST as _fast
+import numpy as np
 
-__all__ = ["COMPENSATED_SUM", "MIN_SCALE", "SharedScaleWeights", "WeightVector", "sparse_dot"]
+from .._compiled import FAST as _fast
+from .validation import reject_features
+
+__all__ = [
+    "COMPENSATED_SUM",
+    "MIN_SCALE",
+    "DenseWeightVector",
+    "SharedScaleWeights",
+    "WeightVector",
+    "check_n_features",
+    "dense_columns",
+    "sparse_dot",
+]
 
 #: Below this the scale is folded into the stored values (as in scikit-learn).
 MIN_SCALE = 1e-9
@@ -173,6 +190,173 @@ class WeightVector(_LazyScale):
         a, v, offset = self.avg_scale, self.v, self.avg_offset
         keys = v.keys() | offset.keys()
         return {j: (a * v.get(j, 0.0) + offset.get(j, 0.0)) / n for j in keys}
+
+
+#: The most columns ``n_features`` may ask for.
+MAX_COLUMNS = 2**28
+
+
+def check_n_features(n_features: object) -> int | None:
+    """``n_features`` as an int, or None; a ValueError unless it is None or a whole number from 1 to MAX_COLUMNS."""
+    if n_features is None:
+        return None
+    if (
+        isinstance(n_features, bool)
+        or not isinstance(n_features, numbers.Integral)
+        or not 1 <= int(n_features) <= MAX_COLUMNS
+    ):
+        raise ValueError(f"n_features={n_features!r}: expected None or a whole number from 1 to {MAX_COLUMNS}")
+    return int(n_features)
+
+
+def is_column(key: object, n_features: int) -> bool:
+    """Whether ``key`` names a column of weight arrays of ``n_features``: an int from 0 to n_features − 1 (False
+    and True are 0 and 1, as dict keys are)."""
+    return isinstance(key, numbers.Integral) and 0 <= int(key) < n_features
+
+
+def dense_columns(keys: Sequence, n_features: int) -> np.ndarray | None:
+    """``keys`` as int64 columns of weight arrays of ``n_features``; None when some key is no such column."""
+    if isinstance(keys, range):
+        inside = not keys or (keys.step > 0 and keys.start >= 0 and keys[-1] < n_features)
+        return np.arange(keys.start, keys.stop, keys.step, dtype=np.int64) if inside else None
+    try:
+        given = np.array(keys) if len(keys) else np.zeros(0, dtype=np.int64)
+    except (ValueError, TypeError, OverflowError):  # tuples of different lengths, say
+        return None
+    if (
+        given.ndim != 1
+        or given.dtype.kind not in "iub"
+        or (len(given) and not 0 <= given.min() <= given.max() < n_features)
+    ):
+        return None
+    return given.astype(np.int64, copy=False)
+
+
+class DenseWeightVector(_LazyScale):
+    """`WeightVector` over arrays: w = scale · v, with v (and the average's offset) float64 arrays of
+    ``n_features`` columns, indexed by int features 0..n_features − 1; any other key is refused.
+
+    Every operation computes the floats `WeightVector` computes for the same features, in the same order
+    (``sparse_dot``'s sums, ``_axpy_sq_norm``'s running norm), so the two layouts learn bit-identical
+    models. A column never written holds 0.0 where the dict holds no key: ``to_dict`` lists the non-zero
+    weights. Folding the scale is O(n_features), as rare as in the dict layout.
+
+    Parameters
+    ----------
+    n_features
+        The number of columns.
+    average
+        Track the average of the iterates: call ``accumulate_average`` once per step.
+
+    """
+
+    def __init__(self, n_features: int, average: bool = False) -> None:
+        super().__init__()
+        self.v = np.zeros(n_features)
+        self.average = average
+        self.n_averaged = 0
+        self.avg_scale = 0.0
+        self.avg_offset = np.zeros(n_features if average else 0)
+
+    def example(self, x: Features) -> tuple[np.ndarray, np.ndarray]:
+        """(columns, values) of ``x``; a ValueError naming a key that is no column or a value that is no number."""
+        columns = dense_columns(list(x), len(self.v))
+        if columns is None:
+            for key in x:
+                if not is_column(key, len(self.v)):
+                    n = len(self.v)
+                    raise ValueError(f"feature {key!r}: expected an int column from 0 to {n - 1} (n_features={n})")
+        try:
+            values = np.fromiter(x.values(), np.float64, len(x))
+        except (TypeError, ValueError, OverflowError):
+            reject_features(x)  # names the value that is no number
+        return columns, values  # type: ignore[return-value]
+
+    def _dot(self, values: np.ndarray, columns: np.ndarray, x: np.ndarray) -> float:
+        if _fast is not None:
+            return _fast.dense_dot(values, columns, x, COMPENSATED_SUM)
+        return sum(map(mul, values[columns].tolist(), x.tolist()))
+
+    def dot(self, x: Features) -> float:
+        """⟨w, x⟩ in O(nnz(x))."""
+        return self._dot(self.v, *self.example(x)) * self.scale
+
+    def add(self, x: Features, c: float) -> None:
+        """w ← w + c·x in O(nnz(x)); the running sum of iterates is left unchanged."""
+        columns, values = self.example(x)
+        d = c / self.scale
+        if _fast is not None:
+            self.sq_norm += _fast.dense_axpy(self.v, columns, values, d, COMPENSATED_SUM)
+        else:
+            old = self.v[columns].tolist()
+            new = list(map(add, old, map(mul, repeat(d), values.tolist())))
+            self.v[columns] = new
+            self.sq_norm += sum(map(mul, new, new)) - sum(map(mul, old, old))
+        if self.average and self.avg_scale:
+            offset = self.avg_offset
+            offset[columns] = offset[columns] + (-self.avg_scale * d) * values
+
+    def accumulate_average(self) -> None:
+        """Add the current iterate to the running sum S, in O(1)."""
+        self.avg_scale += self.scale
+        self.n_averaged += 1
+        if self.avg_scale > MAX_AVERAGE_CANCELLATION * self.n_averaged * self.scale:
+            self.fold_scale()
+
+    def _columns(self, keys: Iterable[Hashable]) -> np.ndarray:
+        keys = list(keys)
+        columns = dense_columns(keys, len(self.v))
+        if columns is None:
+            raise ValueError(f"features {keys!r}: expected int columns from 0 to {len(self.v) - 1}")
+        return columns
+
+    def gather(self, keys: Iterable[Hashable]) -> list[float]:
+        """[w_j for j in keys]."""
+        return (self.v[self._columns(keys)] * self.scale).tolist()
+
+    def average_gather(self, keys: Iterable[Hashable]) -> list[float]:
+        """[w̄_j for j in keys] (0 before any iterate)."""
+        columns = self._columns(keys)
+        return ((self.avg_scale * self.v[columns] + self._offset(columns)) / (self.n_averaged or 1)).tolist()
+
+    def _offset(self, columns: np.ndarray) -> np.ndarray | float:
+        return self.avg_offset[columns] if self.average else 0.0
+
+    def dots(self, x: Features) -> tuple[float, float]:
+        """(⟨w, x⟩, ⟨w̄, x⟩), sharing the pass over v."""
+        columns, values = self.example(x)
+        vx = self._dot(self.v, columns, values)
+        if not self.n_averaged:
+            return vx * self.scale, 0.0
+        average = (self.avg_scale * vx + self._dot(self.avg_offset, columns, values)) / self.n_averaged
+        return vx * self.scale, average
+
+    def fold_scale(self) -> None:
+        if self.average and self.avg_scale:
+            self.avg_offset += self.avg_scale * self.v
+            self.avg_scale = 0.0
+        self.v *= self.scale
+        self.sq_norm = math.fsum((self.v * self.v).tolist())
+        self.scale = 1.0
+
+    def _clear(self) -> None:
+        self.fold_scale()  # moves the running sum into avg_offset before v is dropped
+        self.v[:] = 0.0
+        self.sq_norm = 0.0
+
+    def to_dict(self) -> dict:
+        """The non-zero weights {j: scale·v_j}."""
+        columns = np.flatnonzero(self.v)
+        return dict(zip(columns.tolist(), (self.scale * self.v[columns]).tolist()))
+
+    def average_to_dict(self) -> dict:
+        """The non-zero averaged weights {j: S_j / n}."""
+        if not self.n_averaged:
+            return {}
+        total = (self.avg_scale * self.v + self.avg_offset) / self.n_averaged
+        columns = np.flatnonzero(total)
+        return dict(zip(columns.tolist(), total[columns].tolist()))
 
 
 class SharedScaleWeights(_LazyScale):

@@ -54,9 +54,12 @@ class BatchParser:
     """Parses the batches of one run of a binary stream (the compiled parsers keep their tables of
     feature names from batch to batch)."""
 
-    def __init__(self, parser: EventParser, features: EmailFeatures | None = None) -> None:
+    def __init__(
+        self, parser: EventParser, features: EmailFeatures | None = None, hashed_columns: bool = False
+    ) -> None:
         self.parser = parser
-        self.features = features  # text events become rows of these (a batch's texts at once)
+        self.features = features  # text events become rows of these (a batch's texts at once) ...
+        self.hashed_columns = hashed_columns  # ... whose columns are the hashed features (a learner's weight arrays)
         self._svmlight_names: list[str] = []  # the str of each numbered svmlight name, made once per run
         self._json_names = name_table() if COMPILED else None  # the JSON feature names, likewise
         self._label_signs = parser.label_signs()
@@ -128,7 +131,7 @@ class BatchParser:
             else:
                 others[index] = parsed
         order = sorted(range(len(indices)), key=indices.__getitem__)
-        rows = Rows(*features.transform_texts([texts[k] for k in order]))
+        rows = Rows(*features.transform_texts([texts[k] for k in order], self.hashed_columns), distinct=True)
         return ParsedBatch(
             records,
             rows,
@@ -160,7 +163,8 @@ class BatchParser:
                 others[entry[0]] = entry[1]
         indices, ids, signs = [i for i, _, _ in rows], [e.id for _, e, _ in rows], np.array([s for _, _, s in rows])
         if texts and features is not None and features.compiled:
-            batch_rows = Rows(*features.transform_texts([event.text or "" for _, event, _ in rows]))
+            texts_of_rows = [event.text or "" for _, event, _ in rows]
+            batch_rows = Rows(*features.transform_texts(texts_of_rows, self.hashed_columns), distinct=True)
         elif texts and features is not None:
             batch_rows = Rows.from_dicts([features.transform_one(event.text) for _, event, _ in rows])
         else:

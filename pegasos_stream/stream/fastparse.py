@@ -36,7 +36,7 @@ def parse_svmlight(
     keys: list = []
     names = [] if names is None else names
     status, indptr, indices, data, labels = _fast.parse_svmlight(values, vocabulary, keys, max_bytes, names)
-    rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys)
+    rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys, True)
     return np.frombuffer(status, dtype=np.uint8), rows, np.frombuffer(labels, dtype=np.float64)
 
 
@@ -57,7 +57,7 @@ def parse_json_events(
     status, indptr, indices, data, ids, labels = _fast.parse_json_events(
         values, fields["id"], fields["x"], fields["label"], fields["text"], max_bytes, names or name_table(), keys
     )
-    rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys)
+    rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys, True)
     return np.frombuffer(status, dtype=np.uint8), rows, ids, labels
 
 

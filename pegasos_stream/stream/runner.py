@@ -34,7 +34,7 @@ from .sources import Source
 if TYPE_CHECKING:
     from ..persist.checkpoint import Checkpoints
 
-__all__ = ["RunMonitor", "RunStats", "Runner", "StopRun", "rejection_reason"]
+__all__ = ["RunMonitor", "RunStats", "Runner", "StopRun", "rejection_reason", "takes_hashed_columns"]
 
 _log = logging.getLogger(__name__)
 
@@ -202,6 +202,10 @@ class Runner:
     stats_every_seconds
         How often a statistics line is logged (a batch is cut to what the learner processes before
         the line is due, see ``_read_size``; a source waiting for records ticks every poll).
+    batch_bytes
+        Read about this many bytes of records at most at a time (from the mean size of the records of the
+        last batch; None: no bound), so that a batch of large records (emails) holds little memory and stays
+        in the processor's caches.
     batch_size
         Read up to this many records at a time (as many as the source has at hand: a file's next
         lines, the complete lines waiting on standard input, the messages a Kafka consumer has
@@ -224,6 +228,7 @@ class Runner:
         dead_letters: Sink | None = None,
         stats_every_seconds: float = 10.0,
         batch_size: int = 0,
+        batch_bytes: int | None = None,
     ) -> None:
         self.model = model
         self.features = features
@@ -240,9 +245,12 @@ class Runner:
         self._compiled = self._task if isinstance(self._task, _CompiledBinaryTask) else None
         batched = self._compiled is not None and on_error == "skip" and not isinstance(features, DictHasher)
         self.batch_size = batch_size if batched else 0
+        self.batch_bytes = batch_bytes
+        self._record_bytes = 0.0  # the mean size of the records of the last batch read
         self.stats = RunStats()
         self._emits = not isinstance(sink, NullSink)
-        self._batches = BatchParser(parser, features if isinstance(features, EmailFeatures) else None)
+        text_features = features if isinstance(features, EmailFeatures) else None
+        self._batches = BatchParser(parser, text_features, takes_hashed_columns(model, text_features))
         self.monitor: RunMonitor | None = None  # told of each round of the loop and each rejection (metrics)
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
@@ -423,6 +431,7 @@ class Runner:
                     break
                 arrived = bool(records)
                 if arrived:
+                    self._record_bytes = sum(map(len, records.values)) / len(records)
                     started = time.perf_counter()
                     with self._lock:
                         records = source.claim(records)
@@ -479,11 +488,14 @@ class Runner:
         checkpoint that is due, nor more than the learner processes, at ``pace`` (records per second
         in the last batch), before the statistics line is due at ``stats_due``, or in a
         ``STATS_BATCHES``-th of the statistics interval (but ``MIN_BATCH_SECONDS`` at least), so
-        that a misjudged pace delays the line little; ``FIRST_BATCH`` while the pace is not known."""
+        that a misjudged pace delays the line little; ``FIRST_BATCH`` while the pace is not known;
+        nor more than ``batch_bytes`` of records of the last batch's mean size."""
         size = self.batch_size or 1
         if size > 1:
             seconds = min(stats_due - time.monotonic(), self.stats_every_seconds / STATS_BATCHES)
             size = min(size, FIRST_BATCH if pace is None else max(1, int(pace * max(seconds, MIN_BATCH_SECONDS))))
+            if self.batch_bytes is not None and self._record_bytes:
+                size = min(size, max(1, int(self.batch_bytes / self._record_bytes)))
         if max_events is not None:
             size = min(size, max_events - self.stats.events)
         if checkpoints is not None:
@@ -524,6 +536,14 @@ class Runner:
         if lag is not None:
             line += f" lag={lag}"
         _log.info(line)
+
+
+def takes_hashed_columns(model: object, features: EmailFeatures | None) -> bool:
+    """Whether ``model`` keeps weight arrays (``n_features``) of every column ``features`` hash into: a batch's
+    rows then index them directly, with no numbering of the batch's features."""
+    columns = getattr(model, "n_features", None)
+    bits = None if features is None else features.hash_bits
+    return isinstance(columns, int) and bits is not None and 2**bits <= columns
 
 
 def rejection_reason(record: Record, error: Exception) -> str:
