@@ -106,8 +106,11 @@ def test_a_run_serves_its_figures_while_it_waits_for_more_input(tmp_path):
                 samples = _scrape(port)
             except urllib.error.URLError:  # not listening yet
                 samples = {}
-            # the recent figures catch up once the stream falls idle
-            if samples and _value(samples, "recent_examples") == 40 and _value(samples, "events_total") == len(lines):
+            # the recent figures catch up once the stream falls idle (and appear once there are some)
+            recent, events = (
+                samples.get((f"pegasos_stream_{name}", ())) for name in ("recent_examples", "events_total")
+            )
+            if recent == 40 and events == len(lines):
                 break
             assert time.monotonic() < deadline, f"the scrapes never showed every record: {samples}"
             time.sleep(0.1)

@@ -137,7 +137,18 @@ def test_a_model_learned_in_python_is_the_compiled_one_bit_for_bit(monkeypatch):
 @pytest.mark.slow
 def test_the_learner_and_runner_tests_pass_with_the_compiled_code_disabled():
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PURE_PYTHON_SELECTION, *PURE_PYTHON_TESTS],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:cacheprovider",
+            *PURE_PYTHON_SELECTION,
+            *PURE_PYTHON_TESTS,
+        ],
         cwd=ROOT,
         env=_environment(PEGASOS_STREAM_PURE_PYTHON="1"),
         capture_output=True,
