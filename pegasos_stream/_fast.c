@@ -89,12 +89,21 @@ static inline double sum_result(const Sum *s) {
 /* How many features ahead the loops over a row ask for the weights they are about to read and write. */
 #define AHEAD 16
 
-static double dot(const double *w, const int64_t *idx, const double *x, Py_ssize_t a, Py_ssize_t e, int comp) {
-    Sum s = {0.0, 0.0, comp};
+/* Weights beyond this many bytes are asked for ahead of use (below, they sit in the processor's caches). */
+#define FAR_BYTES (1 << 20)
+
+/* sum(w[idx[k]] * x[k]) over k = a..e - 1, summed as sum() sums; ``far``: w is large, its entries are asked
+ * for early (a text row's weights lie scattered over it); ``squares``, when given, receives sum(x[k] * x[k]),
+ * summed likewise, from the same pass. */
+static double dot(const double *w, const int64_t *idx, const double *x, Py_ssize_t a, Py_ssize_t e, int comp,
+                  int far, double *squares) {
+    Sum s = {0.0, 0.0, comp}, xx = {0.0, 0.0, comp};
     for (Py_ssize_t k = a; k < e; k++) {
-        if (k + AHEAD < e) PREFETCH(&w[idx[k + AHEAD]]);  /* a text row's weights lie scattered over w */
+        if (far && k + AHEAD < e) PREFETCH(&w[idx[k + AHEAD]]);
         sum_add(&s, w[idx[k]] * x[k]);
+        if (squares) sum_add(&xx, x[k] * x[k]);
     }
+    if (squares) *squares = sum_result(&xx);
     return sum_result(&s);
 }
 
@@ -228,7 +237,11 @@ static int check_csr(const char *prefix, const int64_t *indptr, Py_ssize_t n, co
         return -1;
     }
     for (Py_ssize_t i = start; i < n; i++) {
-        for (int64_t k = indptr[i]; k < indptr[i + 1]; k++) {
+        /* rows sorted by column (svmlight files, scipy's canonical CSR) repeat none: one comparison a column */
+        int64_t k = indptr[i], previous = -1;
+        while (k < indptr[i + 1] && indices[k] > previous && indices[k] < n_columns) previous = indices[k++];
+        if (k == indptr[i + 1]) continue;
+        for (k = indptr[i]; k < indptr[i + 1]; k++) {
             int64_t column = indices[k];
             if (column < 0 || column >= n_columns) {
                 PyErr_Format(PyExc_ValueError, "%srow %zd: column %lld is out of range: expected 0 <= column < %zd",
@@ -396,6 +409,7 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
     Py_ssize_t n = length(&b[A_SIGNS]);
     int comp = p[P_COMPENSATED] != 0.0, has_prior = p[P_HAS_PRIOR] != 0.0, averaged = p[P_AVERAGE_FROM] != 0.0;
     int track_v = length(&b[A_PRESENT_V]) != 0, track_offset = length(&b[A_PRESENT_OFFSET]) != 0;
+    int far = length(&b[A_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
     int64_t horizon = (int64_t)p[P_HORIZON], t0 = (int64_t)p[P_T0], average_from = (int64_t)p[P_AVERAGE_FROM];
     double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
     Py_ssize_t i;
@@ -412,15 +426,16 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
 
             /* margins, as _margins computes them */
             int averaging = is[I_N_AVERAGED] > 0;
-            double vx = dot(v, idx, x, a, e, comp), current, predicting;
+            double squares, vx = dot(v, idx, x, a, e, comp, far, &squares), current, predicting;
             if (averaging) {
                 current = vx * s[S_SCALE];
-                predicting = (s[S_AVERAGE_SCALE] * vx + dot(offset, idx, x, a, e, comp)) / (double)is[I_N_AVERAGED];
+                predicting = (s[S_AVERAGE_SCALE] * vx + dot(offset, idx, x, a, e, comp, far, NULL))
+                             / (double)is[I_N_AVERAGED];
             } else {
                 current = predicting = vx * s[S_SCALE];
             }
             if (has_prior) {
-                double pr = dot(prior, idx, x, a, e, comp);
+                double pr = dot(prior, idx, x, a, e, comp, far, NULL);
                 current += pr;
                 predicting += pr;
             }
@@ -446,10 +461,8 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
             if (scale < min_scale) break;
             double sq_norm = s[S_SQ_NORM], d = 0.0;
             if (coef != 0.0) {
-                Sum xx = {0.0, 0.0, comp};
-                for (Py_ssize_t k = a; k < e; k++) sum_add(&xx, x[k] * x[k]);
                 double bound = shrink * (s[S_SCALE] * sqrt(py_max(sq_norm, 0.0)));
-                bound += rate * fabs(coef) * sqrt(sum_result(&xx));
+                bound += rate * fabs(coef) * sqrt(squares);
                 if (!(bound < p[P_MAX_NORM])) break;
                 d = rate * coef / scale;
                 Sum fresh = {0.0, 0.0, comp}, old = {0.0, 0.0, comp};
@@ -621,12 +634,13 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
     char *present = b[L_PRESENT].view.buf;
     int64_t *new = b[L_NEW].view.buf;
     Py_ssize_t i, n_new = 0;
+    int far = M * (Py_ssize_t)sizeof(double) > FAR_BYTES;
     Py_BEGIN_ALLOW_THREADS
         for (i = start; i < n; i++) {
             Py_ssize_t a = indptr[i], e = indptr[i + 1];
             Sum sum = {0.0, 0.0, comp};
             for (Py_ssize_t k = a; k < e; k++) {
-                if (k + AHEAD < e) {  /* a text row's weights lie scattered over the arrays: ask for them early */
+                if (far && k + AHEAD < e) {  /* a text row's weights lie scattered over the arrays: ask early */
                     int64_t ahead = mapped ? columns[idx[k + AHEAD]] : idx[k + AHEAD];
                     PREFETCH(&w[ahead]);
                     PREFETCH(&g2[ahead]);

@@ -4,10 +4,12 @@ scikit-learn.
 A synthetic RCV1-like log (``_stream_data``; fixed seed; default 200,000 lines, ~71 non-zeros over 47,236
 features) written to a temporary directory. ``pegasos-stream eval --config configs/replay-svmlight.yaml
 --input LOG --set errors.dead_letter.type=none --json`` (batched: C svmlight parsing and the compiled
-loop), the same with ``--set run.batch_size=0`` (the record-by-record loop), against bare learning on
+loop), the same with ``--set run.batch_size=0`` (the record-by-record loop), the same with
+``--set model.n_features=FEATURES`` (the weights in an array, the svmlight names its columns), against bare
+learning on
 rows parsed before timing, in chunks of 50,000 lines (so memory stays bounded): ``decision_function_one``
 + ``learn_one`` on dicts from the runner's ``EventParser``, and ``learn_csr`` on CSR rows from
-``parse_svmlight``. All four are the same model, so they must give the same accuracy and AUC. Runner
+``parse_svmlight``. All five are the same model, so they must give the same accuracy and AUC. Runner
 overhead = 1 − eval rate / bare ``learn_one`` rate (target ≤ 20%) and 1 − eval rate / bare ``learn_csr``
 rate. Peers: Vowpal Wabbit (``vw`` on the PATH if there is one, else VW's own C++ driver through pyvw,
 ``-d FILE``, which is what the CLI runs; plus pyvw fed one text line at a time from Python; the VW text
@@ -212,10 +214,12 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
         "--set", "errors.dead_letter.type=none", "--json",
     ]  # fmt: skip
     one_at_a_time = [*argv, "--set", "run.batch_size=0"]
+    in_arrays = [*argv, "--set", f"model.n_features={args.features}"]
     timings = alternate(
         args.repeat,
         {
             "eval": lambda: eval_pass(argv),
+            "eval_arrays": lambda: eval_pass(in_arrays),
             "eval_one_at_a_time": lambda: eval_pass(one_at_a_time),
             "bare": lambda: bare_pass(log),
             "compiled": lambda: compiled_pass(log),
@@ -226,6 +230,11 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
     runner = eval_row("pegasos-stream eval", f"{timed_eval} (batches of {batch_size:,} lines)", timings["eval"])
     record_by_record = eval_row(
         "pegasos-stream eval, record by record (--set run.batch_size=0)", timed_eval, timings["eval_one_at_a_time"]
+    )
+    arrays = eval_row(
+        f"pegasos-stream eval, weights in an array (--set model.n_features={args.features})",
+        f"{timed_eval}; the svmlight names are the array's columns",
+        timings["eval_arrays"],
     )
     positives = np.asarray(timings["bare"][2]["positives"])
     bare = scored_row(
@@ -246,7 +255,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
         f"bare learn_one {bare.rate:,.0f}/s, bare compiled {compiled.rate:,.0f}/s",
         file=sys.stderr,
     )
-    pegasos_rows = [runner, record_by_record, bare, compiled]
+    pegasos_rows = [runner, arrays, record_by_record, bare, compiled]
     rows = list(pegasos_rows)
     vw_driver = None
     if pyvw is not None or shutil.which("vw"):
@@ -327,7 +336,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
             else "Vowpal Wabbit not installed (no vowpalwabbit, no vw binary): no eval / VW ratio."
         ),
         (
-            f"The four pegasos-stream rows reproduce the same accuracy and (1−ROCA)%: {yes(same)}; the bare "
+            f"The five pegasos-stream rows reproduce the same accuracy and (1−ROCA)%: {yes(same)}; the bare "
             f"compiled decisions are bit-identical to the bare learn_one ones: {yes(identical)}."
         ),
         passes_note(args),

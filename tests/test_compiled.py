@@ -485,12 +485,12 @@ def test_many_names_grow_the_c_name_table():
 # -- the runner ------------------------------------------------------------------------------
 
 
-def _eval(tmp_path: Path, log: Path, fmt: str, batch_size: int, tag: str) -> tuple[list, list, list]:
-    """Run a job over ``log``: (each checkpoint's events, model digest and runner state; the
-    predictions; the positions of the rejected records)."""
+def _eval(tmp_path: Path, log: Path, fmt: str, batch_size: int, tag: str, **model: object) -> tuple[list, list, list]:
+    """Run a job over ``log`` (``model``: more settings of the learner): (each checkpoint's events, model digest
+    and runner state; the predictions; the positions of the rejected records)."""
     out, dead, directory = tmp_path / f"pred-{tag}.jsonl", tmp_path / f"dead-{tag}.jsonl", tmp_path / f"ck-{tag}"
     config = {
-        "model": {"kind": "linear", "lambda_": 0.05, "fit_intercept": True, "average": 25},
+        "model": {"kind": "linear", "lambda_": 0.05, "fit_intercept": True, "average": 25, **model},
         "features": {"type": "dict"},
         "source": {"type": "file", "path": str(log), "format": fmt, "max_bytes": 400},
         "output": {"type": "file", "path": str(out)},
@@ -558,6 +558,27 @@ def test_the_runner_batches_give_what_one_record_at_a_time_gives(tmp_path, fmt):
         assert batched[0] == one[0]  # every checkpoint: events, source position, model, counts, metrics
         assert batched[1] == one[1]  # every prediction, in order
         assert batched[2] == one[2]  # the same records rejected
+
+
+def test_svmlight_names_as_columns_of_weight_arrays_batch_as_one_at_a_time(tmp_path):
+    """With n_features, svmlight names are the int columns of the weight arrays: the same predictions as the
+    names as strings over dicts; a name that is no column refuses its line, in batches as one at a time."""
+    lines = _svmlight_log(400)
+    log = tmp_path / "log"
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    dicts = _eval(tmp_path, log, "svmlight", 1 << 14, "dicts")
+    arrays = _eval(tmp_path, log, "svmlight", 1 << 14, "arrays", n_features=64)
+    assert arrays[1] == dicts[1] and arrays[2] == dicts[2]
+
+    lines[40:40] = [b"+1 abc:1 3:0.5", b"-1 070:1", b"+1 64:1", b"-1 +5:1", b"+1 3:1 qid:7"]
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    one = _eval(tmp_path, log, "svmlight", 0, "one", n_features=64)
+    for size in (1 << 14, 50):
+        assert _eval(tmp_path, log, "svmlight", size, f"b{size}", n_features=64) == one
+    assert len(one[2]) == len(dicts[2]) + 4  # the four names that are no column; qid is no feature
+    reasons = (tmp_path / "dead-one.jsonl").read_text()
+    for name in ("'abc'", "'070'", "'64'", "'+5'"):
+        assert f"svmlight feature {name} is no column from 0 to 63" in reasons
 
 
 FEATURE_VALUES = st.one_of(

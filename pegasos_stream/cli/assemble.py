@@ -130,10 +130,20 @@ def _sink(kind: str, section: dict, key: str) -> Sink:
     return NullSink()
 
 
-def build_parser(config: dict, multiclass: bool = False) -> EventParser:
-    """The configured parser of records into events (for a ``multiclass`` learner, svmlight labels are classes)."""
+def build_parser(config: dict, model: object) -> EventParser:
+    """The configured parser of records into events for ``model``: for a multiclass learner, svmlight labels are
+    classes; for a learner with weight arrays (``n_features``), svmlight names are their int columns (unless the
+    features are hashed)."""
     source = config["source"]
-    return EventParser(source["format"], source["fields"], _labels(source["labels"]), source["max_bytes"], multiclass)
+    columns = getattr(model, "n_features", None) if config["features"].get("hash_bits") is None else None
+    return EventParser(
+        source["format"],
+        source["fields"],
+        _labels(source["labels"]),
+        source["max_bytes"],
+        getattr(model, "_multiclass", False),
+        columns if isinstance(columns, int) else None,
+    )
 
 
 def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Runner:
@@ -145,7 +155,7 @@ def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Run
     return Runner(
         model=model,
         features=build_features(config),
-        parser=build_parser(config, model._multiclass),
+        parser=build_parser(config, model),
         sink=_sink(config["output"]["type"], config["output"], "output"),
         pending=PendingLabels(config["delayed_labels"]["max_pending"], config["delayed_labels"]["max_age_seconds"]),
         report=report,

@@ -141,7 +141,7 @@ def command_predict(args: argparse.Namespace) -> int:
     inputs = [(name, input_format(name, args.format)) for name in args.inputs or ["-"]]
     _check_inputs(inputs, features)
     predictor = Predictor(model, features, binary_classes(config["source"]["labels"]), model._multiclass)
-    scoring = _Scoring(predictor, build_parser(config, model._multiclass))
+    scoring = _Scoring(predictor, build_parser(config, model))
     max_bytes = config["source"]["max_bytes"]
     try:
         for name, kind in inputs:

@@ -136,8 +136,9 @@ class Rows:
         columns_used = indices[first:last]
         names = None if columns is None else list(columns)
         limit = len(names) if names is not None else n_columns
-        out_of_range = np.flatnonzero((columns_used < 0) | (limit is not None and columns_used >= limit))
-        if len(out_of_range):
+        low, high = (int(columns_used.min()), int(columns_used.max())) if len(columns_used) else (0, -1)
+        if low < 0 or (limit is not None and high >= limit):
+            out_of_range = np.flatnonzero((columns_used < 0) | (limit is not None and columns_used >= limit))
             k = first + int(out_of_range[0])
             row = int(np.searchsorted(indptr, k, side="right")) - 1
             bound = "" if limit is None else f" < {limit} (the number of columns)"

@@ -62,6 +62,10 @@ class EventParser:
     classes
         svmlight labels are the classes of a multiclass learner (ints when integral), not the binary
         classes +1, -1 and 0.
+    columns
+        None: svmlight feature names stay strings. An int n: they are the int columns 0..n − 1 of a
+        learner's weight arrays (``n_features``), written in decimal without a sign or leading zeros;
+        a line with any other name is refused.
 
     """
 
@@ -72,12 +76,14 @@ class EventParser:
         labels: Mapping[str, object] | None = None,
         max_bytes: int = 1_000_000,
         classes: bool = False,
+        columns: int | None = None,
     ) -> None:
         self.format = format
         self.fields = {"id": "id", "x": "x", "text": "text", "label": "label", **(fields or {})}
         self.labels = dict(labels or {})
         self.max_bytes = max_bytes
         self.classes = classes
+        self.columns = columns
 
     def parse(self, record: Record) -> Event | None:
         """The event in ``record`` (None for a comment-only svmlight line); a BadRecord naming its
@@ -180,6 +186,8 @@ class EventParser:
         except ValueError:
             x = _svmlight_pairs(tokens[1:], position)
         x.pop("qid", None)
+        if self.columns is not None:
+            x = _svmlight_columns(x, self.columns, position)
         event = Event(id=position, position=position, x=_features(x, position, "features"))
         if self.labels:
             event.label = self._label(y, position)
@@ -200,6 +208,25 @@ def _svmlight_pairs(tokens: list[str], position: str) -> dict:
         except ValueError:
             raise BadRecord(position, f"feature {name!r} has value {value!r}: expected a number") from None
     return x
+
+
+def svmlight_column(name: str, columns: int) -> int | None:
+    """The int column a svmlight name writes (decimal, no sign, no leading zero), if below ``columns``."""
+    if not (name.isascii() and name.isdigit()) or (name[0] == "0" and len(name) > 1):
+        return None
+    column = int(name)
+    return column if column < columns else None
+
+
+def _svmlight_columns(x: dict, columns: int, position: str) -> dict:
+    """The features of a svmlight line over int columns; a BadRecord naming a name that is no column."""
+    converted = {}
+    for name, value in x.items():
+        column = svmlight_column(name, columns)
+        if column is None:
+            raise BadRecord(position, f"svmlight feature {name!r} is no column from 0 to {columns - 1}")
+        converted[column] = value
+    return converted
 
 
 def _svmlight_label(y: float, position: str) -> bool:
