@@ -1141,6 +1141,46 @@ static inline int exact_decimal(uint64_t mantissa, Py_ssize_t power, int negativ
     return 1;
 }
 
+static inline uint64_t load8(const char *p) {
+    uint64_t word;
+    memcpy(&word, p, 8);
+    return word;
+}
+
+/* The value of eight digits, one a byte (their values, not their characters), the first in the lowest
+ * byte: three multiplications instead of eight steps. */
+static inline uint64_t eight_digits(uint64_t v) {
+    v = v * 10 + (v >> 8);
+    return (((v & 0x000000ff000000ffULL) * (100 + (1000000ULL << 32)))
+            + (((v >> 16) & 0x000000ff000000ffULL) * (1 + (10000ULL << 32)))) >> 32;
+}
+
+static const uint64_t POW10_INT[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+
+/* The decimal digits at s[k], up to ``end`` at most: how many, with *mantissa times ten to that many
+ * plus their value (modulo 2^64). Eight bytes at a time where they can be read. */
+static inline Py_ssize_t digits_at(const char *s, Py_ssize_t k, const char *end, uint64_t *mantissa) {
+    Py_ssize_t start = k;
+    uint64_t m = *mantissa;
+#if PY_LITTLE_ENDIAN && defined(__GNUC__)
+    while (end - (s + k) >= 8) {
+        uint64_t x = load8(s + k) ^ 0x3030303030303030ULL;  /* a digit's byte becomes its value */
+        uint64_t other = (x & 0xf0f0f0f0f0f0f0f0ULL) | ((x + 0x0606060606060606ULL) & 0x1010101010101010ULL);
+        int n = other ? __builtin_ctzll(other) / 8 : 8;  /* exact up to the first byte that is no digit */
+        if (n == 0) break;
+        m = m * POW10_INT[n] + eight_digits(n == 8 ? x : (x & (((uint64_t)1 << (8 * n)) - 1)) << (8 * (8 - n)));
+        k += n;
+        if (n < 8) {
+            *mantissa = m;
+            return k - start;
+        }
+    }
+#endif
+    for (; s[k] >= '0' && s[k] <= '9'; k++) m = m * 10 + (uint64_t)(s[k] - '0');
+    *mantissa = m;
+    return k - start;
+}
+
 /* The number in the plain grammar [+-]?(d+(.d*)?|.d+)([eE][+-]?d+)? at s[k:], parsed as float() would:
  * through exact_decimal when it applies, else through Python's own correctly rounded conversion. The
  * index past it when it is finite, at most 64 characters and followed by the end or whitespace; -1
@@ -1150,15 +1190,23 @@ static Py_ssize_t scan_number(const char *s, Py_ssize_t k, Py_ssize_t end, doubl
     uint64_t mantissa = 0;
     int negative = 0;
     if (k < end && (s[k] == '+' || s[k] == '-')) negative = s[k++] == '-';
-    for (; k < end && s[k] >= '0' && s[k] <= '9'; k++, digits++) {
-        if (mantissa || s[k] != '0') significant++;
-        if (significant <= 19) mantissa = mantissa * 10 + (uint64_t)(s[k] - '0');
+    /* the digits, eight at a time where they can be read: leading zeros first (they are not significant), then
+     * the rest into the mantissa (exact while there are at most 19 significant digits, the only case it is used) */
+    Py_ssize_t first = k;
+    while (k < end && s[k] == '0') k++;
+    significant = digits_at(s, k, s + end, &mantissa);
+    k += significant;
+    digits = k - first;
+    if (k < end && s[k] == '.') {
+        Py_ssize_t point = ++k;
+        if (!significant)
+            while (k < end && s[k] == '0') k++;
+        Py_ssize_t more = digits_at(s, k, s + end, &mantissa);
+        significant += more;
+        k += more;
+        fraction = k - point;
+        digits += fraction;
     }
-    if (k < end && s[k] == '.')
-        for (k++; k < end && s[k] >= '0' && s[k] <= '9'; k++, digits++, fraction++) {
-            if (mantissa || s[k] != '0') significant++;
-            if (significant <= 19) mantissa = mantissa * 10 + (uint64_t)(s[k] - '0');
-        }
     if (!digits) return -1;
     Py_ssize_t exponent = 0, exponent_digits = 0;
     if (k < end && (s[k] == 'e' || s[k] == 'E')) {
@@ -1231,10 +1279,22 @@ static int64_t name_column(const char *s, Py_ssize_t len, PyObject *vocabulary, 
 /* Parse one line into the CSR buffers, in one pass; LINE_PYTHON leaves them as they were (but for new
  * columns). A byte outside printable ASCII, in a token or between tokens (other than whitespace), sends
  * the line to Python, as does a non-ASCII byte in the comment (for the UTF-8 checks). */
+/* The column a svmlight name writes in decimal (digits only, no leading zero), if below ``columns``; -1 if not. */
+static int64_t decimal_column(const char *name, Py_ssize_t n, int64_t columns) {
+    if (n < 1 || n > 18 || (name[0] == '0' && n > 1)) return -1;
+    int64_t column = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (name[k] < '0' || name[k] > '9') return -1;
+        column = column * 10 + (name[k] - '0');
+    }
+    return column < columns ? column : -1;
+}
+
 static int svmlight_line(const char *s, Py_ssize_t len, PyObject *vocabulary, PyObject *keys, Growing *indices,
                          Growing *data, Growing *stamps, Growing *numbered, PyObject *names, int64_t stamp,
-                         double *label, int *error) {
+                         int64_t columns, double *label, int *error) {
     Py_ssize_t rows_before = indices->len;
+    int64_t previous = -1;  /* with columns: the row's last column (a row not in increasing order goes to Python) */
     const char *comment = memchr(s, '#', len);
     Py_ssize_t end = comment ? comment - s : len;
     for (Py_ssize_t k = end; k < len; k++) if ((unsigned char)s[k] >= 0x80) return LINE_PYTHON;
@@ -1259,12 +1319,19 @@ static int svmlight_line(const char *s, Py_ssize_t len, PyObject *vocabulary, Py
         Py_ssize_t colon = k;
         k = scan_number(s, colon + 1, end, &number);
         if (k < 0) goto python;
-        int64_t column = name_column(s + token, colon - token, vocabulary, keys, numbered, names);
-        if (column < 0) { *error = 1; return LINE_PYTHON; }
-        int64_t *seen = table_slot(stamps, column);
-        if (!seen) { *error = 1; return LINE_PYTHON; }
-        if (*seen == stamp) goto python;  /* a repeated name: the dict keeps the last value */
-        *seen = stamp;
+        int64_t column;
+        if (columns >= 0) {
+            column = decimal_column(s + token, colon - token, columns);
+            if (column <= previous) goto python;  /* no column, or out of order (perhaps repeated) */
+            previous = column;
+        } else {
+            column = name_column(s + token, colon - token, vocabulary, keys, numbered, names);
+            if (column < 0) { *error = 1; return LINE_PYTHON; }
+            int64_t *seen = table_slot(stamps, column);
+            if (!seen) { *error = 1; return LINE_PYTHON; }
+            if (*seen == stamp) goto python;  /* a repeated name: the dict keeps the last value */
+            *seen = stamp;
+        }
         if (grow(indices, &column, 8) < 0 || grow(data, &number, 8) < 0) { *error = 1; return LINE_PYTHON; }
     }
 python:
@@ -1273,14 +1340,17 @@ python:
     return LINE_PYTHON;
 }
 
-/* parse_svmlight(lines, vocabulary, keys, max_bytes, names) -> (status, indptr, indices, data, labels) as
- * bytes: status per line (0 row, 1 nothing, 2 for the Python parser); one CSR row and label per status-0
- * line. ``names`` keeps the str of each numbered name from call to call (see numbered_name). */
+/* parse_svmlight(lines, vocabulary, keys, max_bytes, names[, columns]) -> (status, indptr, indices, data, labels)
+ * as bytes: status per line (0 row, 1 nothing, 2 for the Python parser); one CSR row and label per status-0
+ * line. ``names`` keeps the str of each numbered name from call to call (see numbered_name). With ``columns``
+ * (>= 0), the names are no keys but the columns they write in decimal, below ``columns`` and increasing along a
+ * row; a line with any other name goes to the Python parser. */
 static PyObject *parse_svmlight(PyObject *self, PyObject *args) {
     PyObject *lines, *vocabulary, *keys, *names;
     Py_ssize_t max_bytes;
-    if (!PyArg_ParseTuple(args, "O!O!O!nO!", &PyList_Type, &lines, &PyDict_Type, &vocabulary, &PyList_Type, &keys,
-                          &max_bytes, &PyList_Type, &names))
+    long long columns = -1;
+    if (!PyArg_ParseTuple(args, "O!O!O!nO!|L", &PyList_Type, &lines, &PyDict_Type, &vocabulary, &PyList_Type, &keys,
+                          &max_bytes, &PyList_Type, &names, &columns))
         return NULL;
     Growing status = {.in_bytes = 1}, indptr = {.in_bytes = 1}, indices = {0}, data = {0}, labels = {.in_bytes = 1},
             stamps = {0}, numbered = {0};
@@ -1298,7 +1368,7 @@ static PyObject *parse_svmlight(PyObject *self, PyObject *args) {
         Py_INCREF(line);  /* read while new names are made, which may run a finalizer that drops it from the list */
         char kind = len > max_bytes ? LINE_PYTHON
             : (char)svmlight_line(PyBytes_AS_STRING(line), len, vocabulary, keys, &indices, &data, &stamps, &numbered,
-                                  names, r + 1, &label, &error);
+                                  names, r + 1, (int64_t)columns, &label, &error);
         Py_DECREF(line);
         if (error) goto fail;
         if (grow(&status, &kind, 1) < 0) goto fail;
@@ -1324,11 +1394,6 @@ fail:
 
 /* -- JSON events ------------------------------------------------------------------------------- */
 
-static inline uint64_t load8(const char *p) {
-    uint64_t word;
-    memcpy(&word, p, 8);
-    return word;
-}
 
 static inline int json_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
@@ -1352,40 +1417,6 @@ static inline Py_ssize_t json_string(const char *s, Py_ssize_t k) {
 /* A scalar JSON value, as json.loads would give it. */
 enum { V_NONE, V_STRING, V_INT, V_FLOAT, V_TRUE, V_FALSE };
 typedef struct { int kind; Py_ssize_t start, end; int64_t integer; double real; } Scalar;
-
-/* The value of eight digits, one a byte (their values, not their characters), the first in the lowest
- * byte: three multiplications instead of eight steps. */
-static inline uint64_t eight_digits(uint64_t v) {
-    v = v * 10 + (v >> 8);
-    return (((v & 0x000000ff000000ffULL) * (100 + (1000000ULL << 32)))
-            + (((v >> 16) & 0x000000ff000000ffULL) * (1 + (10000ULL << 32)))) >> 32;
-}
-
-static const uint64_t POW10_INT[9] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
-
-/* The decimal digits at s[k], up to ``end`` at most: how many, with *mantissa times ten to that many
- * plus their value (modulo 2^64). Eight bytes at a time where they can be read. */
-static inline Py_ssize_t digits_at(const char *s, Py_ssize_t k, const char *end, uint64_t *mantissa) {
-    Py_ssize_t start = k;
-    uint64_t m = *mantissa;
-#if PY_LITTLE_ENDIAN && defined(__GNUC__)
-    while (end - (s + k) >= 8) {
-        uint64_t x = load8(s + k) ^ 0x3030303030303030ULL;  /* a digit's byte becomes its value */
-        uint64_t other = (x & 0xf0f0f0f0f0f0f0f0ULL) | ((x + 0x0606060606060606ULL) & 0x1010101010101010ULL);
-        int n = other ? __builtin_ctzll(other) / 8 : 8;  /* exact up to the first byte that is no digit */
-        if (n == 0) break;
-        m = m * POW10_INT[n] + eight_digits(n == 8 ? x : (x & (((uint64_t)1 << (8 * n)) - 1)) << (8 * (8 - n)));
-        k += n;
-        if (n < 8) {
-            *mantissa = m;
-            return k - start;
-        }
-    }
-#endif
-    for (; s[k] >= '0' && s[k] <= '9'; k++) m = m * 10 + (uint64_t)(s[k] - '0');
-    *mantissa = m;
-    return k - start;
-}
 
 /* The number at s[k] in the JSON grammar -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?, into ``value``: V_INT with
  * an integer of at most ``max_digits`` digits (-0 is the int 0), or V_FLOAT, the finite float() of the

@@ -5,7 +5,7 @@ A synthetic RCV1-like log (``_stream_data``; fixed seed; default 200,000 lines, 
 features) written to a temporary directory. ``pegasos-stream eval --config configs/replay-svmlight.yaml
 --input LOG --set errors.dead_letter.type=none --json`` (batched: C svmlight parsing and the compiled
 loop), the same with ``--set run.batch_size=0`` (the record-by-record loop), the same with
-``--set model.n_features=FEATURES`` (the weights in an array, the svmlight names its columns), against bare
+``--set model.n_features=FEATURES+1`` (the weights in an array, the svmlight names, from 1, its columns), against bare
 learning on
 rows parsed before timing, in chunks of 50,000 lines (so memory stays bounded): ``decision_function_one``
 + ``learn_one`` on dicts from the runner's ``EventParser``, and ``learn_csr`` on CSR rows from
@@ -214,7 +214,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
         "--set", "errors.dead_letter.type=none", "--json",
     ]  # fmt: skip
     one_at_a_time = [*argv, "--set", "run.batch_size=0"]
-    in_arrays = [*argv, "--set", f"model.n_features={args.features}"]
+    in_arrays = [*argv, "--set", f"model.n_features={args.features + 1}"]  # svmlight names count from 1
     timings = alternate(
         args.repeat,
         {
@@ -232,7 +232,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
         "pegasos-stream eval, record by record (--set run.batch_size=0)", timed_eval, timings["eval_one_at_a_time"]
     )
     arrays = eval_row(
-        f"pegasos-stream eval, weights in an array (--set model.n_features={args.features})",
+        f"pegasos-stream eval, weights in an array (--set model.n_features={args.features + 1})",
         f"{timed_eval}; the svmlight names are the array's columns",
         timings["eval_arrays"],
     )

@@ -136,12 +136,18 @@ LABELS = st.sampled_from(["+1", "-1", "1", "0", "1.0", "-0", "2", "abc", "1e0", 
 
 
 @settings(max_examples=400, deadline=None)
-@given(label=LABELS, tokens=st.lists(TOKENS, max_size=6), comment=st.sampled_from(["", " # c", "#x:1", " # ü"]))
-def test_the_c_svmlight_parser_agrees_with_the_python_one(label, tokens, comment):
+@given(
+    label=LABELS,
+    tokens=st.lists(TOKENS, max_size=6),
+    comment=st.sampled_from(["", " # c", "#x:1", " # ü"]),
+    columns=st.sampled_from([None, 12, 10**8]),
+)
+def test_the_c_svmlight_parser_agrees_with_the_python_one(label, tokens, comment, columns):
+    """Names as strings, or as the int columns below ``columns`` of a learner's weight arrays."""
     line = (" ".join([label, *tokens]) + comment).encode("utf-8")
-    status, rows, signs = parse_svmlight([line], max_bytes=1000)
+    status, rows, signs = parse_svmlight([line], 1000, None, columns)
     try:
-        event = EventParser("svmlight").parse(Record(line, "f:1"))
+        event = EventParser("svmlight", columns=columns).parse(Record(line, "f:1"))
     except BadRecord:
         event = "bad"
     if status[0] == 0:
@@ -150,10 +156,42 @@ def test_the_c_svmlight_parser_agrees_with_the_python_one(label, tokens, comment
         assert signs[0] == (1.0 if event.label else -1.0)
     elif status[0] == 1:
         assert event is None
-    plain = all(t in ("1:0.5", "2:1", "3:-2e-3", "10:.5", "007:1", "a:1", "x_1:2.5", "0:0") for t in tokens)
-    distinct = len({t.split(":")[0] for t in tokens}) == len(tokens)
+    names = [t.split(":")[0] for t in tokens]
+    if columns is None:
+        plain = all(t in ("1:0.5", "2:1", "3:-2e-3", "10:.5", "007:1", "a:1", "x_1:2.5", "0:0") for t in tokens)
+        distinct = len(set(names)) == len(names)
+    else:  # plain decimal names below columns, in increasing order
+        plain = all(t in ("1:0.5", "2:1", "3:-2e-3", "10:.5", "0:0", "12345678:1") for t in tokens)
+        plain = plain and all(int(name) < columns for name in names)
+        distinct = plain and [int(name) for name in names] == sorted({int(name) for name in names})
     if label in ("+1", "-1", "1", "0", "1.0", "-0", "1e0") and plain and distinct and comment.isascii():
         assert status[0] == 0  # the common case takes the compiled path
+
+
+NUMBER_TEXTS = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.floats(allow_nan=False, allow_infinity=False).map(lambda v: f"{v:.17g}"),
+    st.decimals(allow_nan=False, allow_infinity=False, places=12).map(str),
+    st.decimals(allow_nan=False, allow_infinity=False).map(str),
+    st.from_regex(r"[+-]?0{0,3}[0-9]{0,25}(\.[0-9]{0,25})?([eE][+-]?[0-9]{1,3})?", fullmatch=True),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=NUMBER_TEXTS)
+def test_svmlight_values_are_the_floats_python_reads(text):
+    """Every value the compiled svmlight parser takes is float() of its text, to the last bit (eight digits at a
+    time, leading zeros, long mantissas, exponents)."""
+    status, rows, _ = parse_svmlight([f"1 3:{text}".encode()], 1000)
+    try:
+        expected = float(text)
+    except ValueError:
+        expected = None
+    if status[0] == 0:
+        assert expected is not None and math.isfinite(expected)
+        assert rows.data[0].hex() == expected.hex()
+    else:
+        assert status[0] == 2 and (expected is None or not math.isfinite(expected) or "_" in text)
 
 
 def test_long_lines_go_to_the_python_parser():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import TypeAlias, cast
+from typing import TypeAlias
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from ..features import EmailFeatures
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
 from .fastparse import COMPILED, name_table, parse_json_events, parse_json_texts, parse_svmlight
-from .parsing import BadRecord, Event, EventParser, svmlight_column
+from .parsing import BadRecord, Event, EventParser
 from .records import Record, RecordBatch
 
 __all__ = ["BatchParser", "Parsed", "ParsedBatch", "parse_record"]
@@ -61,7 +61,6 @@ class BatchParser:
         self.features = features  # text events become rows of these (a batch's texts at once) ...
         self.hashed_columns = hashed_columns  # ... whose columns are the hashed features (a learner's weight arrays)
         self._svmlight_names: list[str] = []  # the str of each numbered svmlight name, made once per run
-        self._svmlight_columns: dict[str, int | None] = {}  # with parser.columns: the int column of each name
         self._json_names = name_table() if COMPILED else None  # the JSON feature names, likewise
         self._label_signs = parser.label_signs()
 
@@ -72,8 +71,7 @@ class BatchParser:
             return self._events(records)
         try:
             if parser.format == "svmlight" and not (parser.labels or parser.classes):
-                parsed = self._svmlight(records)
-                return self._events(records) if parsed is None else parsed
+                return self._svmlight(records)
             features = self.features
             if parser.format != "json":
                 parsed = None
@@ -85,21 +83,10 @@ class BatchParser:
             parsed = None
         return self._events(records) if parsed is None else parsed
 
-    def _svmlight(self, records: RecordBatch) -> ParsedBatch | None:
-        """The batch through the C svmlight parser; with ``parser.columns``, its names as int columns (None when
-        a name is no column: the Python parser then refuses its lines, one record at a time)."""
+    def _svmlight(self, records: RecordBatch) -> ParsedBatch:
+        """The batch through the C svmlight parser (with ``parser.columns``, its names as the int columns)."""
         parser = self.parser
-        status, rows, signs = parse_svmlight(records.values, parser.max_bytes, self._svmlight_names)
-        if parser.columns is not None:
-            known: dict[str, int | None] = self._svmlight_columns
-            keys = []
-            for name in cast(list, rows.keys):
-                if name not in known:
-                    known[name] = svmlight_column(name, parser.columns)
-                keys.append(known[name])
-            if None in keys:
-                return None
-            rows.keys = keys
+        status, rows, signs = parse_svmlight(records.values, parser.max_bytes, self._svmlight_names, parser.columns)
         others: dict[int, Parsed] = dict.fromkeys(np.flatnonzero(status == 1).tolist())
         others.update((i, parse_record(parser, records[i])) for i in np.flatnonzero(status == 2).tolist())
         indices = np.flatnonzero(status == 0).tolist()

@@ -22,7 +22,7 @@ COMPILED = _fast is not None
 
 
 def parse_svmlight(
-    values: list[bytes], max_bytes: int, names: list | None = None
+    values: list[bytes], max_bytes: int, names: list | None = None, columns: int | None = None
 ) -> tuple[np.ndarray, Rows, np.ndarray]:
     """svmlight lines at C speed: (status of each line, the rows, their labels as ±1.0).
 
@@ -30,13 +30,22 @@ def parse_svmlight(
     the plain ASCII grammar (or too long) and the Python parser must take it, to give the same event
     (e.g. ``1_0`` as a number, a repeated name) or the same error. ``names``, a list passed to every
     call of a run, keeps the str of each numbered name (``"17"``) from call to call, so each is made
-    and hashed once and the learner's weight lookups match it by identity.
+    and hashed once and the learner's weight lookups match it by identity. With ``columns``, the names are
+    the int columns below it that they write in decimal (the rows' keys ``range(columns)``); a line with
+    another name, or whose names do not increase, is for the Python parser (status 2).
     """
     vocabulary: dict = {}
     keys: list = []
     names = [] if names is None else names
-    status, indptr, indices, data, labels = _fast.parse_svmlight(values, vocabulary, keys, max_bytes, names)
-    rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys, True)
+    extra = () if columns is None else (columns,)
+    status, indptr, indices, data, labels = _fast.parse_svmlight(values, vocabulary, keys, max_bytes, names, *extra)
+    rows = Rows(
+        int64_array(indptr),
+        int64_array(indices),
+        np.frombuffer(data, dtype=np.float64),
+        keys if columns is None else range(columns),
+        True,
+    )
     return np.frombuffer(status, dtype=np.uint8), rows, np.frombuffer(labels, dtype=np.float64)
 
 
