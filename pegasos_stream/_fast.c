@@ -374,6 +374,11 @@ static int check_learn_rows(const Buf *b, Py_ssize_t start, int distinct) {
     return check_csr("learn_rows: ", b[A_INDPTR].view.buf, n, b[A_INDICES].view.buf, nnz, m, start, NULL, distinct);
 }
 
+/* v[idx[k]] = saved[k - a] for the row's features, last first: the weights as they were before a step. */
+static void put_back(double *v, const int64_t *idx, const double *saved, Py_ssize_t a, Py_ssize_t e) {
+    for (Py_ssize_t k = e - 1; k >= a; k--) v[idx[k]] = saved[k - a];
+}
+
 /* learn_rows(indptr, indices, data, signs, weights, v, offset, prior, present_v, present_offset,
  *            new_v, new_offset, state, istate, params, decisions, probas, start[, distinct]) -> stop row
  * v (and offset, prior, present_*, new_*) have one entry per column: the gathered weights of a dict learner, or a
@@ -413,6 +418,15 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
     int64_t horizon = (int64_t)p[P_HORIZON], t0 = (int64_t)p[P_T0], average_from = (int64_t)p[P_AVERAGE_FROM];
     double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
     Py_ssize_t i;
+
+    Py_ssize_t longest = 0;  /* the most features of a row: room for the weights a step writes, to put them back */
+    for (Py_ssize_t r = start; r < n; r++)
+        if (indptr[r + 1] - indptr[r] > longest) longest = indptr[r + 1] - indptr[r];
+    double *saved = PyMem_Malloc((size_t)(longest + 1) * sizeof(double));
+    if (!saved) {
+        release(b, N_ARRAYS);
+        return PyErr_NoMemory();
+    }
 
     /* Only the checked buffers from here on: the arrays must not change under the loop (another thread
      * writing into them while it runs is a race the caller must not start). */
@@ -466,8 +480,10 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
                 if (!(bound < p[P_MAX_NORM])) break;
                 d = rate * coef / scale;
                 Sum fresh = {0.0, 0.0, comp}, old = {0.0, 0.0, comp};
-                for (Py_ssize_t k = a; k < e; k++) {
+                for (Py_ssize_t k = a; k < e; k++) {  /* written now; put back below if the row is left to learn_one */
                     double before = v[idx[k]], after = before + d * x[k];
+                    saved[k - a] = before;
+                    v[idx[k]] = after;
                     sum_add(&fresh, after * after);
                     sum_add(&old, before * before);
                 }
@@ -476,13 +492,18 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
                     double norm = scale * sqrt(py_max(sq_norm, 0.0));
                     if (norm > p[P_RADIUS]) {
                         scale *= p[P_RADIUS] / norm;
-                        if (scale < min_scale) break;
+                        if (scale < min_scale) {
+                            put_back(v, idx, saved, a, e);
+                            break;
+                        }
                     }
                 }
             }
             int accumulate = averaged && t >= average_from;
-            if (accumulate && s[S_AVERAGE_SCALE] + scale > p[P_MAX_CANCELLATION] * (double)(is[I_N_AVERAGED] + 1) * scale)
+            if (accumulate && s[S_AVERAGE_SCALE] + scale > p[P_MAX_CANCELLATION] * (double)(is[I_N_AVERAGED] + 1) * scale) {
+                if (coef != 0.0) put_back(v, idx, saved, a, e);
                 break;
+            }
 
             /* commit */
             decisions[i] = decision;
@@ -493,9 +514,8 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
             if (coef != 0.0) {
                 double minus_a_d = -s[S_AVERAGE_SCALE] * d;
                 int shift_offset = averaged && s[S_AVERAGE_SCALE] != 0.0;
-                for (Py_ssize_t k = a; k < e; k++) {
+                for (Py_ssize_t k = a; (track_v || shift_offset) && k < e; k++) {  /* v is written already */
                     int64_t j = idx[k];
-                    v[j] = v[j] + d * x[k];
                     if (track_v && !present_v[j]) { present_v[j] = 1; new_v[is[I_NEW_V]++] = j; }
                     if (shift_offset) {
                         offset[j] = offset[j] + minus_a_d * x[k];
@@ -518,6 +538,7 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
             platt_update(decision, sign > 0, s, is, p);
         }
     Py_END_ALLOW_THREADS
+    PyMem_Free(saved);
     release(b, N_ARRAYS);
     return PyLong_FromSsize_t(i);
 }
