@@ -10,7 +10,8 @@
  *     in their order (the Python side builds and reads the arrays by these names).
  * learn_logistic_rows: AdaGradLogistic.learn_one over the rows of a CSR batch, bit-identical likewise;
  *     dense_dot, logistic_step: its margin and its step on one example over its weight arrays.
- * dense_axpy: the step of a PegasosClassifier with n_features on one example over its weight array.
+ * dense_axpy: the step of a PegasosClassifier with n_features on one example over its weight array;
+ *     dense_dict_dot, dense_dict_axpy: its margin and step taking the example's dict as it is.
  * platt_rows: OnlinePlatt over a run of margins (a committee's sums), as learn_rows calibrates its own.
  * check_rows: the CSR checks of learn_rows, naming the repeated column by its key.
  * sparse_dot, axpy_sq_norm: learn_one's passes over one example, as its Python expressions compute them.
@@ -855,6 +856,95 @@ static inline int next_number(PyObject *x, Py_ssize_t *pos, double *number) {
     if (!PyDict_Next(x, pos, NULL, &value)) return 0;
     int kind = feature_value(value, number);
     return kind == 0 ? NOT_HANDLED : kind;
+}
+
+/* Whether (key, value) is a feature of an array of ``m`` weights as the one-example passes over arrays take it: an
+ * exact int key from 0 to m - 1 (its column) and a plain value that converts (its number). No Python code runs;
+ * 0 (and no error set) for anything else, which the caller's Python then names. */
+static int dense_feature(PyObject *key, PyObject *value, Py_ssize_t m, Py_ssize_t *column, double *number) {
+    if (!PyLong_CheckExact(key)) return 0;
+    int overflow;
+    long long k = PyLong_AsLongLongAndOverflow(key, &overflow);
+    if (overflow || k < 0 || k >= m) return 0;
+    int kind = feature_value(value, number);
+    if (kind < 0) PyErr_Clear();  /* an int beyond the float range: Python names it */
+    *column = (Py_ssize_t)k;
+    return kind == 1;
+}
+
+/* dense_dict_dot(w, x, compensated) -> sum(w[k] * v for k, v in x.items()), summed as sum() sums: a model's margin
+ * over its weight array for a non-empty exact dict x of features dense_feature takes, as the arrays of x's columns
+ * and values give it (dense_dot); None for any other x. */
+static PyObject *dense_dict_dot(PyObject *self, PyObject *args) {
+    PyObject *o, *x, *key, *value;
+    int comp;
+    if (!PyArg_ParseTuple(args, "OOp", &o, &x, &comp)) return NULL;
+    if (!PyDict_CheckExact(x) || !PyDict_GET_SIZE(x)) Py_RETURN_NONE;
+    Buf b;
+    memset(&b, 0, sizeof b);
+    if (get_buffer(o, &b, 0, F64, "dense_dict_dot", "w") < 0) {
+        release(&b, 1);
+        return NULL;
+    }
+    const double *w = b.view.buf;
+    Py_ssize_t m = length(&b), pos = 0, column;
+    Sum sum = {0.0, 0.0, comp};
+    int taken = 1;
+    double number;
+    while (taken && PyDict_Next(x, &pos, &key, &value))
+        if ((taken = dense_feature(key, value, m, &column, &number))) sum_add(&sum, w[column] * number);
+    release(&b, 1);
+    if (!taken) Py_RETURN_NONE;
+    return PyFloat_FromDouble(sum_result(&sum));
+}
+
+/* dense_dict_axpy(w, x, c, compensated) -> the change of the squared norm, as dense_axpy over x's columns and
+ * values: w[k] += c*v for each feature in order, and sum(after*after) - sum(before*before); nothing is written
+ * unless every feature is one dense_feature takes. None for any other x (nothing written). */
+static PyObject *dense_dict_axpy(PyObject *self, PyObject *args) {
+    PyObject *o, *x, *key, *value;
+    double c;
+    int comp;
+    if (!PyArg_ParseTuple(args, "OOdp", &o, &x, &c, &comp)) return NULL;
+    if (!PyDict_CheckExact(x) || !PyDict_GET_SIZE(x)) Py_RETURN_NONE;
+    Buf b;
+    memset(&b, 0, sizeof b);
+    if (get_buffer(o, &b, 1, F64, "dense_dict_axpy", "w") < 0) {
+        release(&b, 1);
+        return NULL;
+    }
+    Py_ssize_t n = PyDict_GET_SIZE(x), m = length(&b), pos = 0, i = 0;
+    Py_ssize_t *columns = PyMem_Malloc((size_t)n * sizeof(Py_ssize_t));
+    double *numbers = PyMem_Malloc((size_t)n * sizeof(double));
+    if (!columns || !numbers) {
+        PyMem_Free(columns);
+        PyMem_Free(numbers);
+        release(&b, 1);
+        return PyErr_NoMemory();
+    }
+    int taken = 1;
+    while (taken && i < n && PyDict_Next(x, &pos, &key, &value)) {
+        taken = dense_feature(key, value, m, &columns[i], &numbers[i]);
+        i++;
+    }
+    PyObject *result = NULL;
+    if (taken && i == n) {
+        double *w = b.view.buf;
+        Sum fresh = {0.0, 0.0, comp}, old = {0.0, 0.0, comp};
+        for (i = 0; i < n; i++) {
+            double before = w[columns[i]], after = before + c * numbers[i];
+            w[columns[i]] = after;
+            sum_add(&fresh, after * after);
+            sum_add(&old, before * before);
+        }
+        result = PyFloat_FromDouble(sum_result(&fresh) - sum_result(&old));
+    } else {
+        result = Py_NewRef(Py_None);
+    }
+    PyMem_Free(columns);
+    PyMem_Free(numbers);
+    release(&b, 1);
+    return result;
 }
 
 /* sparse_dot(v, x, compensated) -> sum(map(mul, map(v.get, x, repeat(0.0)), x.values())) for a non-empty
@@ -2086,6 +2176,8 @@ static PyMethodDef methods[] = {
     {"dense_dot", dense_dot, METH_VARARGS, "<w, x> of one example over a weight array, summed as sum() sums."},
     {"logistic_step", logistic_step, METH_VARARGS, "AdaGradLogistic's step on one example over its weight arrays."},
     {"dense_axpy", dense_axpy, METH_VARARGS, "w += c*x over a weight array; the change of the squared norm."},
+    {"dense_dict_dot", dense_dict_dot, METH_VARARGS, "<w, x> of a dict x over a weight array; None if not plain."},
+    {"dense_dict_axpy", dense_dict_axpy, METH_VARARGS, "w += c*x of a dict x; the change of the squared norm, or None."},
     {"check_rows", check_rows, METH_VARARGS, "Check CSR rows (bounds, columns, no repeat), naming columns by keys."},
     {"rows_from_dicts", rows_from_dicts, METH_VARARGS, "Feature dicts to CSR bytes (indptr, indices, data)."},
     {"parse_svmlight", parse_svmlight, METH_VARARGS, "svmlight lines to (status, indptr, indices, data, labels)."},

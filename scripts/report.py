@@ -66,6 +66,7 @@ BENCHMARKS = {
     "bench_stream_kafka": Benchmark("stream_kafka.json", {"--events": ["5000"], "--repeat": ["1"]}),
     "bench_checkpoint": Benchmark("checkpoint.json", {"--weights": ["100000"]}),
     "bench_pass": Benchmark("pass.json", {"--n": ["100000"], "--repeat": ["1"]}),
+    "bench_event": Benchmark("event.json", {"--limit": ["500"], "--repeat": ["1"]}),
 }
 
 

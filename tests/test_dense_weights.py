@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosCommittee, load, save
+from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosCommittee, _compiled, load, save
 from pegasos_stream.learners.rows import Rows
-from pegasos_stream.learners.weights import DenseWeightVector, WeightVector
+from pegasos_stream.learners.weights import COMPENSATED_SUM, DenseWeightVector, WeightVector
 from pegasos_stream.persist import codec
 from pegasos_stream.persist.checkpoint import model_digest
 
@@ -205,3 +205,35 @@ def test_numbered_locally_names_the_columns_the_rows_use():
     numbered = hashed.numbered_locally()
     assert [numbered.row(i) for i in range(2)] == [local.row(i) for i in range(2)] == [hashed.row(i) for i in range(2)]
     assert sorted(numbered.keys) == [2, 5, 9] and local.numbered_locally() is local
+
+
+DICT_KEYS = st.one_of(st.integers(-2, N + 1), st.booleans(), st.sampled_from(["a", 2.0, 3.5]))
+DICT_VALUES = st.one_of(st.floats(-1e3, 1e3), st.integers(-(10**400), 10**400), st.booleans(), st.just(math.nan))
+
+
+@pytest.mark.skipif(_compiled.FAST is None, reason="the compiled module is not in use")
+@settings(max_examples=300, deadline=None)
+@given(x=st.dictionaries(DICT_KEYS, DICT_VALUES, max_size=8), c=st.floats(-10, 10))
+def test_the_one_example_passes_over_a_dict_give_the_array_passes_bits(x, c):
+    """dense_dict_dot and dense_dict_axpy take the dict as it is, or leave it (None, nothing written) to the passes
+    over its columns and values, which name what they refuse; where they take it, the same bits."""
+    fast = _compiled.FAST
+    u = DenseWeightVector(N)
+    u.v[:] = np.linspace(-1.0, 1.0, N)
+    vx = fast.dense_dict_dot(u.v, x, COMPENSATED_SUM)
+    before = u.v.copy()
+    change = fast.dense_dict_axpy(u.v, x, c, COMPENSATED_SUM)
+    try:
+        columns, values = u.example(x)
+    except ValueError:
+        assert vx is None and change is None and np.array_equal(u.v, before)
+        return
+    plain = all(type(key) is int for key in x) and all(type(value) in (int, float, bool) for value in x.values())
+    assert (vx is None) == (change is None) == (not (x and plain))  # bool keys, for one, are left to Python
+    if vx is None:
+        assert np.array_equal(u.v, before)
+        return
+    assert _bits([vx]) == _bits([fast.dense_dot(before, columns, values, COMPENSATED_SUM)])
+    expected = before.copy()
+    assert _bits([change]) == _bits([fast.dense_axpy(expected, columns, values, c, COMPENSATED_SUM)])
+    assert _bits(u.v) == _bits(expected)

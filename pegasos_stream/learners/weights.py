@@ -279,13 +279,21 @@ class DenseWeightVector(_LazyScale):
         return sum(map(mul, values[columns].tolist(), x.tolist()))
 
     def dot(self, x: Features) -> float:
-        """⟨w, x⟩ in O(nnz(x))."""
-        return self._dot(self.v, *self.example(x)) * self.scale
+        """⟨w, x⟩ in O(nnz(x)) (in C over the dict itself when its keys and values are plain)."""
+        vx = None if _fast is None else _fast.dense_dict_dot(self.v, x, COMPENSATED_SUM)
+        if vx is None:
+            vx = self._dot(self.v, *self.example(x))
+        return vx * self.scale
 
     def add(self, x: Features, c: float) -> None:
         """w ← w + c·x in O(nnz(x)); the running sum of iterates is left unchanged."""
-        columns, values = self.example(x)
         d = c / self.scale
+        if _fast is not None and not (self.average and self.avg_scale):
+            change = _fast.dense_dict_axpy(self.v, x, d, COMPENSATED_SUM)
+            if change is not None:
+                self.sq_norm += change
+                return
+        columns, values = self.example(x)
         if _fast is not None:
             self.sq_norm += _fast.dense_axpy(self.v, columns, values, d, COMPENSATED_SUM)
         else:
