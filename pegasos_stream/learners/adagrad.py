@@ -16,7 +16,7 @@ from .calibration import squash
 from .compiled import Stored, gather, scatter
 from .rows import Rows
 from .validation import binary_sign, check_features, check_sample_weight, reject_features
-from .weights import COMPENSATED_SUM, check_n_features, dense_columns, is_column, sparse_dot
+from .weights import COMPENSATED_SUM, check_n_features, is_column, sparse_dot, weight_columns
 
 __all__ = ["AdaGradLogistic"]
 
@@ -268,9 +268,7 @@ class AdaGradLogistic(base.Classifier):
         key is no column of the arrays (the batch then goes through ``learn_one``)."""
         if isinstance(self._w, dict):
             return np.arange(len(keys), dtype=np.int64)
-        if isinstance(keys, range) and keys.start == 0 and keys.step == 1 and len(keys) <= len(self._w):
-            return keys
-        return dense_columns(keys, len(self._w))
+        return weight_columns(keys, len(self._w))
 
     def _learn_compiled(
         self,

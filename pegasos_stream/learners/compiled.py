@@ -31,7 +31,7 @@ from .weights import (
     MIN_SCALE,
     DenseWeightVector,
     WeightVector,
-    dense_columns,
+    weight_columns,
 )
 
 if TYPE_CHECKING:
@@ -187,11 +187,15 @@ def learn_rows(
     """
     n = len(rows)
     u = model._u
-    compiled = _fast is not None and (
-        isinstance(u, WeightVector) or _in_place(u, rows) or dense_columns(rows.keys, len(u.v)) is not None
-    )
+    columns: np.ndarray | range | None = None  # with weight arrays: the columns the rows' keys name
+    if isinstance(u, DenseWeightVector):
+        columns = weight_columns(rows.keys, len(u.v))
+        compiled = _fast is not None and columns is not None  # (None: a key that is no column, which learn_one refuses)
+    else:
+        rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
+        compiled = _fast is not None
     while start < n:
-        stop = _learn_compiled(model, rows, signs, weights, decisions, probas, start) if compiled else start
+        stop = _learn_compiled(model, rows, signs, weights, decisions, probas, start, columns) if compiled else start
         if stop == n:
             break
         x = rows.row(stop)  # a rare branch (a fold of the scale, a refusal), or not compiled: learn_one takes it
@@ -215,27 +219,28 @@ def _learn_compiled(
     decisions: np.ndarray,
     probas: np.ndarray,
     start: int,
+    columns: np.ndarray | range | None,
 ) -> int:
     """Run the compiled loop from ``start`` over the weights the rows touch: weight arrays in place when the
-    rows' columns are theirs, else the columns the rows touch taken out of the arrays or dicts and put back.
+    rows' columns are theirs (``columns`` a range), else the ``columns`` the rows touch taken out of the arrays
+    and put back, or the keys of rows numbered locally taken out of the dicts and put back.
 
     Returns the row the loop stopped before (len(rows) when it learned them all).
     """
     u = model._u
-    if isinstance(u, DenseWeightVector):
+    if isinstance(u, DenseWeightVector) and columns is not None:
         batch = _Batch(model, rows, signs, weights, decisions, probas, start)
         untracked = (np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64))  # every column is present
         prior = model._prior_array() if model._prior else np.zeros(0)
-        if _in_place(u, rows):
+        if isinstance(columns, range):
             return _loop(batch, u.v, u.avg_offset, prior, untracked, untracked)[0]
-        columns = cast(np.ndarray, dense_columns(rows.keys, len(u.v)))
         v, offset = u.v[columns], u.avg_offset[columns] if u.average else u.avg_offset
         stop = _loop(batch, v, offset, prior[columns] if model._prior else prior, untracked, untracked)[0]
         u.v[columns] = v
         if u.average:
             u.avg_offset[columns] = offset
         return stop
-    rows = rows.numbered_locally()
+    assert isinstance(u, WeightVector)
     keys = cast(list, rows.keys)
     m = len(keys)
     v, present_v = gather(u.v, keys)
@@ -253,12 +258,6 @@ def _learn_compiled(
     if u.average:
         scatter(u.avg_offset, keys, offset, stored_offset, new_offset[: counts["n_new_offset"]])
     return stop
-
-
-def _in_place(u: DenseWeightVector, rows: Rows) -> bool:
-    """Whether the rows' columns are the weights' columns (``rows.keys`` a range from 0 within them)."""
-    keys = rows.keys
-    return isinstance(keys, range) and keys.start == 0 and keys.step == 1 and len(keys) <= len(u.v)
 
 
 class _Batch(NamedTuple):

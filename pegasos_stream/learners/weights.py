@@ -36,6 +36,7 @@ __all__ = [
     "check_n_features",
     "dense_columns",
     "sparse_dot",
+    "weight_columns",
 ]
 
 #: Below this the scale is folded into the stored values (as in scikit-learn).
@@ -213,6 +214,14 @@ def is_column(key: object, n_features: int) -> bool:
     """Whether ``key`` names a column of weight arrays of ``n_features``: an int from 0 to n_features − 1 (False
     and True are 0 and 1, as dict keys are)."""
     return isinstance(key, numbers.Integral) and 0 <= int(key) < n_features
+
+
+def weight_columns(keys: Sequence, n_features: int) -> np.ndarray | range | None:
+    """The columns of weight arrays of ``n_features`` that a batch's ``keys`` name: ``keys`` itself when it is a
+    range from 0 within them (the rows' columns are the weights' columns), else ``dense_columns(keys)``."""
+    if isinstance(keys, range) and keys.start == 0 and keys.step == 1 and len(keys) <= n_features:
+        return keys
+    return dense_columns(keys, n_features)
 
 
 def dense_columns(keys: Sequence, n_features: int) -> np.ndarray | None:
