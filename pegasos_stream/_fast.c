@@ -41,6 +41,19 @@
 #include <emmintrin.h>
 #endif
 
+/* Inlined into each caller even at -O2: the loops over index arrays are written once, for int64 and int32
+ * indices, and compiled for each (``wide`` a constant at every call). */
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#elif defined(_MSC_VER)
+#define ALWAYS_INLINE __forceinline
+#else
+#define ALWAYS_INLINE inline
+#endif
+
+/* Entry k of an index array: int64 when ``wide``, else int32 (scipy's CSR indices, taken as they are). */
+#define AT(indices, wide, k) ((wide) ? ((const int64_t *)(indices))[k] : (int64_t)((const int32_t *)(indices))[k])
+
 /* The entries of the state, integer state and parameter arrays of learn_rows: an enum of their indices and
  * a tuple of their names (the module's STATE, ISTATE and PARAMS), from one list each. */
 #define STATE_FIELDS(X) X(S_SCALE, "scale") X(S_SQ_NORM, "sq_norm") X(S_B, "intercept") \
@@ -67,7 +80,7 @@ static const char *const PARAMS_NAMES[N_PARAMS] = {PARAMS_FIELDS(FIELD_NAME)};
 /* Python's sum() of floats: plain left-to-right before 3.12, Neumaier-compensated since. */
 typedef struct { double f, c; int compensated; } Sum;
 
-static inline void sum_add(Sum *s, double x) {
+static ALWAYS_INLINE void sum_add(Sum *s, double x) {
     double t = s->f + x;
     if (s->compensated) {
         if (fabs(s->f) >= fabs(x)) s->c += (s->f - t) + x;
@@ -96,12 +109,17 @@ static inline double sum_result(const Sum *s) {
 /* sum(w[idx[k]] * x[k]) over k = a..e - 1, summed as sum() sums; ``far``: w is large, its entries are asked
  * for early (a text row's weights lie scattered over it); ``squares``, when given, receives sum(x[k] * x[k]),
  * summed likewise, from the same pass. */
-static double dot(const double *w, const int64_t *idx, const double *x, Py_ssize_t a, Py_ssize_t e, int comp,
-                  int far, double *squares) {
+static ALWAYS_INLINE double dot(const double *w, const void *idx, int wide, const double *x, Py_ssize_t a,
+                                 Py_ssize_t e, int comp, int far, double *squares) {
     Sum s = {0.0, 0.0, comp}, xx = {0.0, 0.0, comp};
-    for (Py_ssize_t k = a; k < e; k++) {
-        if (far && k + AHEAD < e) PREFETCH(&w[idx[k + AHEAD]]);
-        sum_add(&s, w[idx[k]] * x[k]);
+    Py_ssize_t k = a;
+    for (; far && k + AHEAD < e; k++) {
+        PREFETCH(&w[AT(idx, wide, k + AHEAD)]);
+        sum_add(&s, w[AT(idx, wide, k)] * x[k]);
+        if (squares) sum_add(&xx, x[k] * x[k]);
+    }
+    for (; k < e; k++) {
+        sum_add(&s, w[AT(idx, wide, k)] * x[k]);
         if (squares) sum_add(&xx, x[k] * x[k]);
     }
     if (squares) *squares = sum_result(&xx);
@@ -137,12 +155,15 @@ static void platt_update(double margin, int positive, double *s, int64_t *is, co
     if (s[S_SQ_GRAD_OFFSET] > 0.0) s[S_OFFSET] -= p[P_PLATT_RATE] * residual / sqrt(s[S_SQ_GRAD_OFFSET]);
 }
 
-/* The item types of the arrays: numpy's float64, int64 and bool, by buffer format character(s) and size. */
-typedef enum { F64, I64, BOOL } Kind;
+/* The item types of the arrays: numpy's float64, int64, bool and int32, by buffer format character(s) and size;
+ * IDX, an index array, takes int64 or int32 items. */
+typedef enum { F64, I64, BOOL, I32, IDX } Kind;
 static const struct { const char *name, *formats; Py_ssize_t itemsize; } KINDS[] = {
     {"float64", "d", 8},
     {"int64", sizeof(long) == 8 ? "ql" : "q", 8},
     {"bool", "?", 1},
+    {"int32", sizeof(long) == 4 ? "il" : "i", 4},
+    {"int64 or int32", "", 0},
 };
 
 /* Whether a buffer format (NULL stands for "B") is one item of this kind, in native byte order. */
@@ -173,6 +194,7 @@ static int get_buffer(PyObject *obj, Buf *b, int writable, Kind kind, const char
         return -1;
     }
     b->held = 1;
+    if (kind == IDX) kind = b->view.itemsize == 4 ? I32 : I64;
     if (b->view.ndim != 1 || b->view.itemsize != KINDS[kind].itemsize || !format_is(b->view.format, kind)) {
         PyErr_Format(PyExc_ValueError, "%s: %s: expected a %s1-d C-contiguous %s array, got %d-d items of format '%s'",
                      function, name, access, expected, b->view.ndim, b->view.format ? b->view.format : "B");
@@ -182,6 +204,9 @@ static int get_buffer(PyObject *obj, Buf *b, int writable, Kind kind, const char
 }
 
 static inline Py_ssize_t length(const Buf *b) { return b->view.shape[0]; }
+
+/* Whether the index array of a checked IDX buffer holds int64 items (else int32). */
+static inline int wide(const Buf *b) { return b->view.itemsize == 8; }
 
 static void release(Buf *bufs, int n) {
     for (int i = 0; i < n; i++) if (bufs[i].held) PyBuffer_Release(&bufs[i].view);
@@ -194,8 +219,58 @@ static void release(Buf *bufs, int n) {
  * hashed column of a dense learner; ``distinct`` rows (each known to hold a column at most once: rows this package's
  * readers built) skip that search. A ValueError naming the row otherwise; the repeated column is named by its key
  * when ``keys`` (a list of n_columns keys) is given. Runs no Python code unless it fails. */
-static int check_csr(const char *prefix, const int64_t *indptr, Py_ssize_t n, const int64_t *indices,
-                     Py_ssize_t nnz, Py_ssize_t n_columns, Py_ssize_t start, PyObject *keys, int distinct) {
+/* Whether a column of indices[first:last] lies outside 0..n_columns - 1: one branch-free pass in the indices' own
+ * width (a negative column is a large unsigned one; int32 columns are below 2^31), four int32 columns at a time
+ * where SSE2 is at hand. */
+static ALWAYS_INLINE int any_out_of_range(const void *indices, int wide, int64_t first, int64_t last,
+                                          Py_ssize_t n_columns) {
+    int out = 0;
+    int64_t k = first;
+    if (wide) {
+        const uint64_t *columns = indices, limit = (uint64_t)n_columns;
+        for (; k < last; k++) out |= columns[k] >= limit;
+        return out;
+    }
+    const uint32_t *columns = indices, limit = n_columns < INT32_MAX ? (uint32_t)n_columns : (uint32_t)INT32_MAX + 1;
+#if defined(__SSE2__)
+    if (limit > 0) {  /* column >= limit, unsigned: (column ^ 2^31) > ((limit - 1) ^ 2^31), signed */
+        const __m128i bias = _mm_set1_epi32(INT32_MIN), top = _mm_set1_epi32((int32_t)((limit - 1) ^ 0x80000000u));
+        __m128i any = _mm_setzero_si128();
+        for (; k + 4 <= last; k += 4)
+            any = _mm_or_si128(any, _mm_cmpgt_epi32(_mm_xor_si128(_mm_loadu_si128((const __m128i *)(columns + k)),
+                                                                  bias), top));
+        out = _mm_movemask_epi8(any) != 0;
+    }
+#endif
+    for (; k < last; k++) out |= columns[k] >= limit;
+    return out;
+}
+
+/* Whether indices[a:e] increase strictly: one branch-free pass, four int32 columns at a time where SSE2 is at
+ * hand. */
+static ALWAYS_INLINE int increasing(const void *indices, int wide, int64_t a, int64_t e) {
+    int up = 1;
+    int64_t k = a + 1;
+#if defined(__SSE2__)
+    if (!wide) {
+        const int32_t *columns = indices;
+        const __m128i ones = _mm_set1_epi32(-1);
+        __m128i down = _mm_setzero_si128();  /* the lanes where a column is not above the one before it */
+        for (; k + 4 <= e; k += 4) {
+            __m128i above = _mm_cmpgt_epi32(_mm_loadu_si128((const __m128i *)(columns + k)),
+                                            _mm_loadu_si128((const __m128i *)(columns + k - 1)));
+            down = _mm_or_si128(down, _mm_andnot_si128(above, ones));
+        }
+        up = _mm_movemask_epi8(down) == 0;
+    }
+#endif
+    for (; k < e; k++) up &= AT(indices, wide, k) > AT(indices, wide, k - 1);
+    return up;
+}
+
+static ALWAYS_INLINE int check_csr_of(const char *prefix, const int64_t *indptr, Py_ssize_t n, const void *indices,
+                                      int wide, Py_ssize_t nnz, Py_ssize_t n_columns, Py_ssize_t start, PyObject *keys,
+                                      int distinct) {
     if (start < 0 || start > n) {
         PyErr_Format(PyExc_ValueError, "%sstart = %zd is outside 0..%zd (the number of rows)", prefix, start, n);
         return -1;
@@ -217,16 +292,30 @@ static int check_csr(const char *prefix, const int64_t *indptr, Py_ssize_t n, co
         if (e - a > longest) longest = e - a;
     }
     if (distinct) {
-        for (int64_t k = indptr[start]; k < indptr[n]; k++)
-            if (indices[k] < 0 || indices[k] >= n_columns) {
+        int64_t first = indptr[start], last = indptr[n];
+        int out = any_out_of_range(indices, wide, first, last, n_columns);
+        for (int64_t k = first; out && k < last; k++)
+            if (AT(indices, wide, k) < 0 || AT(indices, wide, k) >= n_columns) {
                 Py_ssize_t i = start;
                 while (indptr[i + 1] <= k) i++;
                 PyErr_Format(PyExc_ValueError, "%srow %zd: column %lld is out of range: expected 0 <= column < %zd",
-                             prefix, i, (long long)indices[k], n_columns);
+                             prefix, i, (long long)AT(indices, wide, k), n_columns);
                 return -1;
             }
         return 0;
     }
+    /* rows sorted by column (svmlight files, scipy's canonical CSR) repeat none: one branch-free pass, their
+     * first and last columns bounding the rest */
+    int sorted = 1;
+    int64_t low = 0, high = -1;
+    for (Py_ssize_t i = start; i < n; i++) {
+        int64_t a = indptr[i], e = indptr[i + 1];
+        if (a == e) continue;
+        sorted &= increasing(indices, wide, a, e);
+        low = AT(indices, wide, a) < low ? AT(indices, wide, a) : low;
+        high = AT(indices, wide, e - 1) > high ? AT(indices, wide, e - 1) : high;
+    }
+    if (sorted && low >= 0 && high < n_columns) return 0;
     size_t size = 16;
     while (size < 2 * (size_t)longest) size *= 2;
     int64_t *slot_column = PyMem_Malloc(size * sizeof(int64_t));
@@ -237,13 +326,13 @@ static int check_csr(const char *prefix, const int64_t *indptr, Py_ssize_t n, co
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = start; i < n; i++) {
-        /* rows sorted by column (svmlight files, scipy's canonical CSR) repeat none: one comparison a column */
-        int64_t k = indptr[i], previous = -1;
-        while (k < indptr[i + 1] && indices[k] > previous && indices[k] < n_columns) previous = indices[k++];
-        if (k == indptr[i + 1]) continue;
-        for (k = indptr[i]; k < indptr[i + 1]; k++) {
-            int64_t column = indices[k];
+    for (Py_ssize_t i = start; i < n; i++) {  /* else row by row, naming the first row that is wrong */
+        int64_t k = indptr[i], e = indptr[i + 1], previous = -1;
+        while (k < e && (uint64_t)(AT(indices, wide, k) - previous - 1) < (uint64_t)(n_columns - previous - 1))
+            previous = AT(indices, wide, k++);  /* previous < column < n_columns */
+        if (k == e) continue;
+        for (k = indptr[i]; k < e; k++) {
+            int64_t column = AT(indices, wide, k);
             if (column < 0 || column >= n_columns) {
                 PyErr_Format(PyExc_ValueError, "%srow %zd: column %lld is out of range: expected 0 <= column < %zd",
                              prefix, i, (long long)column, n_columns);
@@ -277,6 +366,15 @@ fail:
     return -1;
 }
 
+/* check_csr_of over the index array ``indices`` (a checked IDX buffer). */
+static int check_csr(const char *prefix, const int64_t *indptr, Py_ssize_t n, const Buf *indices, Py_ssize_t n_columns,
+                     Py_ssize_t start, PyObject *keys, int distinct) {
+    const void *idx = indices->view.buf;
+    Py_ssize_t nnz = length(indices);
+    return wide(indices) ? check_csr_of(prefix, indptr, n, idx, 1, nnz, n_columns, start, keys, distinct)
+                         : check_csr_of(prefix, indptr, n, idx, 0, nnz, n_columns, start, keys, distinct);
+}
+
 /* check_rows(indptr, indices, keys): check_csr over every row, the columns named by the list ``keys``, or
  * numbered 0..keys - 1 when ``keys`` is an int (the columns of weight arrays). */
 static PyObject *check_rows(PyObject *self, PyObject *args) {
@@ -291,12 +389,12 @@ static PyObject *check_rows(PyObject *self, PyObject *args) {
     Buf b[2];
     memset(b, 0, sizeof b);
     int failed = get_buffer(o[0], &b[0], 0, I64, "check_rows", "indptr") < 0
-        || get_buffer(o[1], &b[1], 0, I64, "check_rows", "indices") < 0;
+        || get_buffer(o[1], &b[1], 0, IDX, "check_rows", "indices") < 0;
     if (!failed && length(&b[0]) < 1) {
         PyErr_SetString(PyExc_ValueError, "check_rows: indptr: expected the n + 1 bounds of n rows, got none");
         failed = 1;
     }
-    failed = failed || check_csr("", b[0].view.buf, length(&b[0]) - 1, b[1].view.buf, length(&b[1]), n_columns, 0,
+    failed = failed || check_csr("", b[0].view.buf, length(&b[0]) - 1, &b[1], n_columns, 0,
                                  PyList_Check(keys) ? keys : NULL, 0) < 0;
     release(b, 2);
     if (failed) return NULL;
@@ -306,7 +404,7 @@ static PyObject *check_rows(PyObject *self, PyObject *args) {
 enum { A_INDPTR, A_INDICES, A_DATA, A_SIGNS, A_WEIGHTS, A_V, A_OFFSET, A_PRIOR, A_PRESENT_V, A_PRESENT_OFFSET,
        A_NEW_V, A_NEW_OFFSET, A_STATE, A_ISTATE, A_PARAMS, A_DECISIONS, A_PROBAS, N_ARRAYS };
 static const struct { const char *name; Kind kind; int writable; } ARRAYS[N_ARRAYS] = {
-    {"indptr", I64, 0}, {"indices", I64, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
+    {"indptr", I64, 0}, {"indices", IDX, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
     {"v", F64, 1}, {"offset", F64, 1}, {"prior", F64, 0}, {"present_v", BOOL, 1}, {"present_offset", BOOL, 1},
     {"new_v", I64, 1}, {"new_offset", I64, 1}, {"state", F64, 1}, {"istate", I64, 1}, {"params", F64, 0},
     {"decisions", F64, 1}, {"probas", F64, 1},
@@ -372,12 +470,144 @@ static int check_learn_rows(const Buf *b, Py_ssize_t start, int distinct) {
             return -1;
         }
     }
-    return check_csr("learn_rows: ", b[A_INDPTR].view.buf, n, b[A_INDICES].view.buf, nnz, m, start, NULL, distinct);
+    return check_csr("learn_rows: ", b[A_INDPTR].view.buf, n, &b[A_INDICES], m, start, NULL, distinct);
 }
 
 /* v[idx[k]] = saved[k - a] for the row's features, last first: the weights as they were before a step. */
-static void put_back(double *v, const int64_t *idx, const double *saved, Py_ssize_t a, Py_ssize_t e) {
-    for (Py_ssize_t k = e - 1; k >= a; k--) v[idx[k]] = saved[k - a];
+static ALWAYS_INLINE void put_back(double *v, const void *idx, int wide, const double *saved, Py_ssize_t a,
+                                   Py_ssize_t e) {
+    for (Py_ssize_t k = e - 1; k >= a; k--) v[AT(idx, wide, k)] = saved[k - a];
+}
+
+/* learn_rows' loop over the checked buffers ``b`` from row ``start`` (``saved``: room for the longest row's
+ * weights), for int64 (``wide``) or int32 indices, summing as Python 3.12's sum() (``comp``) or as 3.11's; returns
+ * the row it stopped before. Runs without the GIL: the
+ * arrays must not change under it (another thread writing into them while it runs is a race the caller must not
+ * start). */
+static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, double *saved, int wide, int comp) {
+    const int64_t *indptr = b[A_INDPTR].view.buf;
+    const void *idx = b[A_INDICES].view.buf;
+    const double *x = b[A_DATA].view.buf, *signs = b[A_SIGNS].view.buf, *weights = b[A_WEIGHTS].view.buf;
+    const double *prior = b[A_PRIOR].view.buf, *p = b[A_PARAMS].view.buf;
+    double *v = b[A_V].view.buf, *offset = b[A_OFFSET].view.buf, *s = b[A_STATE].view.buf;
+    char *present_v = b[A_PRESENT_V].view.buf, *present_offset = b[A_PRESENT_OFFSET].view.buf;
+    int64_t *new_v = b[A_NEW_V].view.buf, *new_offset = b[A_NEW_OFFSET].view.buf, *is = b[A_ISTATE].view.buf;
+    double *decisions = b[A_DECISIONS].view.buf, *probas = b[A_PROBAS].view.buf;
+    Py_ssize_t n = length(&b[A_SIGNS]);
+    int has_prior = p[P_HAS_PRIOR] != 0.0, averaged = p[P_AVERAGE_FROM] != 0.0;
+    int track_v = length(&b[A_PRESENT_V]) != 0, track_offset = length(&b[A_PRESENT_OFFSET]) != 0;
+    int far = length(&b[A_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
+    int64_t horizon = (int64_t)p[P_HORIZON], t0 = (int64_t)p[P_T0], average_from = (int64_t)p[P_AVERAGE_FROM];
+    double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
+    Py_ssize_t i;
+    for (i = start; i < n; i++) {
+        Py_ssize_t a = indptr[i], e = indptr[i + 1];
+        double sign = signs[i], weight = weights[i];
+        int64_t t = is[I_T] + 1;
+        int64_t t_eff = ((horizon > 0 && t > horizon) ? horizon : t) + t0;
+        if (t_eff == 1) break;  /* the shrink clears the weights: learn_one's business */
+
+        /* margins, as _margins computes them */
+        int averaging = is[I_N_AVERAGED] > 0;
+        double squares, vx = dot(v, idx, wide, x, a, e, comp, far, &squares), current, predicting;
+        if (averaging) {
+            current = vx * s[S_SCALE];
+            predicting = (s[S_AVERAGE_SCALE] * vx + dot(offset, idx, wide, x, a, e, comp, far, NULL))
+                         / (double)is[I_N_AVERAGED];
+        } else {
+            current = predicting = vx * s[S_SCALE];
+        }
+        if (has_prior) {
+            double pr = dot(prior, idx, wide, x, a, e, comp, far, NULL);
+            current += pr;
+            predicting += pr;
+        }
+        if (!isfinite(current) || !isfinite(predicting)) break;
+        double margin = current + s[S_B];
+        double decision = predicting + (averaging ? s[S_AVERAGE_B] : s[S_B]);
+
+        /* the step, checked before anything changes */
+        int64_t n_pos = is[I_N_POS] + (sign > 0), n_neg = is[I_N_NEG] + (sign < 0);
+        double coef = 0.0;
+        if (sign * margin < 1.0) {
+            /* the class cost; "balanced" (its pseudo-count, when not 0) takes the cost from the
+             * counts, at most the class's cost_pos or cost_neg */
+            double cost = sign > 0 ? p[P_COST_POS] : p[P_COST_NEG], alpha = p[P_BALANCED];
+            if (alpha != 0.0)
+                cost = py_min(((double)(n_pos + n_neg) + 2.0 * alpha)
+                              / (2.0 * ((double)(sign > 0 ? n_pos : n_neg) + alpha)), cost);
+            coef = weight * cost * sign;
+        }
+        double rate = 1.0 / (lambda * (double)t_eff);
+        double shrink = 1.0 - 1.0 / (double)t_eff;
+        double scale = s[S_SCALE] * shrink;
+        if (scale < min_scale) break;
+        double sq_norm = s[S_SQ_NORM], d = 0.0;
+        if (coef != 0.0) {
+            double bound = shrink * (s[S_SCALE] * sqrt(py_max(sq_norm, 0.0)));
+            bound += rate * fabs(coef) * sqrt(squares);
+            if (!(bound < p[P_MAX_NORM])) break;
+            d = rate * coef / scale;
+            Sum fresh = {0.0, 0.0, comp}, old = {0.0, 0.0, comp};
+            for (Py_ssize_t k = a; k < e; k++) {  /* written now; put back below if the row is left to learn_one */
+                int64_t j = AT(idx, wide, k);
+                double before = v[j], after = before + d * x[k];
+                saved[k - a] = before;
+                v[j] = after;
+                sum_add(&fresh, after * after);
+                sum_add(&old, before * before);
+            }
+            sq_norm += sum_result(&fresh) - sum_result(&old);
+            if (p[P_PROJECTION] != 0.0) {
+                double norm = scale * sqrt(py_max(sq_norm, 0.0));
+                if (norm > p[P_RADIUS]) {
+                    scale *= p[P_RADIUS] / norm;
+                    if (scale < min_scale) {
+                        put_back(v, idx, wide, saved, a, e);
+                        break;
+                    }
+                }
+            }
+        }
+        int accumulate = averaged && t >= average_from;
+        if (accumulate && s[S_AVERAGE_SCALE] + scale > p[P_MAX_CANCELLATION] * (double)(is[I_N_AVERAGED] + 1) * scale) {
+            if (coef != 0.0) put_back(v, idx, wide, saved, a, e);
+            break;
+        }
+
+        /* commit */
+        decisions[i] = decision;
+        probas[i] = squash(s[S_SLOPE] * decision + s[S_OFFSET], p);
+        is[I_T] = t;
+        s[S_SCALE] = s[S_SCALE] * shrink;
+        if (p[P_INTERCEPT] != 0.0) s[S_B] += rate * coef;
+        if (coef != 0.0) {
+            double minus_a_d = -s[S_AVERAGE_SCALE] * d;
+            int shift_offset = averaged && s[S_AVERAGE_SCALE] != 0.0;
+            for (Py_ssize_t k = a; (track_v || shift_offset) && k < e; k++) {  /* v is written already */
+                int64_t j = AT(idx, wide, k);
+                if (track_v && !present_v[j]) { present_v[j] = 1; new_v[is[I_NEW_V]++] = j; }
+                if (shift_offset) {
+                    offset[j] = offset[j] + minus_a_d * x[k];
+                    if (track_offset && !present_offset[j]) {
+                        present_offset[j] = 1;
+                        new_offset[is[I_NEW_OFFSET]++] = j;
+                    }
+                }
+            }
+            s[S_SQ_NORM] = sq_norm;
+            s[S_SCALE] = scale;
+        }
+        if (accumulate) {
+            s[S_AVERAGE_SCALE] += s[S_SCALE];
+            is[I_N_AVERAGED]++;
+            s[S_AVERAGE_B] += (s[S_B] - s[S_AVERAGE_B]) / (double)is[I_N_AVERAGED];
+        }
+        is[I_N_POS] = n_pos;
+        is[I_N_NEG] = n_neg;
+        platt_update(decision, sign > 0, s, is, p);
+    }
+    return i;
 }
 
 /* learn_rows(indptr, indices, data, signs, weights, v, offset, prior, present_v, present_offset,
@@ -405,22 +635,9 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
         return NULL;
     }
 
-    const int64_t *indptr = b[A_INDPTR].view.buf, *idx = b[A_INDICES].view.buf;
-    const double *x = b[A_DATA].view.buf, *signs = b[A_SIGNS].view.buf, *weights = b[A_WEIGHTS].view.buf;
-    const double *prior = b[A_PRIOR].view.buf, *p = b[A_PARAMS].view.buf;
-    double *v = b[A_V].view.buf, *offset = b[A_OFFSET].view.buf, *s = b[A_STATE].view.buf;
-    char *present_v = b[A_PRESENT_V].view.buf, *present_offset = b[A_PRESENT_OFFSET].view.buf;
-    int64_t *new_v = b[A_NEW_V].view.buf, *new_offset = b[A_NEW_OFFSET].view.buf, *is = b[A_ISTATE].view.buf;
-    double *decisions = b[A_DECISIONS].view.buf, *probas = b[A_PROBAS].view.buf;
-    Py_ssize_t n = length(&b[A_SIGNS]);
-    int comp = p[P_COMPENSATED] != 0.0, has_prior = p[P_HAS_PRIOR] != 0.0, averaged = p[P_AVERAGE_FROM] != 0.0;
-    int track_v = length(&b[A_PRESENT_V]) != 0, track_offset = length(&b[A_PRESENT_OFFSET]) != 0;
-    int far = length(&b[A_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
-    int64_t horizon = (int64_t)p[P_HORIZON], t0 = (int64_t)p[P_T0], average_from = (int64_t)p[P_AVERAGE_FROM];
-    double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
-    Py_ssize_t i;
-
-    Py_ssize_t longest = 0;  /* the most features of a row: room for the weights a step writes, to put them back */
+    const int64_t *indptr = b[A_INDPTR].view.buf;
+    Py_ssize_t n = length(&b[A_SIGNS]), longest = 0;  /* the most features of a row: room for the weights a step
+                                                         * writes, to put them back */
     for (Py_ssize_t r = start; r < n; r++)
         if (indptr[r + 1] - indptr[r] > longest) longest = indptr[r + 1] - indptr[r];
     double *saved = PyMem_Malloc((size_t)(longest + 1) * sizeof(double));
@@ -428,120 +645,15 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
         release(b, N_ARRAYS);
         return PyErr_NoMemory();
     }
-
-    /* Only the checked buffers from here on: the arrays must not change under the loop (another thread
-     * writing into them while it runs is a race the caller must not start). */
+    Py_ssize_t stop;
+    int comp = ((const double *)b[A_PARAMS].view.buf)[P_COMPENSATED] != 0.0;
     Py_BEGIN_ALLOW_THREADS
-        for (i = start; i < n; i++) {
-            Py_ssize_t a = indptr[i], e = indptr[i + 1];
-            double sign = signs[i], weight = weights[i];
-            int64_t t = is[I_T] + 1;
-            int64_t t_eff = ((horizon > 0 && t > horizon) ? horizon : t) + t0;
-            if (t_eff == 1) break;  /* the shrink clears the weights: learn_one's business */
-
-            /* margins, as _margins computes them */
-            int averaging = is[I_N_AVERAGED] > 0;
-            double squares, vx = dot(v, idx, x, a, e, comp, far, &squares), current, predicting;
-            if (averaging) {
-                current = vx * s[S_SCALE];
-                predicting = (s[S_AVERAGE_SCALE] * vx + dot(offset, idx, x, a, e, comp, far, NULL))
-                             / (double)is[I_N_AVERAGED];
-            } else {
-                current = predicting = vx * s[S_SCALE];
-            }
-            if (has_prior) {
-                double pr = dot(prior, idx, x, a, e, comp, far, NULL);
-                current += pr;
-                predicting += pr;
-            }
-            if (!isfinite(current) || !isfinite(predicting)) break;
-            double margin = current + s[S_B];
-            double decision = predicting + (averaging ? s[S_AVERAGE_B] : s[S_B]);
-
-            /* the step, checked before anything changes */
-            int64_t n_pos = is[I_N_POS] + (sign > 0), n_neg = is[I_N_NEG] + (sign < 0);
-            double coef = 0.0;
-            if (sign * margin < 1.0) {
-                /* the class cost; "balanced" (its pseudo-count, when not 0) takes the cost from the
-                 * counts, at most the class's cost_pos or cost_neg */
-                double cost = sign > 0 ? p[P_COST_POS] : p[P_COST_NEG], alpha = p[P_BALANCED];
-                if (alpha != 0.0)
-                    cost = py_min(((double)(n_pos + n_neg) + 2.0 * alpha)
-                                  / (2.0 * ((double)(sign > 0 ? n_pos : n_neg) + alpha)), cost);
-                coef = weight * cost * sign;
-            }
-            double rate = 1.0 / (lambda * (double)t_eff);
-            double shrink = 1.0 - 1.0 / (double)t_eff;
-            double scale = s[S_SCALE] * shrink;
-            if (scale < min_scale) break;
-            double sq_norm = s[S_SQ_NORM], d = 0.0;
-            if (coef != 0.0) {
-                double bound = shrink * (s[S_SCALE] * sqrt(py_max(sq_norm, 0.0)));
-                bound += rate * fabs(coef) * sqrt(squares);
-                if (!(bound < p[P_MAX_NORM])) break;
-                d = rate * coef / scale;
-                Sum fresh = {0.0, 0.0, comp}, old = {0.0, 0.0, comp};
-                for (Py_ssize_t k = a; k < e; k++) {  /* written now; put back below if the row is left to learn_one */
-                    double before = v[idx[k]], after = before + d * x[k];
-                    saved[k - a] = before;
-                    v[idx[k]] = after;
-                    sum_add(&fresh, after * after);
-                    sum_add(&old, before * before);
-                }
-                sq_norm += sum_result(&fresh) - sum_result(&old);
-                if (p[P_PROJECTION] != 0.0) {
-                    double norm = scale * sqrt(py_max(sq_norm, 0.0));
-                    if (norm > p[P_RADIUS]) {
-                        scale *= p[P_RADIUS] / norm;
-                        if (scale < min_scale) {
-                            put_back(v, idx, saved, a, e);
-                            break;
-                        }
-                    }
-                }
-            }
-            int accumulate = averaged && t >= average_from;
-            if (accumulate && s[S_AVERAGE_SCALE] + scale > p[P_MAX_CANCELLATION] * (double)(is[I_N_AVERAGED] + 1) * scale) {
-                if (coef != 0.0) put_back(v, idx, saved, a, e);
-                break;
-            }
-
-            /* commit */
-            decisions[i] = decision;
-            probas[i] = squash(s[S_SLOPE] * decision + s[S_OFFSET], p);
-            is[I_T] = t;
-            s[S_SCALE] = s[S_SCALE] * shrink;
-            if (p[P_INTERCEPT] != 0.0) s[S_B] += rate * coef;
-            if (coef != 0.0) {
-                double minus_a_d = -s[S_AVERAGE_SCALE] * d;
-                int shift_offset = averaged && s[S_AVERAGE_SCALE] != 0.0;
-                for (Py_ssize_t k = a; (track_v || shift_offset) && k < e; k++) {  /* v is written already */
-                    int64_t j = idx[k];
-                    if (track_v && !present_v[j]) { present_v[j] = 1; new_v[is[I_NEW_V]++] = j; }
-                    if (shift_offset) {
-                        offset[j] = offset[j] + minus_a_d * x[k];
-                        if (track_offset && !present_offset[j]) {
-                            present_offset[j] = 1;
-                            new_offset[is[I_NEW_OFFSET]++] = j;
-                        }
-                    }
-                }
-                s[S_SQ_NORM] = sq_norm;
-                s[S_SCALE] = scale;
-            }
-            if (accumulate) {
-                s[S_AVERAGE_SCALE] += s[S_SCALE];
-                is[I_N_AVERAGED]++;
-                s[S_AVERAGE_B] += (s[S_B] - s[S_AVERAGE_B]) / (double)is[I_N_AVERAGED];
-            }
-            is[I_N_POS] = n_pos;
-            is[I_N_NEG] = n_neg;
-            platt_update(decision, sign > 0, s, is, p);
-        }
+        if (wide(&b[A_INDICES])) stop = comp ? pegasos_loop(b, start, saved, 1, 1) : pegasos_loop(b, start, saved, 1, 0);
+        else stop = comp ? pegasos_loop(b, start, saved, 0, 1) : pegasos_loop(b, start, saved, 0, 0);
     Py_END_ALLOW_THREADS
     PyMem_Free(saved);
     release(b, N_ARRAYS);
-    return PyLong_FromSsize_t(i);
+    return PyLong_FromSsize_t(stop);
 }
 
 /* platt_rows(margins, signs, probas, state, istate, params): OnlinePlatt over a run of margins, as learn_rows
@@ -586,9 +698,59 @@ static PyObject *platt_rows(PyObject *self, PyObject *args) {
 enum { L_INDPTR, L_INDICES, L_DATA, L_SIGNS, L_WEIGHTS, L_COLUMNS, L_W, L_G2, L_PRESENT, L_NEW, L_DECISIONS,
        N_LOGISTIC };
 static const struct { const char *name; Kind kind; int writable; } LOGISTIC_ARRAYS[N_LOGISTIC] = {
-    {"indptr", I64, 0}, {"indices", I64, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
+    {"indptr", I64, 0}, {"indices", IDX, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
     {"columns", I64, 0}, {"w", F64, 1}, {"g2", F64, 1}, {"present", BOOL, 1}, {"new", I64, 1}, {"decisions", F64, 1},
 };
+
+/* learn_logistic_rows' loop over the checked buffers ``b`` from row ``start``, for int64 (``wide``) or int32
+ * indices, summing as Python 3.12's sum() (``comp``) or as 3.11's; counts the columns first written in ``n_new`` and returns the row it stopped before. Runs without the
+ * GIL. */
+static ALWAYS_INLINE Py_ssize_t logistic_loop(const Buf *b, Py_ssize_t start, double rate, double initial, int comp,
+                                              Py_ssize_t *n_new, int wide) {
+    const int64_t *indptr = b[L_INDPTR].view.buf, *columns = b[L_COLUMNS].view.buf;
+    const void *idx = b[L_INDICES].view.buf;
+    const double *x = b[L_DATA].view.buf, *signs = b[L_SIGNS].view.buf, *weights = b[L_WEIGHTS].view.buf;
+    double *w = b[L_W].view.buf, *g2 = b[L_G2].view.buf, *decisions = b[L_DECISIONS].view.buf;
+    char *present = b[L_PRESENT].view.buf;
+    int64_t *new = b[L_NEW].view.buf;
+    Py_ssize_t i, n = length(&b[L_SIGNS]), M = length(&b[L_W]);
+    int mapped = b[L_COLUMNS].held, tracked = length(&b[L_PRESENT]) != 0;
+    int far = M * (Py_ssize_t)sizeof(double) > FAR_BYTES;
+    for (i = start; i < n; i++) {
+        Py_ssize_t a = indptr[i], e = indptr[i + 1];
+        Sum sum = {0.0, 0.0, comp};
+        for (Py_ssize_t k = a; k < e; k++) {
+            if (far && k + AHEAD < e) {  /* a text row's weights lie scattered over the arrays: ask early */
+                int64_t ahead = mapped ? columns[AT(idx, wide, k + AHEAD)] : AT(idx, wide, k + AHEAD);
+                PREFETCH(&w[ahead]);
+                PREFETCH(&g2[ahead]);
+            }
+            sum_add(&sum, w[mapped ? columns[AT(idx, wide, k)] : AT(idx, wide, k)] * x[k]);
+        }
+        double margin = sum_result(&sum);
+        if (!isfinite(margin)) break;
+        decisions[i] = margin;
+        double sign = signs[i];
+        double coef = -weights[i] * sign / (1.0 + exp(py_max(py_min(sign * margin, 700.0), -700.0)));
+        double largest = 0.0;
+        for (Py_ssize_t k = a; k < e; k++) largest = py_max(largest, fabs(x[k]));
+        double steepest = coef * largest;
+        if (e > a && !isfinite(steepest * steepest)) break;  /* a gradient whose square overflows: refused */
+        for (Py_ssize_t k = a; k < e; k++) {
+            int64_t c = mapped ? columns[AT(idx, wide, k)] : AT(idx, wide, k);
+            double g = coef * x[k];
+            int known = !tracked || present[c];
+            double acc = (known ? g2[c] : initial) + g * g;
+            g2[c] = acc;
+            w[c] = w[c] - rate * g / sqrt(acc);
+            if (!known) {
+                present[c] = 1;
+                new[(*n_new)++] = c;
+            }
+        }
+    }
+    return i;
+}
 
 /* learn_logistic_rows(indptr, indices, data, signs, weights, columns, w, g2, present, new, decisions,
  *                     learning_rate, initial_accumulator, compensated, start[, distinct])
@@ -637,12 +799,10 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
         release(b, N_LOGISTIC);
         return NULL;
     }
-    if (check_csr("learn_logistic_rows: ", b[L_INDPTR].view.buf, n, b[L_INDICES].view.buf, nnz, m, start, NULL,
-                  distinct) < 0) {
+    if (check_csr("learn_logistic_rows: ", b[L_INDPTR].view.buf, n, &b[L_INDICES], m, start, NULL, distinct) < 0) {
         release(b, N_LOGISTIC);
         return NULL;
     }
-    const int64_t *indptr = b[L_INDPTR].view.buf, *idx = b[L_INDICES].view.buf;
     const int64_t *columns = mapped ? b[L_COLUMNS].view.buf : NULL;
     for (Py_ssize_t j = 0; mapped && j < m; j++)
         if (columns[j] < 0 || columns[j] >= M) {
@@ -651,49 +811,17 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
             release(b, N_LOGISTIC);
             return NULL;
         }
-    const double *x = b[L_DATA].view.buf, *signs = b[L_SIGNS].view.buf, *weights = b[L_WEIGHTS].view.buf;
-    double *w = b[L_W].view.buf, *g2 = b[L_G2].view.buf, *decisions = b[L_DECISIONS].view.buf;
-    char *present = b[L_PRESENT].view.buf;
-    int64_t *new = b[L_NEW].view.buf;
-    Py_ssize_t i, n_new = 0;
-    int far = M * (Py_ssize_t)sizeof(double) > FAR_BYTES;
+    Py_ssize_t stop, n_new = 0;
     Py_BEGIN_ALLOW_THREADS
-        for (i = start; i < n; i++) {
-            Py_ssize_t a = indptr[i], e = indptr[i + 1];
-            Sum sum = {0.0, 0.0, comp};
-            for (Py_ssize_t k = a; k < e; k++) {
-                if (far && k + AHEAD < e) {  /* a text row's weights lie scattered over the arrays: ask early */
-                    int64_t ahead = mapped ? columns[idx[k + AHEAD]] : idx[k + AHEAD];
-                    PREFETCH(&w[ahead]);
-                    PREFETCH(&g2[ahead]);
-                }
-                sum_add(&sum, w[mapped ? columns[idx[k]] : idx[k]] * x[k]);
-            }
-            double margin = sum_result(&sum);
-            if (!isfinite(margin)) break;
-            decisions[i] = margin;
-            double sign = signs[i];
-            double coef = -weights[i] * sign / (1.0 + exp(py_max(py_min(sign * margin, 700.0), -700.0)));
-            double largest = 0.0;
-            for (Py_ssize_t k = a; k < e; k++) largest = py_max(largest, fabs(x[k]));
-            double steepest = coef * largest;
-            if (e > a && !isfinite(steepest * steepest)) break;  /* a gradient whose square overflows: refused */
-            for (Py_ssize_t k = a; k < e; k++) {
-                int64_t c = mapped ? columns[idx[k]] : idx[k];
-                double g = coef * x[k];
-                int known = !tracked || present[c];
-                double acc = (known ? g2[c] : initial) + g * g;
-                g2[c] = acc;
-                w[c] = w[c] - rate * g / sqrt(acc);
-                if (!known) {
-                    present[c] = 1;
-                    new[n_new++] = c;
-                }
-            }
-        }
+        if (wide(&b[L_INDICES]))
+            stop = comp ? logistic_loop(b, start, rate, initial, 1, &n_new, 1)
+                        : logistic_loop(b, start, rate, initial, 0, &n_new, 1);
+        else
+            stop = comp ? logistic_loop(b, start, rate, initial, 1, &n_new, 0)
+                        : logistic_loop(b, start, rate, initial, 0, &n_new, 0);
     Py_END_ALLOW_THREADS
     release(b, N_LOGISTIC);
-    return Py_BuildValue("nn", i, n_new);
+    return Py_BuildValue("nn", stop, n_new);
 }
 
 /* The arrays of one example over dense weights: ``w`` (and ``g2``, when given) of the weight columns, the

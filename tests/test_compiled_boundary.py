@@ -43,11 +43,11 @@ MALFORMED_CSR = {
         {},
         r"^indptr: row 1: indptr\[2\] = 1 decreases from indptr\[1\] = 2$",
     ),
-    "negative column": (([0, 2], [0, -1], [1.0, 2.0], [True]), {}, r"^indices: row 0: column -1 is out of range"),
+    "negative column": (([0, 2], [0, -1], [1.0, 2.0], [True]), {}, r"^row 0: column -1 is out of range"),
     "column past the columns": (
         ([0, 1, 2], [0, 3], [1.0, 2.0], [True, False]),
         {"columns": ["a", "b", "c"]},
-        r"^indices: row 1: column 3 is out of range: expected 0 <= column < 3 ",
+        r"^row 1: column 3 is out of range: expected 0 <= column < 3$",
     ),
     "no indptr": (([], [], [], []), {}, r"^indptr: expected the n \+ 1 bounds of n rows, got none$"),
     "more labels than rows": (([0, 1], [0], [1.0], [True, False]), {}, r"^learn_csr: 1 rows but labels of shape"),
@@ -106,7 +106,7 @@ def test_learn_csr_refuses_a_malformed_matrix_and_learns_nothing(case, n_feature
 def test_learn_csr_over_arrays_refuses_a_column_past_them_and_learns_nothing():
     model = _trained(4)
     before = pickle.dumps(model)
-    with pytest.raises(ValueError, match=r"^indices: row 1: column 4 is out of range: expected 0 <= column < 4 "):
+    with pytest.raises(ValueError, match=r"^row 1: column 4 is out of range: expected 0 <= column < 4$"):
         model.learn_csr([0, 1, 2], [3, 4], [1.0, 1.0], [True, False])
     assert pickle.dumps(model) == before
 
@@ -194,7 +194,11 @@ def _param(name: str, value: float) -> Callable[[dict], None]:
 RAW_CASES = {
     "int64 signs": (_replace("signs", lambda a: a.astype(np.int64)), r"signs: expected a 1-d C-contiguous float64"),
     "float64 indptr": (_replace("indptr", lambda a: a.astype(np.float64)), r"indptr: expected .* int64 array"),
-    "int32 indices": (_replace("indices", lambda a: a.astype(np.int32)), r"indices: expected .* int64 array"),
+    "int16 indices": (_replace("indices", lambda a: a.astype(np.int16)), r"indices: expected .* int64 or int32 array"),
+    "uint32 indices": (
+        _replace("indices", lambda a: a.astype(np.uint32)),
+        r"indices: expected .* int64 or int32 array",
+    ),
     "big-endian data": (_replace("data", lambda a: a.astype(">f8")), r"data: expected .* format '>d'"),
     "uint8 presence": (_replace("present_v", lambda a: a.astype(np.uint8)), r"present_v: expected .* bool array"),
     "a list of signs": (_replace("signs", lambda a: a.tolist()), r"signs: expected a 1-d C-contiguous float64 array"),
@@ -225,6 +229,47 @@ RAW_CASES = {
     "no room for new columns": (_istate("n_new_v", 1), r"istate: n_new_v = 1 leaves no room for the 3 absent columns"),
     "start past the rows": (_replace("start", lambda _: 4), r"start = 4 is outside 0\.\.3"),
 }
+
+
+@pytest.mark.parametrize("distinct", [False, True])
+def test_int32_indices_learn_what_int64_ones_do_and_are_checked_alike(distinct):
+    """Index arrays of int32 (scipy's CSR indices as they are) are read as they are: the same model and decisions
+    as int64 ones, and the same refusals, out-of-range and negative columns included."""
+
+    def pegasos(arguments: dict) -> object:
+        return _fast.learn_rows(*(arguments[name] for name in ARRAYS), 0, distinct)
+
+    def logistic(arguments: dict) -> object:
+        return _fast.learn_logistic_rows(*(arguments[name] for name in LOGISTIC_ARRAYS), 0.5, 1e-6, False, 0, distinct)
+
+    for call, make in ((pegasos, _raw_arguments), (logistic, _logistic_arguments)):
+        wide, narrow = make(), make()
+        narrow["indices"] = narrow["indices"].astype(np.int32)
+        assert call(narrow) == call(wide)
+        assert not np.array_equal(wide["v" if call is pegasos else "w"], make()["v" if call is pegasos else "w"])
+        for name, array in wide.items():
+            if isinstance(array, np.ndarray) and name != "indices":
+                assert np.array_equal(narrow[name], array, equal_nan=True), name
+    for index, value, message in ((4, 3, r"row 2: column 3 is out of range"), (0, -1, r"row 0: column -1 is out")):
+        arguments = _raw_arguments()
+        arguments["indices"] = arguments["indices"].astype(np.int32)
+        arguments["indices"][index] = value
+        with pytest.raises(ValueError, match=r"^learn_rows: " + message):
+            _fast.learn_rows(*(arguments[name] for name in ARRAYS), 0, distinct)
+    long_rows = np.array([0, 1, 10], dtype=np.int64)  # a second row long enough for the checks' four-lane passes
+    for dtype in (np.int32, np.int64):
+        for columns, message in (
+            ([0, 0, 1, 2, 3, 4, 5, 6, 7, 7], r"^row 1: column 7 appears more than once"),
+            ([0, 3, 4, 1, 2, 6, 5, 9, 8, 7], None),  # not sorted, no repeat
+            ([0, 0, 1, 2, 3, 4, 5, 6, 7, 10], r"^row 1: column 10 is out of range: expected 0 <= column < 10"),
+            ([0, -1, 1, 2, 3, 4, 5, 6, 7, 8], r"^row 1: column -1 is out of range"),
+        ):
+            indices = np.array(columns, dtype=dtype)
+            if message is None:
+                _fast.check_rows(long_rows, indices, 10)
+            else:
+                with pytest.raises(ValueError, match=message):
+                    _fast.check_rows(long_rows, indices, 10)
 
 
 def test_distinct_rows_skip_the_repeat_search_but_not_the_bounds():

@@ -23,8 +23,8 @@ from numpy.typing import ArrayLike
 from .._compiled import FAST as _fast
 from .calibration import MAX_LOG_SLOPE, MIN_TAIL, TAIL_MASS, TAIL_START, OnlinePlatt
 from .rows import Rows
-from .schedule import MAX_NORM
-from .validation import binary_sign, check_features, check_sample_weight
+from .schedule import MAX_NORM, effective_step
+from .validation import binary_sign, check_sample_weight
 from .weights import (
     COMPENSATED_SUM,
     MAX_AVERAGE_CANCELLATION,
@@ -141,12 +141,6 @@ def learn_csr(
         if given.ndim != 1 or len(given) != len(rows):
             raise ValueError(f"learn_csr: {len(rows)} rows but sample weights of shape {given.shape}")
         weights = _sample_weights(given)
-    if not np.isfinite(rows.data).all():
-        bad = int(np.searchsorted(rows.indptr, np.flatnonzero(~np.isfinite(rows.data))[0], side="right")) - 1
-        try:
-            check_features(rows.row(bad))
-        except ValueError as error:
-            raise ValueError(f"row {bad}: {error}") from None
     decisions, probas = np.empty(len(rows)), np.empty(len(rows))
     stop, refusal = learn_rows(model, rows, signs, weights, decisions, probas)
     if refusal is not None:
@@ -195,7 +189,14 @@ def learn_rows(
         rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
         compiled = _fast is not None
     while start < n:
-        stop = _learn_compiled(model, rows, signs, weights, decisions, probas, start, columns) if compiled else start
+        # the step whose shrink clears the weights (a model's first) is learn_one's, as the compiled loop would
+        # find after checking every row
+        clears = effective_step(model._t + 1, model.horizon, model.t0) == 1
+        stop = (
+            _learn_compiled(model, rows, signs, weights, decisions, probas, start, columns)
+            if compiled and not clears
+            else start
+        )
         if stop == n:
             break
         x = rows.row(stop)  # a rare branch (a fold of the scale, a refusal), or not compiled: learn_one takes it

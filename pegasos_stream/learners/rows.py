@@ -24,6 +24,9 @@ __all__ = ["Rows", "int64_array"]
 class Rows:
     """CSR rows: row i holds ``keys[indices[k]]: data[k]`` for k in ``indptr[i]:indptr[i+1]``.
 
+    ``indptr`` is int64 and ``data`` float64; ``indices`` is int64, or int32 as a CSR matrix's indices may be
+    (scipy's usually are: the compiled loops read them as they are, without a copy).
+
     ``distinct`` says that no row holds a column twice, as the rows this package builds (from dicts, checked
     CSR matrices, its parsers and feature readers): the compiled loops then skip that check (a row holding a
     column twice is no feature dict, and would not learn what ``learn_one`` learns).
@@ -116,7 +119,7 @@ class Rows:
         are not integers, indptr decreasing or outside indices, a column out of range or repeated within a
         row (a feature dict holds one value per key).
         """
-        indptr, indices = _integers(indptr, "indptr"), _integers(indices, "indices")
+        indptr, indices = _integers(indptr, "indptr"), _integers(indices, "indices", keep_int32=True)
         values = np.asarray(data)
         if values.ndim != 1 or (values.size and values.dtype.kind not in "biuf"):
             raise ValueError(f"data: expected a 1-d array of numbers, got a {values.ndim}-d array of {values.dtype}")
@@ -134,21 +137,16 @@ class Rows:
         if first < 0 or last > len(indices):
             raise ValueError(f"indptr: runs from {first} to {last}, outside 0..{len(indices)} (the length of indices)")
         columns_used = indices[first:last]
-        names = None if columns is None else list(columns)
-        limit = len(names) if names is not None else n_columns
-        low, high = (int(columns_used.min()), int(columns_used.max())) if len(columns_used) else (0, -1)
-        if low < 0 or (limit is not None and high >= limit):
-            out_of_range = np.flatnonzero((columns_used < 0) | (limit is not None and columns_used >= limit))
-            k = first + int(out_of_range[0])
-            row = int(np.searchsorted(indptr, k, side="right")) - 1
-            bound = "" if limit is None else f" < {limit} (the number of columns)"
-            raise ValueError(f"indices: row {row}: column {indices[k]} is out of range: expected 0 <= column{bound}")
         values = np.ascontiguousarray(values[first:last], dtype=np.float64)
+        names = None if columns is None else list(columns)
         if names is None and n_columns is not None:
-            rows = cls(indptr - first, np.ascontiguousarray(columns_used), values, range(n_columns))
-            rows._check_columns_once()
+            rows = cls(indptr - first, columns_used, values, range(n_columns))
+            if _fast is None:
+                _check_bounds(rows.indptr, columns_used, n_columns)
+            rows._check_columns_once()  # (compiled: the bounds too)
             rows.distinct = True
             return rows
+        _check_bounds(indptr - first, columns_used, len(names) if names is not None else None)
         mask = np.zeros(int(columns_used.max(initial=-1)) + 1, dtype=bool)
         mask[columns_used] = True
         local = (np.cumsum(mask) - 1)[columns_used]  # the rank of each column among those used
@@ -183,12 +181,26 @@ class Rows:
             seen.add(column)
 
 
-def _integers(values: ArrayLike, name: str) -> np.ndarray:
-    """``values`` as a 1-d C-contiguous int64 array; a ValueError naming it unless it is a 1-d array of integers."""
+def _check_bounds(indptr: np.ndarray, indices: np.ndarray, n_columns: int | None) -> None:
+    """A ValueError naming the first row with a column below 0 or, given ``n_columns``, not below it (as the compiled
+    check names it)."""
+    low, high = (int(indices.min()), int(indices.max())) if len(indices) else (0, -1)
+    if low >= 0 and (n_columns is None or high < n_columns):
+        return
+    k = int(np.flatnonzero((indices < 0) | (n_columns is not None and indices >= n_columns))[0])
+    row = int(np.searchsorted(indptr, k, side="right")) - 1
+    bound = "" if n_columns is None else f" < {n_columns}"
+    raise ValueError(f"row {row}: column {indices[k]} is out of range: expected 0 <= column{bound}")
+
+
+def _integers(values: ArrayLike, name: str, keep_int32: bool = False) -> np.ndarray:
+    """``values`` as a 1-d C-contiguous int64 array (int32 ones kept as they are with ``keep_int32``); a ValueError
+    naming it unless it is a 1-d array of integers."""
     array = np.asarray(values)
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
         raise ValueError(f"{name}: expected a 1-d array of integers, got a {array.ndim}-d array of {array.dtype}")
-    return np.ascontiguousarray(array, dtype=np.int64)
+    dtype = np.int32 if keep_int32 and array.dtype == np.int32 else np.int64
+    return np.ascontiguousarray(array, dtype=dtype)
 
 
 def int64_array(buffer: bytes) -> np.ndarray:
