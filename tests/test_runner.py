@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from pegasos_stream.cli.config import load_config
 from pegasos_stream.cli.main import process_wide
 from pegasos_stream.features import EmailFeatures
 from pegasos_stream.persist.checkpoint import Checkpoints, latest_valid, model_digest
+from pegasos_stream.stream.evaluation import BinaryReport
 from pegasos_stream.stream.pending import PendingLabels
 from pegasos_stream.stream.records import Record, RecordBatch
 from pegasos_stream.stream.runner import StopRun
@@ -959,11 +959,15 @@ def test_the_report_state_keeps_the_layout_of_earlier_checkpoints(tmp_path, kind
     path = _write_lines(tmp_path / "events.jsonl", jsonl(binary_events(60, seed=10)))
     config = load_config(_job(tmp_path, path), [f"model.kind={kind}", "output.type=none"])
     runner = _in_process(config)
-    earlier_layout = {
-        name: list(value) if isinstance(value, deque) else value
-        for name, value in vars(runner.report).items()
-        if name != "window"
-    }
+    report = runner.report
+    if isinstance(report, BinaryReport):
+        earlier_layout = {
+            **{name: getattr(report, name) for name in ("tp", "fp", "tn", "fn")},
+            "scores": report.scores.tolist(),
+            "positives": report.positives.tolist(),
+        }
+    else:
+        earlier_layout = {"correct": report.correct, "n": report.n}
     snapshot = runner.snapshot()
     assert snapshot["report"] == earlier_layout
     restored = build_runner(config)

@@ -322,7 +322,7 @@ SCHEMA: dict = {
         "max_events": _integer(None, 0),
         "stop_when_idle": _number(None),
         "batch_size": _integer(65536, 0),  # most records per compiled batch (0: one at a time)
-        "batch_bytes": _integer(1 << 22, 1),  # about the most bytes of records per batch
+        "batch_bytes": _integer(1 << 20, 1),  # about the most bytes of records per batch
     },
     "checkpoint": {
         "dir": _text(None, "a directory path"),

@@ -16,7 +16,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from itertools import islice
 from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
@@ -205,10 +204,8 @@ class RunMetrics:
 
 def _recent_figures(report: BinaryReport, last: int) -> tuple[int, float, float]:
     """(examples, ROC AUC, error ratio) of the last ``last`` scores ``report`` keeps (nan without examples)."""
-    start = max(0, len(report.scores) - last)
-    scores = list(islice(report.scores, start, None))
-    positives = list(islice(report.positives, start, None))
-    if not scores:
+    scores, positives = report.scores[-last:], report.positives[-last:]
+    if not len(scores):
         return 0, math.nan, math.nan
-    errors = int(np.count_nonzero((np.asarray(scores) > 0.0) != np.asarray(positives, dtype=bool)))
+    errors = int(np.count_nonzero((scores > 0.0) != positives))
     return len(scores), roc_auc(scores, positives), errors / len(scores)
