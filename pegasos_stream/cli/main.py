@@ -1,5 +1,5 @@
 """The ``pegasos-stream`` command line: ``run`` a stream job, ``eval`` a finite log, ``predict`` with a
-trained model, ``inspect`` a checkpoint, list the shipped ``configs``."""
+trained model, ``serve`` its predictions, ``inspect`` a checkpoint, list the shipped ``configs``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from .config import (
     shipped_configs,
 )
 from .predict import EVENT_SUFFIXES, command_predict
+from .serve import add_serve_command, command_serve
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
 DEFAULT_CONFIG = "spam"
@@ -330,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         "--format", choices=["message", "events"], help="read every input as one message, or as events"
     )
     predict.add_argument("inputs", nargs="*", metavar="FILE", help="a message or events file, - for standard input")
+    add_serve_command(commands, common)
     inspect = commands.add_parser("inspect", help="summarise a checkpoint (a file, or a directory's newest)")
     inspect.add_argument("path")
     inspect.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -344,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                 return _command_inspect(args)
             if args.command == "predict":
                 return command_predict(args)
+            if args.command == "serve":
+                return command_serve(args)
             return _command_run(args, evaluate=args.command == "eval")
         except BrokenPipeError:
             return _output_gone()
