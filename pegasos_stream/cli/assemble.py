@@ -10,6 +10,7 @@ from ..stream.evaluation import BinaryReport, MulticlassReport
 from ..stream.mail import MaildirSource, MessageFileSource, MessageStdinSource
 from ..stream.parsing import MAIL_FORMATS, EventParser
 from ..stream.pending import PendingLabels
+from ..stream.predictions import Predictor, binary_classes
 from ..stream.runner import Runner
 from ..stream.sinks import JsonLinesSink, NullSink, Sink
 from ..stream.sources import FileSource, Source, StdinSource
@@ -25,7 +26,9 @@ __all__ = [
     "build_metrics",
     "build_model",
     "build_parser",
+    "build_predictor",
     "build_runner",
+    "build_sinks",
     "build_source",
 ]
 
@@ -146,21 +149,34 @@ def build_parser(config: dict, model: object) -> EventParser:
     )
 
 
+def build_sinks(config: dict) -> tuple[Sink, Sink | None]:
+    """The configured output of predictions, and of rejected records (None: none)."""
+    dead = config["errors"]["dead_letter"]
+    output = _sink(config["output"]["type"], config["output"], "output")
+    return output, None if dead["type"] == "none" else _sink(dead["type"], dead, "errors.dead_letter")
+
+
+def build_predictor(config: dict, model) -> Predictor:
+    """What predicts events with ``model`` under ``config``: its features, and its classes named as the
+    configuration names the labels."""
+    return Predictor(model, build_features(config), binary_classes(config["source"]["labels"]), model._multiclass)
+
+
 def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Runner:
     """A runner for ``config``; ``model`` (e.g. a resumed one) replaces the configured learner."""
     model = model if model is not None else build_model(config)
     exact = config["evaluation"]["exact_auc"] if exact_auc is None else exact_auc
     report = MulticlassReport() if model._multiclass else BinaryReport(window=None if exact else RECENT_SCORES)
-    dead = config["errors"]["dead_letter"]
+    sink, dead_letters = build_sinks(config)
     return Runner(
         model=model,
         features=build_features(config),
         parser=build_parser(config, model),
-        sink=_sink(config["output"]["type"], config["output"], "output"),
+        sink=sink,
         pending=PendingLabels(config["delayed_labels"]["max_pending"], config["delayed_labels"]["max_age_seconds"]),
         report=report,
         on_error=config["errors"]["on_error"],
-        dead_letters=None if dead["type"] == "none" else _sink(dead["type"], dead, "errors.dead_letter"),
+        dead_letters=dead_letters,
         stats_every_seconds=config["evaluation"]["stats_every_seconds"],
         batch_size=config["run"]["batch_size"],
         batch_bytes=config["run"]["batch_bytes"],

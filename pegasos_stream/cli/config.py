@@ -51,6 +51,7 @@ __all__ = [
     "config_hash",
     "kafka_client_settings",
     "load_config",
+    "override_config",
     "parse_override",
     "set_flag",
     "shipped_configs",
@@ -735,6 +736,14 @@ def load_config(path: str | Path | None, overrides: Sequence[str] = (), given_as
             raise ConfigError(f"{where}: larger than {MAX_FILE_BYTES} bytes: not a configuration file")
         raw = _yaml(content, where) or {}
         _resolve_paths(raw, None if _is_shipped(path) else Path(path).resolve().parent)
+    return override_config(raw, where, overrides, given_as)
+
+
+def override_config(
+    raw: dict, where: str, overrides: Sequence[str] = (), given_as: Sequence[str] | None = None
+) -> dict:
+    """``raw`` (a configuration as a file gives it, or as a checkpoint stores it) with ``overrides``
+    applied, validated; an error names ``where`` or the override at fault (see `load_config`)."""
     names = list(given_as) if given_as is not None else [set_flag(text) for text in overrides]
     configs = [raw]  # the file alone, then with each override in turn
     for text, name in zip(overrides, names):

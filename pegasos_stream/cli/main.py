@@ -1,5 +1,5 @@
 """The ``pegasos-stream`` command line: ``run`` a stream job, ``eval`` a finite log, ``predict`` with a
-trained model, ``inspect`` a checkpoint, list the shipped ``configs``."""
+trained model, ``serve`` its predictions, ``inspect`` a checkpoint, list the shipped ``configs``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ..persist.checkpoint import CheckpointError, Checkpoints, describe, latest_
 from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.runner import Runner, RunStats, StopRun
 from ..stream.sources import Source, SourceError
+from . import options
 from .assemble import build_checkpoints, build_metrics, build_runner, build_source
 from .checks import StartupError, check_files, check_plot, checkpoint_directory_error
 from .config import (
@@ -30,10 +31,10 @@ from .config import (
     config_file,
     config_hash,
     load_config,
-    set_flag,
     shipped_configs,
 )
 from .predict import EVENT_SUFFIXES, command_predict
+from .serve import add_serve_command, command_serve
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
 DEFAULT_CONFIG = "spam"
@@ -72,31 +73,6 @@ def process_wide(runner: Runner) -> Iterator[None]:
         gc.unfreeze()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _overrides(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """The ``--set`` overrides and the common flags as overrides, applied after them: (override,
-    the flag it came from, as an error names it)."""
-    sets = [(text, set_flag(text)) for text in args.set]
-    texts: tuple[str, ...]
-    if args.input == "-":
-        sets.append(("source.type=stdin", "--input -"))
-    elif args.input:
-        if Path(args.input).is_dir():  # a directory of messages, one per file
-            texts = ("source.type=maildir", "source.format=raw", f"source.path={json.dumps(args.input)}")
-        else:
-            texts = ("source.type=file", f"source.path={json.dumps(args.input)}")
-        sets += [(text, f"--input {args.input}") for text in texts]
-    if args.output == "-":
-        sets.append(("output.type=stdout", "--output -"))
-    elif args.output:
-        texts = ("output.type=file", f"output.path={json.dumps(args.output)}")
-        sets += [(text, f"--output {args.output}") for text in texts]
-    if args.max_events is not None:
-        sets.append((f"run.max_events={args.max_events}", f"--max-events {args.max_events}"))
-    if args.stop_when_idle is not None:
-        sets.append((f"run.stop_when_idle={args.stop_when_idle}", f"--stop-when-idle {args.stop_when_idle:g}"))
-    return sets
 
 
 class ProgressBar:
@@ -203,16 +179,6 @@ def _resume(config: dict, accept_config: bool = False) -> tuple[dict | None, dic
     return state, manifest["source"]
 
 
-def _flags_of_paths(args: argparse.Namespace) -> dict[str, str]:
-    """The configuration's file paths given by a flag, and the flag."""
-    flags = {}
-    if args.input not in (None, "-"):
-        flags["source.path"] = "--input"
-    if args.output not in (None, "-"):
-        flags["output.path"] = "--output"
-    return flags
-
-
 def _checkpoints(config: dict) -> Checkpoints | None:
     """The run's checkpoints (``build_checkpoints``); a StartupError when the directory cannot be
     created, locked or written."""
@@ -260,13 +226,13 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     if config_name is None:
         raise ConfigError("run needs --config FILE (or the name of a shipped configuration: pegasos-stream configs)")
     config_path = config_file(config_name)
-    overrides = _overrides(args)
+    overrides = options.overrides(args)
     if evaluate and args.output is None:
         overrides.insert(0, ("output.type=none", "eval"))
     config = load_config(config_path, [text for text, _ in overrides], [flag for _, flag in overrides])
     if not evaluate:
         check_kafka_checkpoints(config, str(config_path))
-    check_files(config, _flags_of_paths(args))
+    check_files(config, options.flags_of_paths(args))
     if evaluate and args.plot:
         check_plot(args.plot)
     with contextlib.ExitStack() as opened:  # closed in the reverse order, whatever happens
@@ -340,15 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pegasos-stream", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}, {_compiled.describe()}")
     commands = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--config", metavar="FILE|NAME", help="YAML configuration: a file, or a shipped one by name (see: configs)"
-    )
-    common.add_argument("--input", help="read events from this file, or - for standard input")
-    common.add_argument("--output", help="write predictions to this file, or - for standard output")
-    common.add_argument("--max-events", type=int, help="stop after this many events")
-    common.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="stop once no event came for this long")
-    common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a configuration key")
+    common = options.common_options()
     run = commands.add_parser("run", parents=[common], help="predict and learn on a stream until it ends or a signal")
     run.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint")
     run.add_argument(
@@ -373,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         "--format", choices=["message", "events"], help="read every input as one message, or as events"
     )
     predict.add_argument("inputs", nargs="*", metavar="FILE", help="a message or events file, - for standard input")
+    add_serve_command(commands, common)
     inspect = commands.add_parser("inspect", help="summarise a checkpoint (a file, or a directory's newest)")
     inspect.add_argument("path")
     inspect.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -387,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
                 return _command_inspect(args)
             if args.command == "predict":
                 return command_predict(args)
+            if args.command == "serve":
+                return command_serve(args)
             return _command_run(args, evaluate=args.command == "eval")
         except BrokenPipeError:
             return _output_gone()

@@ -19,18 +19,17 @@ from typing import Any
 
 from ..features import EmailFeatures
 from ..persist.checkpoint import CheckpointError, latest_valid, read_checkpoint
-from ..stream.batches import parse_record
-from ..stream.parsing import BadRecord, EventParser
-from ..stream.predictions import Predictor, binary_classes, prediction_output
+from ..stream.parsing import EventParser
+from ..stream.predictions import Predictor, prediction_output, record_features
 from ..stream.records import Record
 from ..stream.runner import rejection_reason
 from ..stream.sinks import JsonLinesSink
 from ..stream.sources import FileSource, Source, StdinSource
-from .assemble import build_features, build_parser
+from .assemble import build_parser, build_predictor
 from .checks import StartupError
 from .config import validate
 
-__all__ = ["EVENT_SUFFIXES", "command_predict", "input_format", "load_model"]
+__all__ = ["EVENT_SUFFIXES", "command_predict", "input_format", "load_model", "stored_config"]
 
 #: Names of files of events (each also with ``.gz``); any other name is one message.
 EVENT_SUFFIXES = (".jsonl", ".ndjson", ".json", ".svm", ".svmlight", ".libsvm")
@@ -55,12 +54,17 @@ def load_model(path: str | Path) -> tuple[Any, dict]:
             state, manifest = read_checkpoint(path)
     except CheckpointError as error:
         raise StartupError(f"--model {error}") from None
+    return state["model"], validate(stored_config(path, manifest), f"{path}: its configuration")
+
+
+def stored_config(path: Path, manifest: dict) -> dict:
+    """The configuration the manifest of checkpoint ``path`` holds; a StartupError when it holds none."""
     config = manifest.get("config")
     if not isinstance(config, dict):
         raise StartupError(
             f"--model {path}: holds no configuration (a learner saved on its own, not a checkpoint of a run)"
         )
-    return state["model"], validate(config, f"{path}: its configuration")
+    return config
 
 
 def input_format(name: str, forced: str | None) -> str:
@@ -117,17 +121,15 @@ class _Scoring:
             if record is None:  # standard input is idle: show what is scored
                 self.out.flush()
                 continue
-            parsed = parse_record(self.parser, record)
             try:
-                if isinstance(parsed, BadRecord):
-                    raise parsed
-                if parsed is None or not parsed.has_input:
+                found = record_features(self.parser, self.predictor, record)
+                if found is None:
                     continue
-                score, proba, predicted, _ = self.predictor.predict(self.predictor.features_of(parsed))
+                score, proba, predicted, _ = self.predictor.predict(found[1])
             except (ValueError, TypeError, OverflowError) as error:
                 self._reject(rejection_reason(record, error))
                 continue
-            self.out.emit(prediction_output(parsed.id, predicted, score, proba))
+            self.out.emit(prediction_output(found[0], predicted, score, proba))
 
     def _reject(self, reason: str) -> None:
         _log.warning("rejected %s", reason)
@@ -137,10 +139,9 @@ class _Scoring:
 def command_predict(args: argparse.Namespace) -> int:
     """Score every input; 0, or 1 when a record or message was rejected."""
     model, config = load_model(args.model)
-    features = build_features(config)
+    predictor = build_predictor(config, model)
     inputs = [(name, input_format(name, args.format)) for name in args.inputs or ["-"]]
-    _check_inputs(inputs, features)
-    predictor = Predictor(model, features, binary_classes(config["source"]["labels"]), model._multiclass)
+    _check_inputs(inputs, predictor.features)
     scoring = _Scoring(predictor, build_parser(config, model))
     max_bytes = config["source"]["max_bytes"]
     try:

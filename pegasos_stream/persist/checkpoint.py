@@ -46,6 +46,7 @@ __all__ = [
     "Checkpoints",
     "DirectoryInUse",
     "checkpoint_path",
+    "checkpoint_sequence",
     "checkpoints",
     "latest_valid",
     "model_digest",
@@ -223,12 +224,10 @@ def checkpoint_path(directory: str | Path, sequence: int) -> Path:
     return Path(directory) / f"checkpoint-{sequence:012d}.pgs"
 
 
-def _sequence(path: Path) -> int:
-    """The sequence number in a checkpoint's file name."""
-    match = _NAME.match(path.name)
-    if match is None:
-        raise ValueError(f"{path.name}: not a checkpoint file name")
-    return int(match.group(1))
+def checkpoint_sequence(path: str | Path) -> int | None:
+    """The sequence number in a checkpoint's file name (None: not a name ``Checkpoints`` gives)."""
+    match = _NAME.match(Path(path).name)
+    return None if match is None else int(match.group(1))
 
 
 def checkpoints(directory: str | Path) -> list[Path]:
@@ -293,7 +292,7 @@ class Checkpoints:
         except BaseException:
             self.close()
             raise
-        self._sequence = _sequence(existing[0]) if existing else 0
+        self._sequence = (checkpoint_sequence(existing[0]) or 0) if existing else 0
         self._written: int | None = None  # events covered by this run's last checkpoint
         self._last_events = 0
         self._last_time = time.monotonic()
@@ -322,14 +321,15 @@ class Checkpoints:
 
     def write(self, model: Any, runner_state: dict, source_position: dict) -> Path | None:
         """Write the next checkpoint and drop the ones past ``keep``; None when this run's last
-        checkpoint already covers every event."""
+        checkpoint already covers every event. Its manifest holds, besides ``manifest``, the source
+        position, the events processed, the learner's step count ``t`` and ``written_at`` (Unix time)."""
         events = runner_state["counts"][0]
         if events == self._written:
             return None
         start = time.perf_counter()
         self._sequence += 1
         path = checkpoint_path(self.directory, self._sequence)
-        extra = {**self.manifest, "source": source_position, "events": events, "t": model.t}
+        extra = {**self.manifest, "source": source_position, "events": events, "t": model.t, "written_at": time.time()}
         write_checkpoint(path, {"model": model, "runner": runner_state}, extra)
         for old in checkpoints(self.directory)[self.keep :]:
             old.unlink(missing_ok=True)

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..features import DictHasher, EmailFeatures
 from ..learners.rows import Rows
-from .parsing import BadRecord, Event
+from .parsing import BadRecord, Event, EventParser
+from .records import Record
 
 __all__ = [
     "BinaryLearner",
@@ -25,6 +26,7 @@ __all__ = [
     "Predictor",
     "binary_classes",
     "prediction_output",
+    "record_features",
 ]
 
 
@@ -125,3 +127,12 @@ class Predictor:
         model = cast(BinaryLearner, self.model)
         score = model.decision_function_one(x)
         return score, model.probability(score), self.classes[score > 0.0], score
+
+
+def record_features(parser: EventParser, predictor: Predictor, record: Record) -> tuple[Hashable, dict] | None:
+    """The id and features of the event in ``record``, or None when it has nothing to predict (a comment, a
+    label-only event); a BadRecord when it is no event, or a ValueError for features the predictor cannot take."""
+    event = parser.parse(record)
+    if event is None or not event.has_input:
+        return None
+    return event.id, predictor.features_of(event)

@@ -34,7 +34,7 @@ from .sources import Source
 if TYPE_CHECKING:
     from ..persist.checkpoint import Checkpoints
 
-__all__ = ["RunMonitor", "RunStats", "Runner", "StopRun", "rejection_reason", "takes_hashed_columns"]
+__all__ = ["RunMonitor", "RunStats", "Runner", "StopRun", "give_back", "rejection_reason", "takes_hashed_columns"]
 
 _log = logging.getLogger(__name__)
 
@@ -442,7 +442,7 @@ class Runner:
                             elif records:
                                 self.process_many(records)
                         except BaseException:
-                            exact = _give_back(source, records, self.stats.events - counted)
+                            exact = give_back(source, records, self.stats.events - counted)
                             raise
                     ended = time.perf_counter()
                     self.stats.seen(len(records), started, ended)
@@ -555,7 +555,7 @@ def rejection_reason(record: Record, error: Exception) -> str:
     return f"{record.position}: {type(error).__name__}: {error}"
 
 
-def _give_back(source: Source, batch: RecordBatch, done: int) -> bool:
+def give_back(source: Source, batch: RecordBatch, done: int) -> bool:
     """Give the records ``done..`` of ``batch``, claimed but not processed, back to ``source``;
     whether its position now covers only records processed (False: it cannot give records back,
     and must be neither checkpointed nor committed)."""

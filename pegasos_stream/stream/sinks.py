@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Protocol, TextIO
 
-__all__ = ["JsonLinesSink", "NullSink", "Sink", "dead_letter"]
+__all__ = ["JsonLinesSink", "NullSink", "Sink", "dead_letter", "json_line"]
 
 
 class Sink(Protocol):
@@ -34,7 +34,7 @@ class JsonLinesSink:
             assert self._path is not None  # without a path the sink writes to stdout
             # held open across emits, until close()
             out = self._out = open(self._path, "a", encoding="utf-8")  # noqa: SIM115
-        out.write(_json_line(obj) + "\n")
+        out.write(json_line(obj) + "\n")
 
     def flush(self) -> None:
         if self._out is not None:
@@ -60,7 +60,7 @@ class NullSink:
         pass
 
 
-def _json_line(obj: dict) -> str:
+def json_line(obj: object) -> str:
     """``obj`` as JSON, with NaN and the infinities as null."""
     try:
         return json.dumps(obj, default=str, allow_nan=False)

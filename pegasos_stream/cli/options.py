@@ -1,0 +1,62 @@
+"""The flags the commands share (``--config``, ``--input``, ``--output``, ``--max-events``,
+``--stop-when-idle``, ``--set``), and what they change in a configuration: overrides, applied after
+the file's settings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .config import set_flag
+
+__all__ = ["common_options", "flags_of_paths", "overrides"]
+
+
+def common_options() -> argparse.ArgumentParser:
+    """The parent parser of the commands that run a configuration."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config", metavar="FILE|NAME", help="YAML configuration: a file, or a shipped one by name (see: configs)"
+    )
+    common.add_argument("--input", help="read events from this file, or - for standard input")
+    common.add_argument("--output", help="write predictions to this file, or - for standard output")
+    common.add_argument("--max-events", type=int, help="stop after this many events")
+    common.add_argument("--stop-when-idle", type=float, metavar="SECONDS", help="stop once no event came for this long")
+    common.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a configuration key")
+    return common
+
+
+def overrides(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The ``--set`` overrides and the common flags as overrides, applied after them: (override,
+    the flag it came from, as an error names it)."""
+    sets = [(text, set_flag(text)) for text in args.set]
+    texts: tuple[str, ...]
+    if args.input == "-":
+        sets.append(("source.type=stdin", "--input -"))
+    elif args.input:
+        if Path(args.input).is_dir():  # a directory of messages, one per file
+            texts = ("source.type=maildir", "source.format=raw", f"source.path={json.dumps(args.input)}")
+        else:
+            texts = ("source.type=file", f"source.path={json.dumps(args.input)}")
+        sets += [(text, f"--input {args.input}") for text in texts]
+    if args.output == "-":
+        sets.append(("output.type=stdout", "--output -"))
+    elif args.output:
+        texts = ("output.type=file", f"output.path={json.dumps(args.output)}")
+        sets += [(text, f"--output {args.output}") for text in texts]
+    if args.max_events is not None:
+        sets.append((f"run.max_events={args.max_events}", f"--max-events {args.max_events}"))
+    if args.stop_when_idle is not None:
+        sets.append((f"run.stop_when_idle={args.stop_when_idle}", f"--stop-when-idle {args.stop_when_idle:g}"))
+    return sets
+
+
+def flags_of_paths(args: argparse.Namespace) -> dict[str, str]:
+    """The configuration's file paths given by a flag, and the flag."""
+    flags = {}
+    if args.input not in (None, "-"):
+        flags["source.path"] = "--input"
+    if args.output not in (None, "-"):
+        flags["output.path"] = "--output"
+    return flags

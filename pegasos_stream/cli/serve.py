@@ -1,0 +1,298 @@
+"""``pegasos-stream serve``: predictions of a trained model, which never learns.
+
+Models come from checkpoints of ``run`` (`CheckpointProvider`): ``--model FILE``, or ``--model DIR`` for
+the newest valid checkpoint of a directory, which is looked at again every ``--reload-s`` seconds for a newer
+one. Each model is served with the configuration its checkpoint holds, under the command's overrides
+(``--set``, ``--input``, ``--output``...), with a Kafka source in a consumer group of its own (the training
+group's id + ".serve", unless ``--set source.group_id=...``). Without ``--http`` it predicts a stream (standard
+input, a file, Kafka) to the configured output, as ``run`` writes predictions, each with ``model_version``
+and ``model_age_s``; ``--input - --output -`` answers each line as it arrives (a co-process). With
+``--http HOST:PORT`` it answers requests (`stream.http_api`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..persist.checkpoint import CheckpointError, checkpoint_sequence, checkpoints, model_digest, read_checkpoint
+from ..stream.serving import ServedModel, Serving, Watcher, serve_stream
+from . import options
+from .assemble import build_model, build_parser, build_predictor, build_sinks, build_source
+from .checks import StartupError, check_files
+from .config import ConfigError, config_file, load_config, override_config
+from .predict import stored_config
+
+__all__ = ["CheckpointProvider", "add_serve_command", "command_serve"]
+
+#: Records predicted at most at a time in a stream (a batch is what the source has at hand, up to this).
+BATCH_RECORDS = 1000
+#: How often, while no model is there yet, the stream form looks whether the watcher found one.
+WAIT_SECONDS = 0.1
+
+_log = logging.getLogger(__name__)
+
+#: Builds the validated configuration a model is served with from the one its checkpoint holds; a
+#: ConfigError names ``where`` (the second argument) or the override at fault.
+Configure = Callable[[dict, str], dict]
+
+
+def served_model(model: Any, config: dict, version: int, written_at: float | None, about: dict) -> ServedModel:
+    """``model`` to serve under ``config``."""
+    return ServedModel(build_predictor(config, model), build_parser(config, model), version, written_at, about)
+
+
+class CheckpointProvider:
+    """Models from checkpoints of ``run`` (a `ModelProvider`): the checkpoint file ``path``, or the newest valid
+    checkpoint of the directory ``path``, and then each newer one that ``refresh`` finds there.
+
+    A model's version is its checkpoint's sequence number (``checkpoint-000000000042.pgs``: 42, the order in
+    which its run wrote it; 0 for a file named otherwise), its age counts from when it was written (the
+    manifest's ``written_at``, else the file's modification time). A newer checkpoint that cannot be served
+    (truncated, corrupted, or with a configuration the overrides make invalid) is refused with a warning, once
+    until the file changes, and the model served goes on. ``empty`` (version 0) is served until a checkpoint
+    is found. A StartupError when ``path`` does not exist, or is a file that cannot be served.
+    """
+
+    def __init__(self, path: Path, configure: Configure, empty: tuple[ServedModel, dict] | None = None) -> None:
+        if not path.exists():
+            raise StartupError(f"--model {path}: no such file or directory")
+        self.path = path
+        self.origin = f"a checkpoint in {path}" if path.is_dir() else str(path)
+        self._configure = configure
+        self._current: ServedModel | None = None
+        self.config: dict | None = None  # the configuration the current model is served with
+        if empty is not None:
+            self._current, self.config = empty
+        self._refused: dict[Path, tuple[int, int] | None] = {}  # checkpoint -> its _identity when refused
+        self._lock = threading.Lock()  # one refresh at a time
+        if path.is_dir():
+            self.refresh()
+        else:
+            try:
+                self._current, self.config = self._load(path)
+            except (CheckpointError, ConfigError, StartupError) as error:
+                raise StartupError(f"--model {_reason(path, error)}") from None
+
+    @property
+    def current(self) -> ServedModel | None:
+        return self._current
+
+    def refresh(self) -> bool:
+        """Take up the newest valid checkpoint of the directory that is newer than the model served."""
+        if not self.path.is_dir():
+            return False
+        with self._lock:
+            served = self._current.version if self._current is not None else 0
+            for path in checkpoints(self.path):
+                if (checkpoint_sequence(path) or 0) <= served:
+                    break
+                if path in self._refused and self._refused[path] == _identity(path):
+                    continue  # refused, and unchanged since
+                try:
+                    self._current, self.config = self._load(path)
+                except (CheckpointError, ConfigError, StartupError, OSError) as error:
+                    self._refuse(path, error)
+                    continue
+                current = self._current
+                _log.info("serving model version %d: %s (t=%s)", current.version, path, current.about.get("model_t"))
+                return True
+            return False
+
+    def _load(self, path: Path) -> tuple[ServedModel, dict]:
+        state, manifest = read_checkpoint(path)
+        config = self._configure(stored_config(path, manifest), f"{path}: its configuration")
+        model = state["model"]
+        written = manifest.get("written_at")
+        if not isinstance(written, (int, float)):  # a checkpoint written before the manifest said when
+            written = path.stat().st_mtime
+        about = {"model_path": str(path), "model_t": model.t, "model_sha256": model_digest(model)}
+        return served_model(model, config, checkpoint_sequence(path) or 0, written, about), config
+
+    def _refuse(self, path: Path, error: Exception) -> None:
+        """Say that ``path`` is refused and why; it is not read again until it changes."""
+        identity = _identity(path)
+        if identity is None:  # removed since (a run keeps only its newest checkpoints)
+            return
+        self._refused[path] = identity
+        current = self._current
+        going_on = "waiting for one" if current is None else f"model version {current.version} goes on serving"
+        _log.warning("refusing the checkpoint %s; %s", _reason(path, error), going_on)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(size, modification time) of the file ``path``: it changed when they did (None: it is gone)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _reason(path: Path, error: Exception) -> str:
+    """``path: reason`` from the error that refused the checkpoint ``path``."""
+    text = str(error).removeprefix("--model ")
+    return text if text.startswith(str(path)) else f"{path}: {text}"
+
+
+def _configurer(args: argparse.Namespace) -> Configure:
+    """The configuration a model is served with: its own, in a consumer group of its own (the training
+    group's id + ".serve"), under the overrides of the command line."""
+    sets = options.overrides(args)
+
+    def configure(stored: dict, where: str) -> dict:
+        group = json.dumps(f"{stored.get('source', {}).get('group_id', 'pegasos-stream')}.serve")
+        texts = [f"source.group_id={group}", *(text for text, _ in sets)]
+        flags = ["serve (the training group's id + .serve)", *(flag for _, flag in sets)]
+        return override_config(stored, where, texts, flags)
+
+    return configure
+
+
+def _untrained(args: argparse.Namespace, configure: Configure) -> tuple[ServedModel, dict] | None:
+    """With ``--allow-empty``, the untrained model of ``--config`` to serve until a checkpoint comes."""
+    if args.config is None:
+        if args.allow_empty:
+            raise ConfigError("--allow-empty needs --config: the configuration of the untrained model to serve")
+        return None
+    if not args.allow_empty:
+        raise ConfigError("--config is for --allow-empty: a checkpoint holds the configuration of its model")
+    path = config_file(args.config)
+    config = configure(load_config(path), str(path))
+    return served_model(build_model(config), config, 0, None, {"model_path": None, "model_t": 0}), config
+
+
+@contextlib.contextmanager
+def _on_signals(handler: Callable[..., Any]) -> Iterator[None]:
+    """SIGTERM and SIGINT call ``handler`` while the block runs."""
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _serve_stream(serving: Serving, provider: CheckpointProvider, args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    with _on_signals(lambda *_: stop.set()):
+        while provider.config is None:
+            if stop.wait(WAIT_SECONDS):
+                return 0
+        config = provider.config
+        check_files(config, options.flags_of_paths(args))
+        with contextlib.ExitStack() as opened:
+            sink, dead_letters = build_sinks(config)
+            opened.callback(sink.close)
+            if dead_letters is not None:
+                opened.callback(dead_letters.close)
+            source = build_source(config)
+            opened.callback(source.close)
+            run = config["run"]
+            events = serve_stream(
+                serving,
+                source,
+                sink,
+                dead_letters,
+                BATCH_RECORDS,
+                run["max_events"],
+                run["stop_when_idle"],
+                stop,
+                config["errors"]["on_error"],
+            )
+    current = provider.current
+    summary = {
+        "events": events,
+        "served": serving.served,
+        "errors": serving.errors,
+        "model_version": None if current is None else current.version,
+    }
+    print(json.dumps(summary), file=sys.stderr)
+    return 0
+
+
+def _listen_address(text: str) -> tuple[str, int]:
+    """HOST:PORT (``[::1]:PORT`` for an IPv6 address) as (host, port)."""
+    host, _, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"--http {text}: expected HOST:PORT (a port from 0 to 65535; 0: any free port)")
+    return host, int(port)
+
+
+def _serve_http(serving: Serving, host: str, port: int) -> int:
+    try:
+        from ..stream.http_api import HttpServer, PredictionApp
+    except ModuleNotFoundError as error:
+        if error.name not in ("waitress", "werkzeug"):
+            raise
+        raise StartupError("--http needs waitress and werkzeug: pip install 'pegasos-stream[serve]'") from None
+    try:
+        server = HttpServer(PredictionApp(serving), host, port)
+    except OSError as error:
+        raise StartupError(f"--http {host}:{port}: cannot listen: {error.strerror or error}") from None
+    _log.info("serving predictions on %s (POST /predict, GET /health)", server.url)
+    try:
+        with _on_signals(signal.default_int_handler):  # a KeyboardInterrupt ends server.run()
+            server.run()
+    finally:
+        server.close()
+    return 0
+
+
+def command_serve(args: argparse.Namespace) -> int:
+    """Serve predictions until the stream ends or a signal; 0."""
+    stream_flags = (args.input, args.output, args.max_events, args.stop_when_idle)
+    if args.http and any(flag is not None for flag in stream_flags):
+        raise ConfigError(
+            "--http answers requests: --input, --output, --max-events and --stop-when-idle are for a stream"
+        )
+    address = _listen_address(args.http) if args.http else None
+    configure = _configurer(args)
+    provider = CheckpointProvider(Path(args.model), configure, _untrained(args, configure))
+    if provider.current is None:
+        _log.info("no valid checkpoint in %s yet: waiting for one (looking every %g s)", args.model, args.reload_s)
+    serving = Serving(provider, args.max_staleness_s)
+    watcher = Watcher(serving, args.reload_s)
+    watcher.start()
+    try:
+        return _serve_http(serving, *address) if address else _serve_stream(serving, provider, args)
+    finally:
+        watcher.close()
+
+
+def add_serve_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """The ``serve`` command's parser, with the common flags ``common``."""
+    serve = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="predict with a trained model that never learns: a stream, a co-process, or HTTP",
+        description="Predict with the model of a checkpoint of run (a file, or a directory's newest, looked at "
+        "again for newer ones), which never learns: a stream (the configuration's source, --input FILE, or - for "
+        "standard input: each line answered as it arrives) to the configured output or --output, or requests "
+        "over HTTP (--http). Each prediction carries model_version and model_age_s.",
+    )
+    serve.add_argument("--model", required=True, metavar="CHECKPOINT", help="a checkpoint file, or a directory")
+    serve.add_argument("--http", metavar="HOST:PORT", help="answer POST /predict and GET /health on this address")
+    serve.add_argument(
+        "--reload-s", type=float, default=5.0, metavar="SECONDS", help="look for a newer checkpoint this often"
+    )
+    serve.add_argument(
+        "--max-staleness-s",
+        type=float,
+        metavar="SECONDS",
+        help="a model older than this is stale: /health says so, and a warning goes to stderr",
+    )
+    serve.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="with no checkpoint yet, serve the untrained model of --config instead of waiting",
+    )

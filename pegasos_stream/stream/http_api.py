@@ -1,0 +1,132 @@
+"""Predictions over HTTP: a small WSGI application on werkzeug's requests, responses and routing, served by
+waitress, a production WSGI server (both in the ``serve`` extra; this is the one module that imports them).
+
+``POST /predict`` takes one JSON event object, read as a line of a stream is, and answers its prediction;
+or a JSON array of event objects, and answers the array of their predictions, all by one model. A request
+that cannot be predicted is answered 400 with ``{"error": ...}`` naming what is wrong (for an array, also
+``"errors"``: each bad event's index and reason, and nothing is predicted), and 503 while there is no model
+yet. ``GET /health`` answers `Serving.health` (503 while there is no model).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import waitress
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from .records import Record
+from .runner import rejection_reason
+from .serving import NoModel, Serving
+from .sinks import json_line
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIEnvironment
+
+__all__ = ["MAX_REQUEST_BYTES", "HttpServer", "PredictionApp"]
+
+#: The largest request body taken; a larger one is answered 413.
+MAX_REQUEST_BYTES = 64 << 20
+#: The position of a request's event, and of the events of an array (``request[0]``...), in messages.
+REQUEST = "request"
+
+
+class PredictionApp:
+    """The WSGI application of ``serving``: ``POST /predict`` and ``GET /health``."""
+
+    def __init__(self, serving: Serving) -> None:
+        self.serving = serving
+        self._urls = Map(
+            [
+                Rule("/predict", endpoint="predict", methods=["POST"]),
+                Rule("/health", endpoint="health", methods=["GET"]),
+            ]
+        )
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        request = Request(environ)
+        request.max_content_length = MAX_REQUEST_BYTES
+        try:
+            endpoint, _ = self._urls.bind_to_environ(environ).match()
+            response = self._predict(request) if endpoint == "predict" else self._health()
+        except HTTPException as error:
+            response = _json(error.code or 500, {"error": error.description})
+            if isinstance(error, MethodNotAllowed) and error.valid_methods:
+                response.headers["Allow"] = ", ".join(error.valid_methods)
+        return response(environ, start_response)
+
+    def _health(self) -> Response:
+        health = self.serving.health()
+        return _json(503 if health["status"] == "waiting" else 200, health)
+
+    def _predict(self, request: Request) -> Response:
+        try:
+            records, many = request_records(request.get_data(cache=False))
+        except ValueError as error:
+            self.serving.count(0, 1)
+            return _json(400, {"error": str(error)})
+        try:
+            outcomes = self.serving.predict(records)
+        except NoModel as error:
+            return _json(503, {"error": str(error)})
+        errors = [
+            {"index": index, "error": _reason(record, outcome)}
+            for index, (record, outcome) in enumerate(zip(records, outcomes))
+            if not isinstance(outcome, dict)
+        ]
+        if errors:
+            self.serving.count(0, len(errors))
+            return _json(400, {"error": errors[0]["error"], **({"errors": errors} if many else {})})
+        self.serving.count(len(outcomes), 0)
+        return _json(200, outcomes if many else outcomes[0])
+
+
+def request_records(body: bytes) -> tuple[list[Record], bool]:
+    """The records of a request's body, and whether it holds an array: one JSON event object is one record,
+    its bytes as they came (read exactly as a line of a stream); each item of an array is one, written
+    back as JSON. A ValueError for a body that is empty or an array that is no JSON."""
+    if not body.strip():
+        raise ValueError(f"{REQUEST}: empty body: expected a JSON event object, or an array of them")
+    if not body.lstrip().startswith(b"["):
+        return [Record(body, REQUEST)], False
+    try:
+        items = json.loads(body)
+    except (ValueError, RecursionError) as error:  # (UnicodeDecodeError is a ValueError)
+        raise ValueError(f"{REQUEST}: malformed JSON: {error}") from None
+    return [Record(json.dumps(item).encode(), f"{REQUEST}[{i}]") for i, item in enumerate(items)], True
+
+
+def _reason(record: Record, outcome: Exception | None) -> str:
+    """Why a request's event gives no prediction."""
+    if outcome is None:
+        return f"{record.position}: nothing to predict (an event with a label alone)"
+    return rejection_reason(record, outcome)
+
+
+def _json(status: int, body: object) -> Response:
+    return Response(json_line(body) + "\n", status=status, mimetype="application/json")
+
+
+class HttpServer:
+    """``app`` served by waitress on ``host:port`` (port 0: a free port), ``threads`` requests at a time;
+    an OSError when the address cannot be listened on."""
+
+    def __init__(self, app: PredictionApp, host: str, port: int, threads: int = 4) -> None:
+        self._server = waitress.create_server(app, host=host, port=port, threads=threads, ident="pegasos-stream")
+
+    @property
+    def url(self) -> str:
+        host = self._server.effective_host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self._server.effective_port}"
+
+    def run(self) -> None:
+        """Serve in this thread until a KeyboardInterrupt or SystemExit is raised in it (a signal's
+        handler), then let the requests under way finish (up to 5 s)."""
+        self._server.run()
+
+    def close(self) -> None:
+        self._server.close()
