@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import json
 import os
+import tempfile
 import threading
 import time
 import tracemalloc
@@ -13,6 +15,8 @@ from itertools import accumulate
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from river import stream
 
 from pegasos_stream.learners.validation import binary_sign
@@ -372,6 +376,53 @@ def test_a_file_line_longer_than_max_bytes_is_cut_as_it_is_read(tmp_path, batch)
     resumed = FileSource(path, *records[1].cursor, max_bytes=max_bytes)
     assert [r.value for r in resumed.read(batch)] == [b'{"id": 2}', lines[3], lines[4]][:batch]
     resumed.close()
+
+
+def _file_records(content: bytes, max_bytes: int | None) -> list[tuple[bytes, tuple[int, int]]]:
+    """(value, cursor) of each record of a file, as FileSource reads them, from the whole content at once: its
+    lines without their "\\n" and the "\\r" before it, one longer than ``max_bytes + 1`` bytes cut to those,
+    blank ones left out; a cursor is (the offset after the line, its number)."""
+    pieces = content.split(b"\n")
+    if not pieces[-1]:
+        pieces.pop()
+    records, offset = [], 0
+    for number, piece in enumerate(pieces, 1):
+        offset = min(offset + len(piece) + 1, len(content))
+        value = piece[: max_bytes + 1] if max_bytes is not None and len(piece) > max_bytes + 1 else piece.rstrip(b"\r")
+        if value.strip():
+            records.append((value, (offset, number)))
+    return records
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    content=st.lists(st.sampled_from([b"ab", b"c", b" ", b"\r", b"\n", b"\r\n", b"\n\n"]), max_size=40).map(b"".join),
+    max_bytes=st.one_of(st.none(), st.integers(0, 6)),
+    reads=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    resume=st.integers(0, 20),
+)
+def test_a_file_is_read_in_records_as_its_lines_however_many_are_asked_for(content, max_bytes, reads, resume):
+    """However many records each read asks for, the records and cursors are the lines of the whole file; a source
+    opened at a record's cursor reads on from the next."""
+    expected = _file_records(content, max_bytes)
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "events.jsonl"
+        path.write_bytes(content)
+        source = FileSource(path, max_bytes=max_bytes)
+        got = []
+        for n in itertools.cycle(reads):
+            batch = source.read(n)
+            if batch is None:
+                break
+            got += [(record.value, record.cursor) for record in source.claim(batch)]
+        source.close()
+        assert got == expected
+        if expected:
+            k = resume % len(expected)
+            resumed = FileSource(path, *expected[k][1], max_bytes=max_bytes)
+            rest = [(record.value, record.cursor) for record in resumed if record is not None]
+            resumed.close()
+            assert rest == expected[k + 1 :]
 
 
 def test_a_file_line_of_max_bytes_and_its_crlf_is_whole(tmp_path):
