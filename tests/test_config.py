@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from pegasos_stream import cli
-from pegasos_stream.cli.assemble import build_features
+from pegasos_stream.cli.assemble import ARRAY_COLUMNS, build_features, build_model
 from pegasos_stream.cli.config import (
     KAFKA_CONNECTION,
     SECRETS,
@@ -711,6 +711,27 @@ def test_hash_bits_accepted_for_dict_features():
     assert isinstance(hasher, DictHasher) and hasher.hash_bits == 8
     assert build_features(load_config(None, ["features.hash_bits=null"])) is None
     assert build_features(load_config(None)) is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["features.hash_bits=8"], 256),  # hashed features: weight arrays of their columns by themselves
+        (["features.hash_bits=22", "model.kind=committee"], 1 << 22),
+        (["features.hash_bits=8", "model.kind=adagrad"], 256),
+        (["features.hash_bits=23"], None),  # beyond ARRAY_COLUMNS: dicts, which hold only the columns seen
+        (["features.hash_bits=8", "model.n_features=1024"], 1024),  # as told
+        ([], None),  # no hashing: any feature name, dicts
+    ],
+)
+def test_hashed_features_get_weight_arrays_unless_told_otherwise(overrides, expected):
+    model = build_model(load_config(None, overrides))
+    assert model.n_features == expected
+    assert ARRAY_COLUMNS == 1 << 22
+
+
+def test_a_learner_without_weight_arrays_is_built_as_configured_with_hashed_features():
+    assert not hasattr(build_model(load_config(None, ["features.hash_bits=8", "model.kind=kernel"])), "n_features")
 
 
 @pytest.mark.parametrize("text", ["0", "33", "-1", "true", "2.5", "'8'"])

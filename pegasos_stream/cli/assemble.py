@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 from ..features import DictHasher, EmailFeatures
@@ -34,11 +35,21 @@ __all__ = [
 
 #: Scores kept for the ROC AUC of a long-running job's statistics.
 RECENT_SCORES = 10_000
+#: The most hashed columns (2**features.hash_bits) a learner keeps weight arrays for unless told (32 MiB each).
+ARRAY_COLUMNS = 1 << 22
 
 
 def build_model(config: dict):
+    """The configured learner. One that can keep its weights in arrays (``n_features``) does so by itself for
+    hashed features of at most ``ARRAY_COLUMNS`` columns, unless ``model.n_features`` says otherwise: the same
+    floats as in dicts, 8 bytes a weight, learned in place."""
+    kind = LEARNERS[config["model"]["kind"]]
     params = {key: value for key, value in config["model"].items() if key != "kind"}
-    return LEARNERS[config["model"]["kind"]](**params)
+    bits = config["features"].get("hash_bits")
+    takes_columns = "n_features" in inspect.signature(kind).parameters
+    if takes_columns and params.get("n_features") is None and bits is not None and 2**bits <= ARRAY_COLUMNS:
+        params["n_features"] = 2**bits
+    return kind(**params)
 
 
 def build_features(config: dict) -> EmailFeatures | DictHasher | None:
