@@ -19,6 +19,9 @@ untimed) and scikit-learn: ``load_svmlight_file`` +
 one epoch of ``SGDClassifier.fit`` (batch; no prequential metrics), and per-row ``decision_function`` +
 ``partial_fit`` on the loaded matrix (streaming).
 
+Peak memory: ours with weights in an array and VW's driver through pyvw, each once in a fresh Python process
+(its own peak resident set, from ``os.wait4`` in a small parent process), and their ratio (target ≤ 2).
+
 Accuracy and (1 − ROCA)% are prequential and exact (``_harness.prequential_metrics``). Native thread
 pools are limited to one thread. Times: fastest of ``--repeat`` alternating passes for the runner and
 bare learning, of ``--peer-repeat`` passes for the peers.
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -141,6 +145,29 @@ def vw_driver_pass(vw_file: Path, predictions: Path | None) -> tuple[float, dict
         workspace.finish()
     seconds = time.perf_counter() - start
     return seconds, {"scores": read_scores(predictions) if predictions else [], "binary": binary}
+
+
+#: Vowpal Wabbit's driver over a text file (argv[1]) through pyvw, in a fresh Python: for its peak memory.
+VW_DRIVER = (
+    "import sys; from vowpalwabbit import pyvw; "
+    "w = pyvw.Workspace('-d ' + sys.argv[1] + ' --loss_function hinge --quiet'); w.run_parser(); w.finish()"
+)
+
+
+#: Runs argv[1:] and prints its peak resident set (KiB, from wait4), from a small process: a child forked from a
+#: large one (this benchmark, holding its data) would count the large one's pages as its own until it execs.
+RSS_PROBE = (
+    "import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL); "
+    "_, status, usage = os.wait4(p.pid, 0); print(usage.ru_maxrss); sys.exit(os.waitstatus_to_exitcode(status))"
+)
+
+
+def peak_rss_mb(argv: list[str]) -> float:
+    """The peak resident memory, in MB, of a fresh process running ``argv`` to its end."""
+    probe = subprocess.run([sys.executable, "-c", RSS_PROBE, *argv], capture_output=True, text=True, check=False)
+    if probe.returncode:
+        raise RuntimeError(f"{shlex.join(argv)} exited with {probe.returncode}: {probe.stderr[-2000:]}")
+    return int(probe.stdout) / 1024
 
 
 def vw_lines_pass(vw_file: Path) -> tuple[float, dict]:
@@ -269,6 +296,10 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
     pegasos_rows = [runner, arrays, record_by_record, bare, compiled]
     rows = list(pegasos_rows)
     vw_driver = None
+    rss = {"ours": peak_rss_mb([sys.executable, "-m", "pegasos_stream.cli", *in_arrays])}
+    if vw_file is not None and pyvw is not None:
+        rss["vw"] = peak_rss_mb([sys.executable, "-c", VW_DRIVER, str(vw_file)])
+    print(f"  peak RSS {rss}", file=sys.stderr)
     if vw_file is not None:
         timing = fastest(args.peer_repeat, lambda: vw_driver_pass(vw_file, tmp / "vw.raw"))
         binary = timing[2]["binary"]
@@ -357,6 +388,13 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
             f"compiled decisions are bit-identical to the bare learn_one ones: {yes(identical)}."
         ),
         paired_note,
+        (
+            f"Peak resident memory of a fresh process replaying the log (wait4): ours with weights in an array "
+            f"{rss['ours']:.1f} MB, Vowpal Wabbit's driver through pyvw {rss['vw']:.1f} MB (both with a Python "
+            f"interpreter): ours ÷ VW's = **{rss['ours'] / rss['vw']:.2f}** (target ≤ 2)."
+            if "vw" in rss
+            else f"Peak resident memory of a fresh process replaying the log (wait4): ours {rss['ours']:.1f} MB."
+        ),
         passes_note(args),
         f"Command: `{command}` (record by record: `--set run.batch_size=0` added).",
     ]
@@ -373,6 +411,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
         "overhead_record_by_record_vs_learn_one": overhead_record_by_record,
         "eval_over_vw_driver": vs_vw,
         "paired_eval_arrays_over_vw_driver": paired,
+        "peak_rss_mb": rss,
         "pegasos_rows_same_metrics": same,
         "compiled_decisions_identical": identical,
         "data": shape,
@@ -381,7 +420,8 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
     headline = [
         f"svmlight replay end to end, {shape['n'] / 1000:g}k lines (events/s, fastest of {args.repeat} paired passes,"
         f" weights in an array: --set model.n_features={args.features + 1}"
-        + (f"; ours ÷ VW per round: min {min(paired):.2f}, median {statistics.median(paired):.2f})" if paired else ")"),
+        + (f"; ours ÷ VW per round: min {min(paired):.2f}, median {statistics.median(paired):.2f}" if paired else "")
+        + (f"; peak RSS {rss['ours']:.0f} MB, VW's {rss['vw']:.0f} MB)" if "vw" in rss else ")"),
         fmt(arrays.rate, ",.0f"),
         "Vowpal Wabbit (vw driver, no predictions written)",
         fmt(vw_rate, ",.0f"),
