@@ -425,7 +425,7 @@ static inline int whole(double x) { return x >= 0.0 && x <= 9007199254740992.0 &
  * settings and counters, and room for the columns first written (one per absent column at most). */
 static int check_learn_rows(const Buf *b, Py_ssize_t start, int distinct) {
     Py_ssize_t n = length(&b[A_SIGNS]), nnz = length(&b[A_INDICES]), m = length(&b[A_V]);
-    static const int per_row[] = {A_WEIGHTS, A_DECISIONS, A_PROBAS};
+    static const int per_row[] = {A_WEIGHTS, A_DECISIONS};
     /* one entry per column, or none: the average's offset without averaging, the prior without one, the
      * presence flags and the list of columns first written of weights whose every column is present (arrays) */
     static const int per_column[] = {A_OFFSET, A_PRIOR, A_PRESENT_V, A_PRESENT_OFFSET, A_NEW_V, A_NEW_OFFSET};
@@ -437,6 +437,7 @@ static int check_learn_rows(const Buf *b, Py_ssize_t start, int distinct) {
         return -1;
     for (size_t k = 0; k < sizeof per_row / sizeof *per_row; k++)
         if (check_length(b, per_row[k], n, "one per row of signs")) return -1;
+    if (length(&b[A_PROBAS]) && check_length(b, A_PROBAS, n, "one per row of signs, or none")) return -1;
     const double *p = b[A_PARAMS].view.buf;
     const int optional[] = {p[P_AVERAGE_FROM] == 0.0, p[P_HAS_PRIOR] == 0.0, 1, 1, 1, 1};
     for (size_t k = 0; k < sizeof per_column / sizeof *per_column; k++)
@@ -496,6 +497,7 @@ static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, dou
     Py_ssize_t n = length(&b[A_SIGNS]);
     int has_prior = p[P_HAS_PRIOR] != 0.0, averaged = p[P_AVERAGE_FROM] != 0.0;
     int track_v = length(&b[A_PRESENT_V]) != 0, track_offset = length(&b[A_PRESENT_OFFSET]) != 0;
+    int calibrated = length(&b[A_PROBAS]) != 0;  /* probas wanted */
     int far = length(&b[A_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
     int64_t horizon = (int64_t)p[P_HORIZON], t0 = (int64_t)p[P_T0], average_from = (int64_t)p[P_AVERAGE_FROM];
     double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
@@ -577,7 +579,7 @@ static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, dou
 
         /* commit */
         decisions[i] = decision;
-        probas[i] = squash(s[S_SLOPE] * decision + s[S_OFFSET], p);
+        if (calibrated) probas[i] = squash(s[S_SLOPE] * decision + s[S_OFFSET], p);
         is[I_T] = t;
         s[S_SCALE] = s[S_SCALE] * shrink;
         if (p[P_INTERCEPT] != 0.0) s[S_B] += rate * coef;
@@ -614,7 +616,8 @@ static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, dou
  *            new_v, new_offset, state, istate, params, decisions, probas, start[, distinct]) -> stop row
  * v (and offset, prior, present_*, new_*) have one entry per column: the gathered weights of a dict learner, or a
  * dense learner's arrays, indexed by the rows' columns. The presence flags and lists of columns first written
- * are empty for weights whose every column is present; offset is empty without averaging, prior without one.
+ * are empty for weights whose every column is present; offset is empty without averaging, prior without one;
+ * probas is empty when the probabilities are not wanted.
  * ``distinct``: the rows are known to hold each column at most once (see check_csr). */
 static PyObject *learn_rows(PyObject *self, PyObject *args) {
     PyObject *o[N_ARRAYS];

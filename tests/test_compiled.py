@@ -94,6 +94,21 @@ def test_a_refused_row_stops_learn_csr_after_the_rows_before_it():
         PegasosClassifier().learn_csr(*_csr([{0: 1.0, 1: math.nan}]), [True])
 
 
+def test_learn_rows_without_probabilities_learns_the_same_model_and_decisions():
+    """``probas`` may be empty: the same model and decisions, the rare rows learn_one takes included."""
+    xs = [{"a": 1.0}, {"a": 1e139, "b": 1e139}, {"b": 1.0}, {"a": -0.5, "b": 2.0}]
+    rows, signs = Rows.from_dicts(xs), np.array([1.0, -1.0, -1.0, 1.0])
+    models, decisions = [PegasosClassifier(), PegasosClassifier()], [np.empty(4), np.empty(4)]
+    probas = np.empty(4)
+    for model, found, wanted in zip(models, decisions, (probas, np.empty(0)), strict=True):
+        start = 0
+        while start < 4:
+            stop, _ = model.learn_rows(rows, signs, np.ones(4), found, wanted, start)
+            start = stop + 1
+    assert pickle.dumps(models[0]) == pickle.dumps(models[1])
+    assert np.array_equal(decisions[0], decisions[1], equal_nan=True)
+
+
 def test_learn_rows_stops_at_a_refused_row_and_resumes_after_it():
     xs = [{"a": 1.0}, {"a": 1e139, "b": 1e139}, {"b": 1.0}]
     rows, signs = Rows.from_dicts(xs), np.array([1.0, -1.0, -1.0])

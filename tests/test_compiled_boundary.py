@@ -214,6 +214,10 @@ RAW_CASES = {
     "data shorter than indices": (_replace("data", lambda a: a[:-1]), r"data: 4 items, expected 5"),
     "more signs than rows": (_replace("signs", lambda a: np.append(a, 1.0)), r"indptr: 4 items, expected 5"),
     "fewer weights than rows": (_replace("weights", lambda a: a[:-1]), r"weights: 2 items, expected 3"),
+    "fewer probas than rows": (
+        _replace("probas", lambda a: a[:-1]),
+        r"probas: 2 items, expected 3 \(one per row of signs, or none\)",
+    ),
     "short prior": (_replace("prior", lambda a: a[:-1]), r"prior: 2 items, expected 3 \(one per column, as v\)"),
     "short new_offset": (_replace("new_offset", lambda a: a[:-1]), r"new_offset: 2 items, expected 3"),
     "presence without a list of new columns": (

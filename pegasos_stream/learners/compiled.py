@@ -141,8 +141,8 @@ def learn_csr(
         if given.ndim != 1 or len(given) != len(rows):
             raise ValueError(f"learn_csr: {len(rows)} rows but sample weights of shape {given.shape}")
         weights = _sample_weights(given)
-    decisions, probas = np.empty(len(rows)), np.empty(len(rows))
-    stop, refusal = learn_rows(model, rows, signs, weights, decisions, probas)
+    decisions = np.empty(len(rows))
+    stop, refusal = learn_rows(model, rows, signs, weights, decisions, np.empty(0))  # (no probabilities wanted)
     if refusal is not None:
         raise ValueError(f"row {stop}: {refusal}") from None
     return decisions
@@ -200,10 +200,14 @@ def learn_rows(
         if stop == n:
             break
         x = rows.row(stop)  # a rare branch (a fold of the scale, a refusal), or not compiled: learn_one takes it
-        decisions[stop] = probas[stop] = math.nan
+        calibrated = len(probas) > 0
+        decisions[stop] = math.nan
+        if calibrated:
+            probas[stop] = math.nan
         try:
             decisions[stop] = model._margins(x)[1]
-            probas[stop] = model._platt.proba(decisions[stop])
+            if calibrated:
+                probas[stop] = model._platt.proba(decisions[stop])
             model.learn_one(x, signs[stop] > 0, float(weights[stop]))
         except ValueError as error:
             model._last_scored = None

@@ -438,11 +438,12 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         """``learn_one`` over rows ``start:`` (finite values, signs ±1.0, checked weights), compiled.
 
         Fills ``decisions`` and ``probas`` (what ``decision_function_one`` and ``probability`` gave
-        before each row was learned). Stops at the first row ``learn_one`` refuses, which is left
-        unlearned: returns (that row, the error), or (len(rows), None) when every row is learned.
-        The refused row's decision is nan when no decision could be made (a non-finite margin).
-        Arrays the compiled loop cannot take (1-d C-contiguous float64 signs, weights, decisions and
-        probas, one per row; rows with a column repeated or out of range) raise a ValueError first.
+        before each row was learned; ``probas`` may be empty when they are not wanted). Stops at the
+        first row ``learn_one`` refuses, which is left unlearned: returns (that row, the error), or
+        (len(rows), None) when every row is learned. The refused row's decision is nan when no decision
+        could be made (a non-finite margin). Arrays the compiled loop cannot take (1-d C-contiguous
+        float64 signs, weights, decisions and probas, one per row, or no probas; rows with a column
+        repeated or out of range) raise a ValueError first.
         """
         return compiled.learn_rows(self, rows, signs, weights, decisions, probas, start)
 
