@@ -1427,7 +1427,7 @@ static inline Py_ssize_t digits_at(const char *s, Py_ssize_t k, const char *end,
  * through exact_decimal when it applies, else through Python's own correctly rounded conversion. The
  * index past it when it is finite, at most 64 characters and followed by the end or whitespace; -1
  * otherwise. */
-static Py_ssize_t scan_number(const char *s, Py_ssize_t k, Py_ssize_t end, double *out) {
+static ALWAYS_INLINE Py_ssize_t scan_number(const char *s, Py_ssize_t k, Py_ssize_t end, double *out) {
     Py_ssize_t start = k, digits = 0, fraction = 0, significant = 0;
     uint64_t mantissa = 0;
     int negative = 0;
@@ -1436,7 +1436,7 @@ static Py_ssize_t scan_number(const char *s, Py_ssize_t k, Py_ssize_t end, doubl
      * the rest into the mantissa (exact while there are at most 19 significant digits, the only case it is used) */
     Py_ssize_t first = k;
     while (k < end && s[k] == '0') k++;
-    significant = digits_at(s, k, s + end, &mantissa);
+    significant = k < end && s[k] >= '1' && s[k] <= '9' ? digits_at(s, k, s + end, &mantissa) : 0;  /* ("0.": none) */
     k += significant;
     digits = k - first;
     if (k < end && s[k] == '.') {
@@ -1521,17 +1521,6 @@ static int64_t name_column(const char *s, Py_ssize_t len, PyObject *vocabulary, 
 /* Parse one line into the CSR buffers, in one pass; LINE_PYTHON leaves them as they were (but for new
  * columns). A byte outside printable ASCII, in a token or between tokens (other than whitespace), sends
  * the line to Python, as does a non-ASCII byte in the comment (for the UTF-8 checks). */
-/* The column a svmlight name writes in decimal (digits only, no leading zero), if below ``columns``; -1 if not. */
-static int64_t decimal_column(const char *name, Py_ssize_t n, int64_t columns) {
-    if (n < 1 || n > 18 || (name[0] == '0' && n > 1)) return -1;
-    int64_t column = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        if (name[k] < '0' || name[k] > '9') return -1;
-        column = column * 10 + (name[k] - '0');
-    }
-    return column < columns ? column : -1;
-}
-
 static int svmlight_line(const char *s, Py_ssize_t len, PyObject *vocabulary, PyObject *keys, Growing *indices,
                          Growing *data, Growing *stamps, Growing *numbered, PyObject *names, int64_t stamp,
                          int64_t columns, double *label, int *error) {
@@ -1552,6 +1541,19 @@ static int svmlight_line(const char *s, Py_ssize_t len, PyObject *vocabulary, Py
         while (k < end && is_space((unsigned char)s[k])) k++;
         if (k == end) return LINE_ROW;
         Py_ssize_t token = k;
+        if (columns >= 0) {  /* a decimal name is the column: read as it is scanned */
+            int64_t column = 0;
+            for (; k < end && k - token < 18 && s[k] >= '0' && s[k] <= '9'; k++) column = column * 10 + (s[k] - '0');
+            if (k == end || s[k] != ':' || k == token || (s[token] == '0' && k > token + 1) || column >= columns
+                || column <= previous)
+                goto python;  /* no plain decimal column (a name for Python), or out of order (perhaps repeated) */
+            double number;
+            k = scan_number(s, k + 1, end, &number);
+            if (k < 0) goto python;
+            previous = column;
+            if (grow(indices, &column, 8) < 0 || grow(data, &number, 8) < 0) { *error = 1; return LINE_PYTHON; }
+            continue;
+        }
         for (; k < end && s[k] != ':'; k++) {
             unsigned char c = (unsigned char)s[k];
             if (c < 0x21 || c >= 0x7f) goto python;  /* the token ends without a colon, or a byte for Python */
@@ -1561,19 +1563,12 @@ static int svmlight_line(const char *s, Py_ssize_t len, PyObject *vocabulary, Py
         Py_ssize_t colon = k;
         k = scan_number(s, colon + 1, end, &number);
         if (k < 0) goto python;
-        int64_t column;
-        if (columns >= 0) {
-            column = decimal_column(s + token, colon - token, columns);
-            if (column <= previous) goto python;  /* no column, or out of order (perhaps repeated) */
-            previous = column;
-        } else {
-            column = name_column(s + token, colon - token, vocabulary, keys, numbered, names);
-            if (column < 0) { *error = 1; return LINE_PYTHON; }
-            int64_t *seen = table_slot(stamps, column);
-            if (!seen) { *error = 1; return LINE_PYTHON; }
-            if (*seen == stamp) goto python;  /* a repeated name: the dict keeps the last value */
-            *seen = stamp;
-        }
+        int64_t column = name_column(s + token, colon - token, vocabulary, keys, numbered, names);
+        if (column < 0) { *error = 1; return LINE_PYTHON; }
+        int64_t *seen = table_slot(stamps, column);
+        if (!seen) { *error = 1; return LINE_PYTHON; }
+        if (*seen == stamp) goto python;  /* a repeated name: the dict keeps the last value */
+        *seen = stamp;
         if (grow(indices, &column, 8) < 0 || grow(data, &number, 8) < 0) { *error = 1; return LINE_PYTHON; }
     }
 python:
