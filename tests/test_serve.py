@@ -546,6 +546,8 @@ def test_run_publishes_its_checkpoints_and_serve_follows_the_newest_complete_one
     server.wait_for("serving model version 5")  # 140 events, then the end
     resumed = server.ask(events[0])
     assert resumed["model_version"] == 5 and resumed["score"] != answers[0]["score"]
+    tombstoned = {key for key, value in _records(kafka_broker, topic) if value is None}
+    assert {key for key, _ in records if key.startswith(b"v00000000000000000003/")} <= tombstoned  # the last run's
 
     data = newest[0].read_bytes()
     chunks, manifest = snapshot_records(1000, data, 1024, {})
@@ -559,24 +561,32 @@ def test_run_publishes_its_checkpoints_and_serve_follows_the_newest_complete_one
     chunks, manifest = snapshot_records(1002, b"not a checkpoint" * 100, 1024, {})
     _send(kafka_broker, topic, [*chunks, manifest])
     assert "not a pegasos-stream checkpoint" in server.wait_for("refusing")
-    assert server.ask(events[0]) == {**resumed, "model_age_s": server.ask(events[0])["model_age_s"]}
+    again = server.ask(events[0])
+    assert (again["model_version"], _predicted(again)) == (5, _predicted(resumed))
     assert server.stop() == 0
 
 
-def test_serve_waits_for_a_model_topic_without_a_model_then_serves_the_first_one(
+def test_a_replica_of_a_model_topic_answers_503_until_a_model_comes_then_says_when_it_is_stale(
     models, tmp_path, kafka_broker, kafka_topic, serve
 ):
     topic = kafka_topic(1)
     job = tmp_path / "connection.yaml"
     job.write_text(yaml.safe_dump({"kafka": {"bootstrap_servers": kafka_broker}}))
     server = serve(
-        "--model-topic", topic, "--config", str(job), "--input", "-", "--output", "-", "--reload-s", "0.2",
+        "--model-topic", topic, "--config", str(job), "--http", "127.0.0.1:0", "--reload-s", "0.2",
         "--max-staleness-s", "0",
     )  # fmt: skip
     server.wait_for(f"no model in model topic {topic} yet: waiting for one")
-    assert server.answers.empty()
+    url = server.wait_for("serving predictions on ").split(" on ")[1].split()[0]
+    status, health = _http(f"{url}/health")
+    assert status == 503 and health["status"] == "waiting" and health["waiting_for"] == f"model topic {topic}"
+    assert _http(f"{url}/predict", _events(range(1))[0])[0] == 503
     chunks, manifest = snapshot_records(9, models[0].read_bytes(), 1 << 20, {})
     _send(kafka_broker, topic, [*chunks, manifest])
-    assert server.ask(_events(range(1))[0])["model_version"] == 9
+    server.wait_for("serving model version 9")
+    status, answer = _http(f"{url}/predict", _events(range(1))[0])
+    assert status == 200 and answer["model_version"] == 9
     server.wait_for("warning: model version 9 is")  # stale: older than --max-staleness-s
-    assert server.stop() == 0
+    status, health = _http(f"{url}/health")
+    assert status == 200 and (health["status"], health["model_topic"]) == ("stale", topic)
+    assert server.stop(signal.SIGTERM) == 0
