@@ -381,9 +381,10 @@ def add_serve_command(commands: argparse._SubParsersAction, common: argparse.Arg
         parents=[common],
         help="predict with a trained model that never learns: a stream, a co-process, or HTTP",
         description="Predict with the model of a checkpoint of run (a file, or a directory's newest, looked at "
-        "again for newer ones), which never learns: a stream (the configuration's source, --input FILE, or - for "
-        "standard input: each line answered as it arrives) to the configured output or --output, or requests "
-        "over HTTP (--http). Each prediction carries model_version and model_age_s.",
+        "again for newer ones; or the newest complete one run published to --model-topic), which never learns: "
+        "a stream (the configuration's source, --input FILE, or - for standard input: each line answered as it "
+        "arrives) to the configured output or --output, or requests over HTTP (--http). Each prediction carries "
+        "model_version and model_age_s.",
     )
     serve.add_argument("--model", metavar="CHECKPOINT", help="a checkpoint file, or a directory")
     serve.add_argument(
