@@ -66,6 +66,7 @@ def test_shipped_config_loads_and_validates(path):
         "delayed_labels",
         "run",
         "checkpoint",
+        "publish",
         "metrics",
         "kafka",
     }
@@ -507,10 +508,13 @@ def test_config_hash_ignores_keys_at_their_default(name):
 def test_config_hash_changes_with_any_value(name):
     config = load_config(ROOT / "configs" / name)
     digest = config_hash(config)
-    # Not part of the job the hash identifies: the run and metrics sections (how long this run goes on, where it
-    # serves its figures), the kafka section (the validated client sections hold its settings, and the hash
-    # counts them there) and the passwords (a password changed is the same job, and a digest is no place for one).
-    ignored = [keys for keys, _ in _leaves(config) if keys[0] in ("run", "metrics", "kafka") or keys[-1] in SECRETS]
+    # Not part of the job the hash identifies: the run, metrics and publish sections (how long this run goes on,
+    # where it serves its figures and publishes its model), the kafka section (the validated client sections hold
+    # its settings, and the hash counts them there) and the passwords (a password changed is the same job, and a
+    # digest is no place for one).
+    ignored = [
+        keys for keys, _ in _leaves(config) if keys[0] in ("run", "metrics", "publish", "kafka") or keys[-1] in SECRETS
+    ]
     leaves = [(keys, value) for keys, value in _leaves(config) if keys not in ignored]
     assert len(leaves) > 30 and len(ignored) > 10
     for keys in ignored:

@@ -1,5 +1,6 @@
 """``pegasos-stream serve``: a trained model predicts a stream, a co-process's lines and HTTP requests, and never
-learns; a newer checkpoint replaces it, a corrupt one is refused. Real processes, real pipes, real sockets."""
+learns; a newer checkpoint replaces it, a corrupt one is refused; models published by ``run`` to a model topic
+are followed. Real processes, real pipes, real sockets, a real broker."""
 
 from __future__ import annotations
 
@@ -16,13 +17,24 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.admin._configs import ConfigResource
 
 from pegasos_stream import cli
-from pegasos_stream.persist.checkpoint import checkpoint_path, latest_valid, model_digest, read_checkpoint
+from pegasos_stream.persist.checkpoint import (
+    checkpoint_path,
+    checkpoint_sequence,
+    latest_valid,
+    model_digest,
+    read_checkpoint,
+)
+from pegasos_stream.stream.publishing import snapshot_records
 from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS, committed_offset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -306,6 +318,7 @@ def test_a_missing_model_or_allow_empty_without_a_configuration_is_one_line(tmp_
     for args, expected in [
         (["--model", str(tmp_path / "nothing")], f"error: --model {tmp_path / 'nothing'}: no such file or directory"),
         (["--model", str(tmp_path), "--allow-empty"], "configuration error: --allow-empty needs --config"),
+        (["--input", "-"], "configuration error: serve needs either --model CHECKPOINT or --model-topic TOPIC"),
         (
             ["--model", str(tmp_path), "--http", "localhost"],
             "configuration error: --http localhost: expected HOST:PORT",
@@ -450,3 +463,130 @@ def test_serve_consumes_a_topic_in_a_group_of_its_own_and_commits_after_predicti
     assert f"rejected {topic}/0/20: malformed JSON" in done.stderr.decode()
     assert committed_offset(kafka_broker, "trainers.serve", topic) == 21
     assert committed_offset(kafka_broker, "trainers", topic) is None
+
+
+def _records(broker: str, topic: str) -> list[tuple[bytes, bytes | None]]:
+    """Every (key, value) of the one partition of ``topic``, in order."""
+    consumer = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        records: list[tuple[bytes, bytes | None]] = []
+        while batch := consumer.poll(timeout_ms=500):
+            records += [(message.key, message.value) for messages in batch.values() for message in messages]
+        return records
+    finally:
+        consumer.close()
+
+
+def _send(broker: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+    producer = KafkaProducer(bootstrap_servers=broker, acks="all")
+    try:
+        for future in [producer.send(topic, value, key=key, partition=0) for key, value in records]:
+            future.get(timeout=10)
+    finally:
+        producer.close(timeout=5)
+
+
+def _run(work: Path, *flags: str) -> None:
+    args = ["run", "--config", str(work / "job.yaml"), "--input", str(work / "train.jsonl"), "--output", "/dev/null"]
+    assert cli.main([*args, *flags]) == 0
+
+
+def test_run_publishes_its_checkpoints_and_serve_follows_the_newest_complete_one(tmp_path, kafka_broker, serve):
+    topic = f"models-{uuid.uuid4().hex[:8]}"
+    job = {
+        "kafka": {"bootstrap_servers": kafka_broker},
+        "model": {"lambda_": 0.01},
+        "checkpoint": {"dir": str(tmp_path / "ck"), "every_events": 40},
+        "publish": {"topic": topic, "max_record_bytes": 1024},
+    }
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    (tmp_path / "train.jsonl").write_bytes(b"\n".join(_events(range(100))) + b"\n")
+    _run(tmp_path)
+
+    records = _records(kafka_broker, topic)
+    manifests = [json.loads(value) for key, value in records if key.endswith(b"/manifest") and value]
+    assert [m["version"] for m in manifests] == [1, 2, 3]  # checkpoints at 40, 80 and the end
+    assert [m["events"] for m in manifests] == [40, 80, 100]
+    newest = latest_valid(tmp_path / "ck")
+    assert newest is not None and checkpoint_sequence(newest[0]) == 3
+    assert manifests[-1]["model_sha256"] == hashlib.sha256(newest[0].read_bytes()).hexdigest()
+    assert manifests[-1]["n_chunks"] == -(-newest[0].stat().st_size // 1024) > 1
+    tombstoned = {key for key, value in records if value is None}
+    assert {key for key, _ in records if key.startswith(b"v00000000000000000001/")} <= tombstoned
+    assert not any(key.startswith(b"v00000000000000000003/") for key in tombstoned)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker)
+    try:
+        described = admin.describe_configs([ConfigResource("TOPIC", topic)], config_filter="all")
+    finally:
+        admin.close()
+    assert described["topic"][topic]["cleanup.policy"]["value"] == "compact"
+
+    server = serve(
+        "--model-topic", topic, "--set", f"kafka.bootstrap_servers={kafka_broker}", "--input", "-", "--output", "-",
+        "--reload-s", "0.2",
+    )  # fmt: skip
+    events = _events(range(200, 210), shift=0.5)
+    answers = [server.ask(event) for event in events]
+    (tmp_path / "ask.jsonl").write_bytes(b"\n".join(events) + b"\n")
+    predicted = subprocess.run(
+        [*COMMAND, "predict", "--model", str(tmp_path / "ck"), str(tmp_path / "ask.jsonl")],
+        capture_output=True,
+        timeout=WAIT,
+        check=True,
+    )
+    assert [_predicted(a) for a in answers] == [_predicted(json.loads(x)) for x in predicted.stdout.splitlines()]
+    assert {a["model_version"] for a in answers} == {3}
+
+    with open(tmp_path / "train.jsonl", "ab") as more:  # the trainer restarts, and goes on from its checkpoint
+        more.write(b"\n".join(_events(range(100, 150), shift=2.0)) + b"\n")
+    _run(tmp_path, "--resume")
+    server.wait_for("serving model version 5")  # 140 events, then the end
+    resumed = server.ask(events[0])
+    assert resumed["model_version"] == 5 and resumed["score"] != answers[0]["score"]
+    tombstoned = {key for key, value in _records(kafka_broker, topic) if value is None}
+    assert {key for key, _ in records if key.startswith(b"v00000000000000000003/")} <= tombstoned  # the last run's
+
+    data = newest[0].read_bytes()
+    chunks, manifest = snapshot_records(1000, data, 1024, {})
+    _send(kafka_broker, topic, [*chunks[:1], (chunks[1][0], chunks[1][1][::-1]), *chunks[2:], manifest])
+    refused = server.wait_for("refusing model version 1000")
+    assert "sha256" in refused and "model version 5 goes on serving" in refused
+    chunks, manifest = snapshot_records(1001, data, 1024, {})
+    _send(kafka_broker, topic, [*chunks[:-1], manifest])
+    refused = server.wait_for("refusing model version 1001")
+    assert f"1 of its {len(chunks)} chunks are missing" in refused and "version 5 goes on serving" in refused
+    chunks, manifest = snapshot_records(1002, b"not a checkpoint" * 100, 1024, {})
+    _send(kafka_broker, topic, [*chunks, manifest])
+    assert "not a pegasos-stream checkpoint" in server.wait_for("refusing")
+    again = server.ask(events[0])
+    assert (again["model_version"], _predicted(again)) == (5, _predicted(resumed))
+    assert server.stop() == 0
+
+
+def test_a_replica_of_a_model_topic_answers_503_until_a_model_comes_then_says_when_it_is_stale(
+    models, tmp_path, kafka_broker, kafka_topic, serve
+):
+    topic = kafka_topic(1)
+    job = tmp_path / "connection.yaml"
+    job.write_text(yaml.safe_dump({"kafka": {"bootstrap_servers": kafka_broker}}))
+    server = serve(
+        "--model-topic", topic, "--config", str(job), "--http", "127.0.0.1:0", "--reload-s", "0.2",
+        "--max-staleness-s", "0",
+    )  # fmt: skip
+    server.wait_for(f"no model in model topic {topic} yet: waiting for one")
+    url = server.wait_for("serving predictions on ").split(" on ")[1].split()[0]
+    status, health = _http(f"{url}/health")
+    assert status == 503 and health["status"] == "waiting" and health["waiting_for"] == f"model topic {topic}"
+    assert _http(f"{url}/predict", _events(range(1))[0])[0] == 503
+    chunks, manifest = snapshot_records(9, models[0].read_bytes(), 1 << 20, {})
+    _send(kafka_broker, topic, [*chunks, manifest])
+    server.wait_for("serving model version 9")
+    status, answer = _http(f"{url}/predict", _events(range(1))[0])
+    assert status == 200 and answer["model_version"] == 9
+    server.wait_for("warning: model version 9 is")  # stale: older than --max-staleness-s
+    status, health = _http(f"{url}/health")
+    assert status == 200 and (health["status"], health["model_topic"]) == ("stale", topic)
+    assert server.stop(signal.SIGTERM) == 0

@@ -20,6 +20,7 @@ from .config import LEARNERS, ConfigError, config_hash, kafka_client_settings, w
 
 if TYPE_CHECKING:
     from ..stream.metrics import RunMetrics
+    from ..stream.publishing import ModelPublisher
 
 __all__ = [
     "build_checkpoints",
@@ -28,6 +29,7 @@ __all__ = [
     "build_model",
     "build_parser",
     "build_predictor",
+    "build_publisher",
     "build_runner",
     "build_sinks",
     "build_source",
@@ -123,6 +125,30 @@ def build_checkpoints(config: dict) -> Checkpoints | None:
         return None
     manifest = {"config": without_secrets(config), "config_sha256": config_hash(config)}
     return Checkpoints(section["dir"], section["every_events"], section["every_seconds"], section["keep"], manifest)
+
+
+def build_publisher(config: dict, checkpoints: Checkpoints) -> ModelPublisher | None:
+    """The publisher of ``checkpoints`` to ``publish.topic``, told of each one written (None without a topic)."""
+    section = config["publish"]
+    if not section["topic"]:
+        return None
+    from ..stream.kafka import BrokerUnreachable
+    from ..stream.publishing import ModelPublisher
+
+    try:
+        publisher = ModelPublisher(
+            section["bootstrap_servers"],
+            section["topic"],
+            section["every_events"],
+            section["every_seconds"],
+            section["max_record_bytes"],
+            kafka_client_settings(section),
+            section["producer"],
+        )
+    except BrokerUnreachable as error:
+        raise StartupError(f"publish.bootstrap_servers: {error}") from None
+    checkpoints.on_write = publisher.checkpoint_written
+    return publisher
 
 
 def _sink(kind: str, section: dict, key: str) -> Sink:

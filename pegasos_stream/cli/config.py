@@ -259,7 +259,7 @@ KAFKA_CONNECTION: dict[str, Option] = {
 }
 
 #: The sections of the Kafka clients, which take the settings of ``kafka`` they do not set themselves.
-KAFKA_CLIENTS = (("source",), ("output",), ("errors", "dead_letter"))
+KAFKA_CLIENTS = (("source",), ("output",), ("errors", "dead_letter"), ("publish",))
 
 #: The connection settings that are file paths.
 _KAFKA_FILES = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_crlfile")
@@ -330,6 +330,14 @@ SCHEMA: dict = {
         "every_events": _integer(None),
         "every_seconds": _number(None),
         "keep": _integer(3),
+    },
+    "publish": {  # checkpoints published to a model topic (stream.publishing); not part of the job (config_hash)
+        "topic": _text(None, "a topic name"),
+        "every_events": _integer(None),
+        "every_seconds": _number(None),
+        "max_record_bytes": _integer(900_000, 1024),
+        **KAFKA_CONNECTION,
+        "producer": Settings(),
     },
     "metrics": {  # served over HTTP when a port is set (the metrics extra); not part of the job (config_hash)
         "port": Option((int,), None, "a port number (1 to 65535)", minimum=1, maximum=65535),
@@ -467,7 +475,7 @@ def _share_kafka(given: dict, config: dict, where: str) -> None:
         for key in KAFKA_CONNECTION:
             if key not in own:
                 section[key] = copy.deepcopy(config["kafka"][key])
-        if section["type"] == "kafka":
+        if section.get("type") == "kafka" or (path == ("publish",) and section["topic"]):
             _check_security(section, config["kafka"], ".".join(path), own, where)
 
 
@@ -562,6 +570,7 @@ def _check_requirements(config: dict, where: str) -> None:
         raise ConfigError(f"{where}: errors.dead_letter.path: required when errors.dead_letter.type is file")
     if dead["type"] == "kafka" and not dead.get("topic"):
         raise ConfigError(f"{where}: errors.dead_letter.topic: required when errors.dead_letter.type is kafka")
+    _check_publish(config["publish"], config["checkpoint"]["dir"], where)
     if config["metrics"]["port"] is None and config["metrics"]["host"] != SCHEMA["metrics"]["host"].default:
         raise ConfigError(f"{where}: metrics.port: required when metrics.host is set")
     labels = config["source"]["labels"]
@@ -574,6 +583,21 @@ def _check_requirements(config: dict, where: str) -> None:
             f"{where}: model.n_features: {columns} weight columns need int features: svmlight names (their columns),"
             f" or features hashed into at most as many (features.hash_bits: {bits}; 2**hash_bits must not exceed"
             " n_features)"
+        )
+
+
+def _check_publish(publish: dict, checkpoints: str | None, where: str) -> None:
+    """A model topic is published to from checkpoints; its schedule and record size need a topic."""
+    if publish["topic"] is None:
+        for key in ("every_events", "every_seconds"):
+            if publish[key] is not None:
+                raise ConfigError(f"{where}: publish.topic: required when publish.{key} is set")
+        if publish["max_record_bytes"] != SCHEMA["publish"]["max_record_bytes"].default:
+            raise ConfigError(f"{where}: publish.topic: required when publish.max_record_bytes is set")
+    elif not checkpoints:
+        raise ConfigError(
+            f"{where}: checkpoint.dir: required when publish.topic is set: a published model is a checkpoint,"
+            " published once it is written"
         )
 
 
@@ -803,16 +827,16 @@ def _resolve_paths(raw: dict, base: Path | None) -> None:
 
 
 #: Sections that say how a run goes, not what the job learns: left out of `config_hash`.
-_RUN_SECTIONS = ("run", "metrics")
+_RUN_SECTIONS = ("run", "metrics", "publish")
 
 
 def config_hash(config: dict) -> str:
-    """SHA-256 of the configuration's canonical JSON form, less the ``run`` and ``metrics`` sections
-    (how long this particular run goes on, and where it shows its figures, do not change the job), less
-    the ``kafka`` section (its settings count where they are used: the validated Kafka client sections
-    hold them), less the secrets (`SECRETS`: a password changed is the same job, and a digest is no place
-    for a password) and less every key at its default value (same value, same type): a key a later
-    version adds with a default leaves the hash, and the checkpoints written before it, as they were."""
+    """SHA-256 of the configuration's canonical JSON form, less the ``run``, ``metrics`` and ``publish``
+    sections (how long this particular run goes on, where it shows its figures and publishes its model, do
+    not change the job), less the ``kafka`` section (its settings count where they are used: the validated
+    Kafka client sections hold them), less the secrets (`SECRETS`: a password changed is the same job, and a
+    digest is no place for a password) and less every key at its default value (same value, same type): a key
+    a later version adds with a default leaves the hash, and the checkpoints written before it, as they were."""
     job = _without_defaults(
         {
             section: value

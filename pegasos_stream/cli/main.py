@@ -23,7 +23,7 @@ from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.runner import Runner, RunStats, StopRun
 from ..stream.sources import Source, SourceError
 from . import options
-from .assemble import build_checkpoints, build_metrics, build_runner, build_source
+from .assemble import build_checkpoints, build_metrics, build_publisher, build_runner, build_source
 from .checks import StartupError, check_files, check_plot, checkpoint_directory_error
 from .config import (
     ConfigError,
@@ -239,6 +239,9 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         checkpoints = None if evaluate else _checkpoints(config)
         if checkpoints is not None:
             opened.callback(checkpoints.close)
+            publisher = build_publisher(config, checkpoints)
+            if publisher is not None:
+                opened.callback(publisher.close)
         state, position = _resume(config, args.accept_config) if not evaluate and args.resume else (None, None)
         runner = build_runner(config, model=state and state["model"], exact_auc=True if evaluate else None)
         opened.callback(runner.sink.close)

@@ -57,7 +57,7 @@ def load_model(path: str | Path) -> tuple[Any, dict]:
     return state["model"], validate(stored_config(path, manifest), f"{path}: its configuration")
 
 
-def stored_config(path: Path, manifest: dict) -> dict:
+def stored_config(path: str | Path, manifest: dict) -> dict:
     """The configuration the manifest of checkpoint ``path`` holds; a StartupError when it holds none."""
     config = manifest.get("config")
     if not isinstance(config, dict):

@@ -2,9 +2,10 @@
 
 Models come from checkpoints of ``run`` (`CheckpointProvider`): ``--model FILE``, or ``--model DIR`` for
 the newest valid checkpoint of a directory, which is looked at again every ``--reload-s`` seconds for a newer
-one. Each model is served with the configuration its checkpoint holds, under the command's overrides
-(``--set``, ``--input``, ``--output``...), with a Kafka source in a consumer group of its own (the training
-group's id + ".serve", unless ``--set source.group_id=...``). Without ``--http`` it predicts a stream (standard
+one; or from the checkpoints ``run`` publishes to a model topic (`TopicProvider`, ``--model-topic TOPIC``,
+read again as often). Each model is served with the configuration its checkpoint holds, under the command's
+overrides (``--set``, ``--input``, ``--output``...), with a Kafka source in a consumer group of its own (the
+training group's id + ".serve", unless ``--set source.group_id=...``). Without ``--http`` it predicts a stream (standard
 input, a file, Kafka) to the configured output, as ``run`` writes predictions, each with ``model_version``
 and ``model_age_s``; ``--input - --output -`` answers each line as it arrives (a co-process). With
 ``--http HOST:PORT`` it answers requests (`stream.http_api`).
@@ -19,19 +20,30 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..persist.checkpoint import CheckpointError, checkpoint_sequence, checkpoints, model_digest, read_checkpoint
+from ..persist.checkpoint import (
+    CheckpointError,
+    checkpoint_sequence,
+    checkpoints,
+    model_digest,
+    read_checkpoint,
+    read_checkpoint_bytes,
+)
 from ..stream.serving import ServedModel, Serving, Watcher, serve_stream
 from . import options
 from .assemble import build_model, build_parser, build_predictor, build_sinks, build_source
 from .checks import StartupError, check_files
-from .config import ConfigError, config_file, load_config, override_config
+from .config import ConfigError, config_file, kafka_client_settings, load_config, override_config
 from .predict import stored_config
 
-__all__ = ["CheckpointProvider", "add_serve_command", "command_serve"]
+if TYPE_CHECKING:
+    from ..stream.publishing import ModelTopicReader
+
+__all__ = ["CheckpointProvider", "TopicProvider", "add_serve_command", "command_serve"]
 
 #: Records predicted at most at a time in a stream (a batch is what the source has at hand, up to this).
 BATCH_RECORDS = 1000
@@ -48,6 +60,19 @@ Configure = Callable[[dict, str], dict]
 def served_model(model: Any, config: dict, version: int, written_at: float | None, about: dict) -> ServedModel:
     """``model`` to serve under ``config``."""
     return ServedModel(build_predictor(config, model), build_parser(config, model), version, written_at, about)
+
+
+def _checkpoint_model(
+    configure: Configure, where: str, state: dict, manifest: dict, version: int, written_at: float, about: dict
+) -> tuple[ServedModel, dict]:
+    """The model of the checkpoint ``where`` (its ``state`` and ``manifest``) to serve, and its configuration."""
+    config = configure(stored_config(where, manifest), f"{where}: its configuration")
+    model = state["model"]
+    written = manifest.get("written_at")
+    if not isinstance(written, (int, float)):  # a checkpoint written before the manifest said when
+        written = written_at
+    about = {**about, "model_t": model.t, "model_sha256": model_digest(model)}
+    return served_model(model, config, version, written, about), config
 
 
 class CheckpointProvider:
@@ -109,13 +134,10 @@ class CheckpointProvider:
 
     def _load(self, path: Path) -> tuple[ServedModel, dict]:
         state, manifest = read_checkpoint(path)
-        config = self._configure(stored_config(path, manifest), f"{path}: its configuration")
-        model = state["model"]
-        written = manifest.get("written_at")
-        if not isinstance(written, (int, float)):  # a checkpoint written before the manifest said when
-            written = path.stat().st_mtime
-        about = {"model_path": str(path), "model_t": model.t, "model_sha256": model_digest(model)}
-        return served_model(model, config, checkpoint_sequence(path) or 0, written, about), config
+        version, modified = checkpoint_sequence(path) or 0, path.stat().st_mtime
+        return _checkpoint_model(
+            self._configure, str(path), state, manifest, version, modified, {"model_path": str(path)}
+        )
 
     def _refuse(self, path: Path, error: Exception) -> None:
         """Say that ``path`` is refused and why; it is not read again until it changes."""
@@ -123,9 +145,66 @@ class CheckpointProvider:
         if identity is None:  # removed since (a run keeps only its newest checkpoints)
             return
         self._refused[path] = identity
-        current = self._current
-        going_on = "waiting for one" if current is None else f"model version {current.version} goes on serving"
-        _log.warning("refusing the checkpoint %s; %s", _reason(path, error), going_on)
+        _log.warning("refusing the checkpoint %s; %s", _reason(path, error), _going_on(self._current))
+
+
+class TopicProvider:
+    """Models published by ``run`` to a model topic (a `ModelProvider`; see `stream.publishing`), read by
+    ``reader``: the newest complete snapshot whose digest matches, and then each newer one that ``refresh``
+    finds. A version is its checkpoint's sequence number, its age counts from when the checkpoint was written.
+    A newer snapshot that cannot be served (chunks missing, a digest that does not match, a checkpoint that
+    does not decode, or a configuration the overrides make invalid) is refused with a warning, and the model
+    served goes on. ``empty`` (version 0) is served until a snapshot is found.
+    """
+
+    def __init__(
+        self, reader: ModelTopicReader, configure: Configure, empty: tuple[ServedModel, dict] | None = None
+    ) -> None:
+        self.reader = reader
+        self.origin = f"model topic {reader.topic}"
+        self._configure = configure
+        self._current: ServedModel | None = None
+        self.config: dict | None = None  # the configuration the current model is served with
+        if empty is not None:
+            self._current, self.config = empty
+        self._lock = threading.Lock()  # one refresh at a time
+        self.refresh()
+
+    @property
+    def current(self) -> ServedModel | None:
+        return self._current
+
+    def refresh(self) -> bool:
+        """Read what was published since; take up the newest snapshot if it is newer and can be served."""
+        with self._lock:
+            snapshot, refused = self.reader.read()
+            served = self._current.version if self._current is not None else 0
+            for error in refused:
+                if error.version > served:
+                    self._refuse(str(error))
+            if snapshot is None or snapshot.version <= served:
+                return False
+            where = f"model version {snapshot.version}"
+            written = snapshot.manifest.get("written_at")
+            about = {"model_topic": self.reader.topic}
+            try:
+                state, manifest = read_checkpoint_bytes(snapshot.data, where)
+                self._current, self.config = _checkpoint_model(
+                    self._configure, where, state, manifest, snapshot.version, written or time.time(), about
+                )
+            except (CheckpointError, ConfigError, StartupError) as error:
+                self._refuse(_reason(where, error))
+                return False
+            _log.info("serving model version %d from %s (t=%s)", snapshot.version, self.origin, state["model"].t)
+            return True
+
+    def _refuse(self, reason: str) -> None:
+        _log.warning("refusing %s in %s; %s", reason, self.origin, _going_on(self._current))
+
+
+def _going_on(current: ServedModel | None) -> str:
+    """What serves while a newer model is refused."""
+    return "waiting for one" if current is None else f"model version {current.version} goes on serving"
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -137,7 +216,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return stat.st_size, stat.st_mtime_ns
 
 
-def _reason(path: Path, error: Exception) -> str:
+def _reason(path: Path | str, error: Exception) -> str:
     """``path: reason`` from the error that refused the checkpoint ``path``."""
     text = str(error).removeprefix("--model ")
     return text if text.startswith(str(path)) else f"{path}: {text}"
@@ -164,7 +243,11 @@ def _untrained(args: argparse.Namespace, configure: Configure) -> tuple[ServedMo
             raise ConfigError("--allow-empty needs --config: the configuration of the untrained model to serve")
         return None
     if not args.allow_empty:
-        raise ConfigError("--config is for --allow-empty: a checkpoint holds the configuration of its model")
+        if args.model_topic:
+            return None
+        raise ConfigError(
+            "--config is for --allow-empty or --model-topic: a checkpoint holds the configuration of its model"
+        )
     path = config_file(args.config)
     config = configure(load_config(path), str(path))
     return served_model(build_model(config), config, 0, None, {"model_path": None, "model_t": 0}), config
@@ -181,7 +264,21 @@ def _on_signals(handler: Callable[..., Any]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _serve_stream(serving: Serving, provider: CheckpointProvider, args: argparse.Namespace) -> int:
+def _topic_reader(args: argparse.Namespace) -> ModelTopicReader:
+    """The reader of ``--model-topic``, connected as the ``kafka`` section of ``--config`` and the overrides say."""
+    from ..stream.kafka import BrokerUnreachable
+    from ..stream.publishing import ModelTopicReader
+
+    sets = options.overrides(args)
+    path = config_file(args.config) if args.config else None
+    kafka = load_config(path, [text for text, _ in sets], [flag for _, flag in sets])["kafka"]
+    try:
+        return ModelTopicReader(kafka["bootstrap_servers"], args.model_topic, kafka_client_settings(kafka))
+    except BrokerUnreachable as error:
+        raise StartupError(f"--model-topic {args.model_topic}: {error}") from None
+
+
+def _serve_stream(serving: Serving, provider: CheckpointProvider | TopicProvider, args: argparse.Namespace) -> int:
     stop = threading.Event()
     with _on_signals(lambda *_: stop.set()):
         while provider.config is None:
@@ -255,18 +352,26 @@ def command_serve(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--http answers requests: --input, --output, --max-events and --stop-when-idle are for a stream"
         )
+    if (args.model is None) == (args.model_topic is None):
+        raise ConfigError("serve needs either --model CHECKPOINT or --model-topic TOPIC")
     address = _listen_address(args.http) if args.http else None
     configure = _configurer(args)
-    provider = CheckpointProvider(Path(args.model), configure, _untrained(args, configure))
-    if provider.current is None:
-        _log.info("no valid checkpoint in %s yet: waiting for one (looking every %g s)", args.model, args.reload_s)
-    serving = Serving(provider, args.max_staleness_s)
-    watcher = Watcher(serving, args.reload_s)
-    watcher.start()
-    try:
+    provider: CheckpointProvider | TopicProvider
+    with contextlib.ExitStack() as opened:
+        if args.model_topic:
+            reader = _topic_reader(args)
+            opened.callback(reader.close)
+            provider = TopicProvider(reader, configure, _untrained(args, configure))
+        else:
+            provider = CheckpointProvider(Path(args.model), configure, _untrained(args, configure))
+        if provider.current is None:
+            missing = f"no model in {provider.origin}" if args.model_topic else f"no valid checkpoint in {args.model}"
+            _log.info("%s yet: waiting for one (looking every %g s)", missing, args.reload_s)
+        serving = Serving(provider, args.max_staleness_s)
+        watcher = Watcher(serving, args.reload_s)
+        watcher.start()
+        opened.callback(watcher.close)
         return _serve_http(serving, *address) if address else _serve_stream(serving, provider, args)
-    finally:
-        watcher.close()
 
 
 def add_serve_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -276,14 +381,20 @@ def add_serve_command(commands: argparse._SubParsersAction, common: argparse.Arg
         parents=[common],
         help="predict with a trained model that never learns: a stream, a co-process, or HTTP",
         description="Predict with the model of a checkpoint of run (a file, or a directory's newest, looked at "
-        "again for newer ones), which never learns: a stream (the configuration's source, --input FILE, or - for "
-        "standard input: each line answered as it arrives) to the configured output or --output, or requests "
-        "over HTTP (--http). Each prediction carries model_version and model_age_s.",
+        "again for newer ones; or the newest complete one run published to --model-topic), which never learns: "
+        "a stream (the configuration's source, --input FILE, or - for standard input: each line answered as it "
+        "arrives) to the configured output or --output, or requests over HTTP (--http). Each prediction carries "
+        "model_version and model_age_s.",
     )
-    serve.add_argument("--model", required=True, metavar="CHECKPOINT", help="a checkpoint file, or a directory")
+    serve.add_argument("--model", metavar="CHECKPOINT", help="a checkpoint file, or a directory")
+    serve.add_argument(
+        "--model-topic",
+        metavar="TOPIC",
+        help="the Kafka topic run publishes its models to (publish.topic), on the broker of --config's kafka section",
+    )
     serve.add_argument("--http", metavar="HOST:PORT", help="answer POST /predict and GET /health on this address")
     serve.add_argument(
-        "--reload-s", type=float, default=5.0, metavar="SECONDS", help="look for a newer checkpoint this often"
+        "--reload-s", type=float, default=5.0, metavar="SECONDS", help="look for a newer model this often"
     )
     serve.add_argument(
         "--max-staleness-s",

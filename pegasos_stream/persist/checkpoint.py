@@ -51,6 +51,7 @@ __all__ = [
     "latest_valid",
     "model_digest",
     "read_checkpoint",
+    "read_checkpoint_bytes",
     "write_checkpoint",
 ]
 
@@ -96,8 +97,9 @@ def _payload(manifest: dict, arrays: dict[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None = None) -> None:
-    """Write ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra`` to ``path`` atomically.
+def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None = None) -> bytes:
+    """Write ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra`` to ``path`` atomically;
+    the bytes written.
 
     The bytes go to a temporary file in the same directory, which is flushed, fsynced and renamed
     over ``path``; the directory is fsynced after, so the checkpoint survives a crash whole or not
@@ -107,10 +109,11 @@ def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None
     tree, arrays = encode(state)
     manifest = {"format": "pegasos-stream checkpoint", "version": FORMAT_VERSION, "state": tree, **(extra or {})}
     payload = _payload(manifest, arrays)
+    data = MAGIC + hashlib.sha256(payload).digest() + payload
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pgs")
     try:
         with os.fdopen(descriptor, "wb") as out:
-            out.write(MAGIC + hashlib.sha256(payload).digest() + payload)
+            out.write(data)
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, path)
@@ -122,6 +125,7 @@ def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None
         os.fsync(directory)
     finally:
         os.close(directory)
+    return data
 
 
 def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict]:
@@ -131,6 +135,12 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict]:
         data = path.read_bytes()
     except OSError as error:
         raise CheckpointError(f"{path}: cannot read: {error.strerror}") from None
+    return read_checkpoint_bytes(data, str(path))
+
+
+def read_checkpoint_bytes(data: bytes, path: str) -> tuple[dict[str, Any], dict]:
+    """(state, manifest) from the bytes of a checkpoint file (a model published whole), named ``path`` in a
+    CheckpointError if they are not a sound one."""
     header = len(MAGIC) + 32
     if len(data) < header or not data.startswith(MAGIC):
         raise CheckpointError(f"{path}: not a pegasos-stream checkpoint (or truncated before its header)")
@@ -297,6 +307,8 @@ class Checkpoints:
         self._last_events = 0
         self._last_time = time.monotonic()
         self.pauses: list[float] = []  # seconds each write held the loop
+        #: Called with (sequence number, the file's bytes, its manifest less the state) after each write.
+        self.on_write: Callable[[int, bytes, dict], object] | None = None
 
     def mark(self, events: int) -> None:
         """Count from here: ``events`` have been processed when the run starts (or resumes)."""
@@ -330,12 +342,14 @@ class Checkpoints:
         self._sequence += 1
         path = checkpoint_path(self.directory, self._sequence)
         extra = {**self.manifest, "source": source_position, "events": events, "t": model.t, "written_at": time.time()}
-        write_checkpoint(path, {"model": model, "runner": runner_state}, extra)
+        data = write_checkpoint(path, {"model": model, "runner": runner_state}, extra)
         for old in checkpoints(self.directory)[self.keep :]:
             old.unlink(missing_ok=True)
         self._last_events = self._written = events
         self._last_time = time.monotonic()
         self.pauses.append(time.perf_counter() - start)
+        if self.on_write is not None:
+            self.on_write(self._sequence, data, extra)
         return path
 
     def close(self) -> None:
