@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from pegasos_stream import cli
-from pegasos_stream.persist.checkpoint import checkpoints, read_checkpoint
+from pegasos_stream.persist.checkpoint import CheckpointError, checkpoints, read_checkpoint
 from pegasos_stream.stream.kafka import KafkaSource
 from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS, committed_offset, kafka_source_config
 
@@ -182,6 +182,21 @@ def _start(job: Path) -> subprocess.Popen:
     return process
 
 
+def _wait_for_offsets_of_every_partition(directory: Path, timeout: float) -> None:
+    """Until the newest checkpoint in ``directory`` holds an offset for every partition (a run's first ones may
+    cover only the partitions it had read from; on a busy machine it takes a while to get there)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = checkpoints(directory)
+        try:
+            if found and len(read_checkpoint(found[0])[1]["source"]["offsets"]) == PARTITIONS:
+                return
+        except (CheckpointError, OSError):  # removed as a newer one was written
+            pass
+        assert time.monotonic() < deadline, f"no checkpoint covering {PARTITIONS} partitions after {timeout} s"
+        time.sleep(0.2)
+
+
 def _learned(directory: Path) -> tuple[int, set[int]]:
     """The newest checkpoint's step count and the ids of the events its model learned."""
     state = read_checkpoint(checkpoints(directory)[0])[0]
@@ -214,7 +229,7 @@ def test_runs_sharing_a_group_learn_every_event_once_through_rebalances_and_a_si
     runs = {"a": _start(jobs["a"])}
     writer.start()
     try:
-        time.sleep(4)
+        _wait_for_offsets_of_every_partition(tmp_path / "a" / "ck", timeout=60)
         runs["a"].send_signal(signal.SIGKILL)
         runs["a"].wait(timeout=10)
         # What "a" checkpointed but had not committed yet when killed (it commits right after each
