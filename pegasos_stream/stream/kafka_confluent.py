@@ -150,6 +150,10 @@ class ConfluentKafkaSource(GroupSource):
             messages = self._without_errors(messages)
         return message_runs(messages, generations, self._single_topic) if messages else []
 
+    def _drain(self, n: int, count: int) -> None:
+        """Nothing: ``_fetch`` took what had arrived, up to ``n`` (librdkafka's queue, of
+        ``queued.max.messages.kbytes``, bounds the bytes)."""
+
     def _without_errors(self, messages: list[Message]) -> list[Message]:
         """``messages`` less those that carry an error (logged; a fatal one stops the source)."""
         for message in messages:

@@ -213,16 +213,21 @@ class GroupSource(Source):
         if not count or self._rebalance_pending():
             self._poll(self._poll_ms, n)
             count = self._offsets.fetched_count()
-        if 0 < count < n:  # drain what has arrived meanwhile, up to n records or BATCH_BYTES
-            size = self._offsets.fetched_bytes()
-            while count < n and size < BATCH_BYTES and (fetched := self._poll(0, n - count)):
-                count += sum(len(entry.values) for entry in fetched)
-                size += sum(entry.nbytes for entry in fetched)
+        if 0 < count < n:
+            self._drain(n, count)
         parts = self._offsets.read(n)
         values: list[bytes] = []
         for part in parts:
             values += part.values
         return RecordBatch(values, _cursors(parts), _position)
+
+    def _drain(self, n: int, count: int) -> None:
+        """With ``count`` records fetched, poll without waiting for what has arrived meanwhile, up to
+        ``n`` records or ``BATCH_BYTES`` (for a client whose poll hands out a few hundred at a time)."""
+        size = self._offsets.fetched_bytes()
+        while count < n and size < BATCH_BYTES and (fetched := self._poll(0, n - count)):
+            count += sum(len(entry.values) for entry in fetched)
+            size += sum(entry.nbytes for entry in fetched)
 
     def claim(self, batch: RecordBatch) -> RecordBatch:
         dropped = self._offsets.claim(batch.cursors)
