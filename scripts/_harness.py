@@ -48,7 +48,7 @@ from threadpoolctl import threadpool_limits
 REPO = Path(__file__).resolve().parents[1]
 
 #: Distributions whose versions are recorded with every result (missing ones are recorded as None).
-PACKAGES = ("pegasos-stream", "river", "scikit-learn", "numpy", "vowpalwabbit", "kafka-python")
+PACKAGES = ("pegasos-stream", "river", "scikit-learn", "numpy", "vowpalwabbit", "kafka-python", "confluent-kafka")
 
 #: When the benchmark started (scripts import this module at start-up), and the 1-minute load average then.
 STARTED = datetime.now(timezone.utc).isoformat(timespec="seconds")

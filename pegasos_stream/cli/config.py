@@ -286,6 +286,7 @@ SCHEMA: dict = {
         "folders": Option((dict,), None, "a mapping of folder name: label"),  # of a maildir's messages
         "max_bytes": _integer(1_000_000),
         **KAFKA_CONNECTION,
+        "client": _choice("kafka-python", "kafka-python", "confluent"),  # confluent: the confluent extra
         "topics": Option((list,), [], "a list of topic names"),
         "group_id": _text("pegasos-stream"),
         "start": _choice("earliest", "earliest", "latest"),
@@ -834,15 +835,14 @@ def config_hash(config: dict) -> str:
     """SHA-256 of the configuration's canonical JSON form, less the ``run``, ``metrics`` and ``publish``
     sections (how long this particular run goes on, where it shows its figures and publishes its model, do
     not change the job), less the ``kafka`` section (its settings count where they are used: the validated
-    Kafka client sections hold them), less the secrets (`SECRETS`: a password changed is the same job, and a
-    digest is no place for a password) and less every key at its default value (same value, same type): a key
-    a later version adds with a default leaves the hash, and the checkpoints written before it, as they were."""
+    Kafka client sections hold them), less ``source.client`` (either Kafka client reads and commits the same
+    offsets), less the secrets (`SECRETS`: a password changed is the same job, and a digest is no place for a
+    password) and less every key at its default value (same value, same type): a key a later version adds
+    with a default leaves the hash, and the checkpoints written before it, as they were."""
+    public = without_secrets(config)
+    public.get("source", {}).pop("client", None)
     job = _without_defaults(
-        {
-            section: value
-            for section, value in without_secrets(config).items()
-            if section not in (*_RUN_SECTIONS, "kafka")
-        },
+        {section: value for section, value in public.items() if section not in (*_RUN_SECTIONS, "kafka")},
         _DEFAULTS,
     )
     canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)

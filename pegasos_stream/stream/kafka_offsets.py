@@ -30,12 +30,12 @@ class Partition(NamedTuple):
 
 
 class Fetched(NamedTuple):
-    """Messages of one partition from one poll (at least one): their values, their offsets, and the
-    partition's generation when the poll started."""
+    """Messages of one partition from one poll (at least one): their values, their offsets (ascending;
+    a ``range`` when they follow each other), and the partition's generation when the poll started."""
 
     partition: Partition
     values: list[bytes]
-    offsets: list[int]
+    offsets: Sequence[int]
     generation: int
 
     @property

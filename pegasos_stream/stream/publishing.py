@@ -29,7 +29,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from .kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, _describe, _started
+from .kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, describe_kafka_error, started_client
 
 __all__ = [
     "PARTITION",
@@ -166,7 +166,7 @@ class ModelTopicReader:
         self.topic = topic
         self.assembler = SnapshotAssembler()
         self._assigned = False
-        self._consumer = _started(
+        self._consumer = started_client(
             KafkaConsumer,
             {
                 **CONSUMER_DEFAULTS,
@@ -263,7 +263,7 @@ class ModelPublisher:
         self._stale = reader.assembler.keys  # keys of older versions, tombstoned after the next publication
         self._newest = reader.assembler.newest
         request = max(_REQUEST_BYTES, max_record_bytes + _RECORD_OVERHEAD)
-        self._producer = _started(
+        self._producer = started_client(
             KafkaProducer,
             {
                 **PRODUCER_DEFAULTS,
@@ -277,7 +277,9 @@ class ModelPublisher:
 
     def _create_topic(self, bootstrap_servers: str | Sequence[str], connection: Mapping[str, object]) -> None:
         """Create the topic, compacted, with one partition, unless it exists."""
-        admin = _started(KafkaAdminClient, {**PRODUCER_DEFAULTS, **connection, "bootstrap_servers": bootstrap_servers})
+        admin = started_client(
+            KafkaAdminClient, {**PRODUCER_DEFAULTS, **connection, "bootstrap_servers": bootstrap_servers}
+        )
         try:
             admin.create_topics({self.topic: {"num_partitions": 1, "configs": {"cleanup.policy": "compact"}}})
             log.info("created the model topic %s (cleanup.policy=compact)", self.topic)
@@ -326,7 +328,9 @@ class ModelPublisher:
             self._wait_for([self._producer.send(self.topic, manifest[1], key=manifest[0], partition=PARTITION)])
         except KafkaError as error:
             self._stale |= sent
-            log.warning("could not publish model version %d to %s (%s)", version, self.topic, _describe(error))
+            log.warning(
+                "could not publish model version %d to %s (%s)", version, self.topic, describe_kafka_error(error)
+            )
             return False
         older, self._stale = self._stale - sent, sent
         self._tombstone(older)
@@ -353,7 +357,7 @@ class ModelPublisher:
             self._wait_for([self._producer.send(self.topic, None, key=key, partition=PARTITION) for key in keys])
         except KafkaError as error:
             self._stale |= keys
-            log.warning("could not tombstone older model versions in %s (%s)", self.topic, _describe(error))
+            log.warning("could not tombstone older model versions in %s (%s)", self.topic, describe_kafka_error(error))
 
     def close(self) -> None:
         """Publish the last checkpoint written if it is not out yet, then close the producer."""

@@ -181,10 +181,12 @@ def committed_offset(address: str, group: str, topic: str, partition: int = 0) -
         consumer.close()
 
 
-def kafka_source_config(broker: str, topic: str, group: str) -> dict:
-    """The ``source`` section of a job reading ``topic`` from the start as consumer group ``group``."""
+def kafka_source_config(broker: str, topic: str, group: str, client: str = "kafka-python") -> dict:
+    """The ``source`` section of a job reading ``topic`` from the start as consumer group ``group``, with
+    the Kafka ``client`` ("kafka-python" or "confluent")."""
     return {
         "type": "kafka",
+        "client": client,
         "bootstrap_servers": broker,
         "topics": [topic],
         "group_id": group,
