@@ -328,8 +328,12 @@ static ALWAYS_INLINE int check_csr_of(const char *prefix, const int64_t *indptr,
     }
     for (Py_ssize_t i = start; i < n; i++) {  /* else row by row, naming the first row that is wrong */
         int64_t k = indptr[i], e = indptr[i + 1], previous = -1;
-        while (k < e && (uint64_t)(AT(indices, wide, k) - previous - 1) < (uint64_t)(n_columns - previous - 1))
-            previous = AT(indices, wide, k++);  /* previous < column < n_columns */
+        /* previous < column < n_columns, in one unsigned comparison (wrapping, as unsigned arithmetic may) */
+        uint64_t above = (uint64_t)previous + 1u;
+        while (k < e && (uint64_t)AT(indices, wide, k) - above < (uint64_t)n_columns - above) {
+            previous = AT(indices, wide, k++);
+            above = (uint64_t)previous + 1u;
+        }
         if (k == e) continue;
         for (k = indptr[i]; k < e; k++) {
             int64_t column = AT(indices, wide, k);

@@ -274,6 +274,9 @@ def test_int32_indices_learn_what_int64_ones_do_and_are_checked_alike(distinct):
             else:
                 with pytest.raises(ValueError, match=message):
                     _fast.check_rows(long_rows, indices, 10)
+    for extreme in (np.iinfo(np.int64).min, np.iinfo(np.int64).max):  # after a column: no overflow in the check
+        with pytest.raises(ValueError, match=rf"^row 0: column {extreme} is out of range"):
+            _fast.check_rows(np.array([0, 3]), np.array([0, 5, extreme], dtype=np.int64), 10)
 
 
 def test_distinct_rows_skip_the_repeat_search_but_not_the_bounds():
