@@ -34,7 +34,16 @@ from .sources import Source
 if TYPE_CHECKING:
     from ..persist.checkpoint import Checkpoints
 
-__all__ = ["RunMonitor", "RunStats", "Runner", "StopRun", "give_back", "rejection_reason", "takes_hashed_columns"]
+__all__ = [
+    "RunMonitor",
+    "RunStats",
+    "Runner",
+    "StopRun",
+    "give_back",
+    "reject",
+    "rejection_reason",
+    "takes_hashed_columns",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -299,12 +308,7 @@ class Runner:
 
     def _reject(self, record: Record, error: Exception) -> None:
         """Stop, or log, dead-letter and count ``record`` (counted once its dead letter is out)."""
-        reason = rejection_reason(record, error)
-        if self.on_error == "stop":
-            raise StopRun(reason)
-        _log.warning("rejected %s", reason)
-        if self.dead_letters is not None:
-            self.dead_letters.emit(dead_letter(record.position, reason, record.value))
+        reject(record, error, self.dead_letters, self.on_error)
         self.stats.rejected += 1
         if self.monitor is not None:
             self.monitor.rejected("malformed" if isinstance(error, BadRecord) else "refused")
@@ -553,6 +557,16 @@ def rejection_reason(record: Record, error: Exception) -> str:
     if isinstance(error, ValueError):
         return f"{record.position}: {error}"
     return f"{record.position}: {type(error).__name__}: {error}"
+
+
+def reject(record: Record, error: Exception, dead_letters: Sink | None, on_error: str) -> None:
+    """Stop on ``record`` (``on_error: stop``: a StopRun saying why), or log it and send it to ``dead_letters``."""
+    reason = rejection_reason(record, error)
+    if on_error == "stop":
+        raise StopRun(reason)
+    _log.warning("rejected %s", reason)
+    if dead_letters is not None:
+        dead_letters.emit(dead_letter(record.position, reason, record.value))
 
 
 def give_back(source: Source, batch: RecordBatch, done: int) -> bool:

@@ -25,8 +25,8 @@ from typing import Protocol
 from .parsing import EventParser
 from .predictions import Predictor, prediction_output, record_features
 from .records import Record
-from .runner import StopRun, give_back, rejection_reason
-from .sinks import Sink, dead_letter
+from .runner import give_back, reject
+from .sinks import Sink
 from .sources import Source
 
 __all__ = ["ModelProvider", "NoModel", "ServedModel", "Serving", "Watcher", "serve_stream"]
@@ -218,7 +218,7 @@ def serve_stream(
                     sink.emit(outcome)
                     served += 1
                 elif outcome is not None:
-                    _reject(record, outcome, dead_letters, on_error)
+                    reject(record, outcome, dead_letters, on_error)
                     rejected += 1
                 done += 1
         except BaseException:
@@ -232,13 +232,3 @@ def serve_stream(
             dead_letters.flush()
         source.commit()
     return events
-
-
-def _reject(record: Record, error: Exception, dead_letters: Sink | None, on_error: str) -> None:
-    """Stop on ``record`` (``on_error: stop``), or log it and send it to ``dead_letters``."""
-    reason = rejection_reason(record, error)
-    if on_error == "stop":
-        raise StopRun(reason)
-    _log.warning("rejected %s", reason)
-    if dead_letters is not None:
-        dead_letters.emit(dead_letter(record.position, reason, record.value))
