@@ -29,6 +29,7 @@ import os
 import platform
 import pstats
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -130,6 +131,11 @@ def prepare_timing() -> None:
 def fmt(value: float | None, spec: str) -> str:
     """``format(value, spec)``, or an en dash for a missing value."""
     return "–" if value is None else format(value, spec)
+
+
+def min_median(ratios: Sequence[float]) -> str:
+    """The smallest and the median of paired ratios, as the headlines give them: "min 1.20, median 1.29"."""
+    return f"min {min(ratios):.2f}, median {statistics.median(ratios):.2f}"
 
 
 def cell(text: object) -> str:

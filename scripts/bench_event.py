@@ -23,7 +23,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from _harness import add_data_argument, add_out_argument, load_messages, section, write_results
+from _harness import add_data_argument, add_out_argument, load_messages, min_median, section, write_results
 from threadpoolctl import threadpool_limits
 from vowpalwabbit import pyvw
 
@@ -107,7 +107,7 @@ def main() -> None:
     arrays = [a / b for a, b in zip(times[arrays_name], times[vw_name], strict=True)]
     headline = [
         f"per event, predict_proba_one + learn_one, SpamAssassin hashed 4-grams (µs/event, fastest of {args.repeat} "
-        f"paired rounds; our time ÷ VW's: min {min(arrays):.2f}, median {statistics.median(arrays):.2f})",
+        f"paired rounds; our time ÷ VW's: {min_median(arrays)})",
         f"{min(times[arrays_name]) / n * 1e6:.1f}",
         "Vowpal Wabbit (pyvw, hinge), lines formatted beforehand",
         f"{min(times[vw_name]) / n * 1e6:.1f}",

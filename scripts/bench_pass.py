@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
-from _harness import add_out_argument, section, write_results
+from _harness import add_out_argument, min_median, section, write_results
 from _stream_data import rcv1_like_rows
 from sklearn.linear_model import SGDClassifier
 from threadpoolctl import threadpool_limits
@@ -196,7 +196,7 @@ def main() -> None:
     ratios = one_call["ratios"]["ours (arrays)"]
     headline = [
         f"one pass over {args.n:,} RCV1-like rows in one call (s, fastest of {args.repeat} paired passes; our "
-        f"time ÷ scikit-learn's per round: min {min(ratios):.2f}, median {statistics.median(ratios):.2f})",
+        f"time ÷ scikit-learn's per round: {min_median(ratios)})",
         f"{min(one_call['seconds']['ours (arrays)']):.3f}",
         "scikit-learn SGDClassifier.partial_fit",
         f"{min(one_call['seconds']['scikit-learn']):.3f}",

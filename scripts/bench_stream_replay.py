@@ -57,6 +57,7 @@ from _harness import (
     eval_row,
     fastest,
     fmt,
+    min_median,
     passes_note,
     prepare_timing,
     prequential_metrics,
@@ -420,7 +421,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
     headline = [
         f"svmlight replay end to end, {shape['n'] / 1000:g}k lines (events/s, fastest of {args.repeat} paired passes,"
         f" weights in an array: --set model.n_features={args.features + 1}"
-        + (f"; ours ÷ VW per round: min {min(paired):.2f}, median {statistics.median(paired):.2f}" if paired else "")
+        + (f"; ours ÷ VW per round: {min_median(paired)}" if paired else "")
         + (f"; peak RSS {rss['ours']:.0f} MB, VW's {rss['vw']:.0f} MB)" if "vw" in rss else ")"),
         fmt(arrays.rate, ",.0f"),
         "Vowpal Wabbit (vw driver, no predictions written)",

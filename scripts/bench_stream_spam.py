@@ -64,6 +64,7 @@ from _harness import (
     fastest,
     fmt,
     load_messages,
+    min_median,
     prepare_timing,
     prequential_metrics,
     profile_cli,
@@ -432,7 +433,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
     paired = ratios[best_loss]
     headline = [
         f"spam path end to end, SpamAssassin raw emails (emails/s, fastest of {args.repeat} paired passes; ours ÷ "
-        f"VW per round: min {min(paired):.2f}, median {statistics.median(paired):.2f})",
+        f"VW per round: {min_median(paired)})",
         f"{max(rates(ours)):,.0f}",
         best_vw.system,
         f"{max(rates(best_vw)):,.0f}",
