@@ -270,7 +270,7 @@ static ALWAYS_INLINE int increasing(const void *indices, int wide, int64_t a, in
 
 static ALWAYS_INLINE int check_csr_of(const char *prefix, const int64_t *indptr, Py_ssize_t n, const void *indices,
                                       int wide, Py_ssize_t nnz, Py_ssize_t n_columns, Py_ssize_t start, PyObject *keys,
-                                      int distinct) {
+                                      int distinct, Py_ssize_t *longest_row) {
     if (start < 0 || start > n) {
         PyErr_Format(PyExc_ValueError, "%sstart = %zd is outside 0..%zd (the number of rows)", prefix, start, n);
         return -1;
@@ -291,6 +291,7 @@ static ALWAYS_INLINE int check_csr_of(const char *prefix, const int64_t *indptr,
         }
         if (e - a > longest) longest = e - a;
     }
+    if (longest_row) *longest_row = (Py_ssize_t)longest;
     if (distinct) {
         int64_t first = indptr[start], last = indptr[n];
         int out = any_out_of_range(indices, wide, first, last, n_columns);
@@ -370,13 +371,14 @@ fail:
     return -1;
 }
 
-/* check_csr_of over the index array ``indices`` (a checked IDX buffer). */
+/* check_csr_of over the index array ``indices`` (a checked IDX buffer); the most features of a row from ``start``
+ * into *longest_row, unless it is NULL. */
 static int check_csr(const char *prefix, const int64_t *indptr, Py_ssize_t n, const Buf *indices, Py_ssize_t n_columns,
-                     Py_ssize_t start, PyObject *keys, int distinct) {
+                     Py_ssize_t start, PyObject *keys, int distinct, Py_ssize_t *longest_row) {
     const void *idx = indices->view.buf;
     Py_ssize_t nnz = length(indices);
-    return wide(indices) ? check_csr_of(prefix, indptr, n, idx, 1, nnz, n_columns, start, keys, distinct)
-                         : check_csr_of(prefix, indptr, n, idx, 0, nnz, n_columns, start, keys, distinct);
+    return wide(indices) ? check_csr_of(prefix, indptr, n, idx, 1, nnz, n_columns, start, keys, distinct, longest_row)
+                         : check_csr_of(prefix, indptr, n, idx, 0, nnz, n_columns, start, keys, distinct, longest_row);
 }
 
 /* check_rows(indptr, indices, keys): check_csr over every row, the columns named by the list ``keys``, or
@@ -399,7 +401,7 @@ static PyObject *check_rows(PyObject *self, PyObject *args) {
         failed = 1;
     }
     failed = failed || check_csr("", b[0].view.buf, length(&b[0]) - 1, &b[1], n_columns, 0,
-                                 PyList_Check(keys) ? keys : NULL, 0) < 0;
+                                 PyList_Check(keys) ? keys : NULL, 0, NULL) < 0;
     release(b, 2);
     if (failed) return NULL;
     Py_RETURN_NONE;
@@ -426,8 +428,9 @@ static int check_length(const Buf *b, int a, Py_ssize_t expected, const char *wh
 static inline int whole(double x) { return x >= 0.0 && x <= 9007199254740992.0 && x == floor(x); }
 
 /* Everything learn_rows reads and writes checked: formats, lengths, the CSR rows from ``start``, the integer
- * settings and counters, and room for the columns first written (one per absent column at most). */
-static int check_learn_rows(const Buf *b, Py_ssize_t start, int distinct) {
+ * settings and counters, and room for the columns first written (one per absent column at most); the most features
+ * of a row from ``start`` into *longest_row. */
+static int check_learn_rows(const Buf *b, Py_ssize_t start, int distinct, Py_ssize_t *longest_row) {
     Py_ssize_t n = length(&b[A_SIGNS]), nnz = length(&b[A_INDICES]), m = length(&b[A_V]);
     static const int per_row[] = {A_WEIGHTS, A_DECISIONS};
     /* one entry per column, or none: the average's offset without averaging, the prior without one, the
@@ -475,7 +478,7 @@ static int check_learn_rows(const Buf *b, Py_ssize_t start, int distinct) {
             return -1;
         }
     }
-    return check_csr("learn_rows: ", b[A_INDPTR].view.buf, n, &b[A_INDICES], m, start, NULL, distinct);
+    return check_csr("learn_rows: ", b[A_INDPTR].view.buf, n, &b[A_INDICES], m, start, NULL, distinct, longest_row);
 }
 
 /* v[idx[k]] = saved[k - a] for the row's features, last first: the weights as they were before a step. */
@@ -637,16 +640,11 @@ static PyObject *learn_rows(PyObject *self, PyObject *args) {
             release(b, N_ARRAYS);
             return NULL;
         }
-    if (check_learn_rows(b, start, distinct) < 0) {
+    Py_ssize_t longest;  /* the most features of a row: room for the weights a step writes, to put them back */
+    if (check_learn_rows(b, start, distinct, &longest) < 0) {
         release(b, N_ARRAYS);
         return NULL;
     }
-
-    const int64_t *indptr = b[A_INDPTR].view.buf;
-    Py_ssize_t n = length(&b[A_SIGNS]), longest = 0;  /* the most features of a row: room for the weights a step
-                                                         * writes, to put them back */
-    for (Py_ssize_t r = start; r < n; r++)
-        if (indptr[r + 1] - indptr[r] > longest) longest = indptr[r + 1] - indptr[r];
     double *saved = PyMem_Malloc((size_t)(longest + 1) * sizeof(double));
     if (!saved) {
         release(b, N_ARRAYS);
@@ -806,7 +804,8 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
         release(b, N_LOGISTIC);
         return NULL;
     }
-    if (check_csr("learn_logistic_rows: ", b[L_INDPTR].view.buf, n, &b[L_INDICES], m, start, NULL, distinct) < 0) {
+    if (check_csr("learn_logistic_rows: ", b[L_INDPTR].view.buf, n, &b[L_INDICES], m, start, NULL, distinct, NULL)
+        < 0) {
         release(b, N_LOGISTIC);
         return NULL;
     }
