@@ -16,6 +16,7 @@ from . import compiled
 from .calibration import OnlinePlatt, PlattScaledMargin
 from .rows import Rows
 from .schedule import effective_step, refuse_overflow
+from .steps import StepLog
 from .validation import (
     binary_sign,
     check_features,
@@ -344,6 +345,27 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         self._n_pos, self._n_neg = n_pos, n_neg
         self._last_scored = None  # the model moved on; do not hold on to x
         self._platt.update(decision, sign > 0)
+
+    def replay(self, steps: StepLog) -> None:
+        """Take the steps of ``steps`` (a `StepRecorder`'s log), each as ``learn_one`` would with the margin test
+        recorded in place of its own: on the model that recorded them, the same model bit for bit; on another,
+        its (S, t) plus the steps' ΔS and Δt. A step the model refuses (a weight that would overflow) raises
+        a ValueError; the steps before it are taken."""
+        rows = iter(steps.rows())
+        n_pos, n_neg = self._n_pos, self._n_neg
+        for sign, weight, decision, violated in zip(
+            steps.signs.tolist(), steps.weights.tolist(), steps.decisions.tolist(), steps.violated.tolist()
+        ):
+            n_pos, n_neg = (n_pos + 1, n_neg) if sign > 0 else (n_pos, n_neg + 1)
+            if violated:
+                x = next(rows)
+                coef = weight * self._cost(sign, n_pos, n_neg) * sign
+                self._step(((x, coef),) if coef else (), coef, 1)
+            else:
+                self._step((), 0.0, 1)
+            self._n_pos, self._n_neg = n_pos, n_neg
+            self._platt.update(decision, sign > 0)
+        self._last_scored = None
 
     def learn_many(self, X, y) -> None:
         X_nw = _frames().into_frame(X)

@@ -1,0 +1,353 @@
+"""Several learners in one consumer group: additive deltas, folded in the order of one log.
+
+Pegasos keeps w_t = S_t/(λ·t) (without projection or a horizon), S_t the sum of c·y·x over the violated
+examples: pieces learned apart add up. Each learner of a cluster learns the partitions the group gives it
+and, every ``sync_every_events`` events or ``sync_every_ms``, publishes a `Delta`: the steps it took since its
+last one (a `StepLog`: ΔS as its terms, Δt, the class counts, the decisions its Platt scaling saw) and the input
+offsets they cover. Every learner folds every delta, its own included, in the order of the delta log, into the
+cluster's model (`ClusterState`); between two syncs it predicts and learns on its own copy.
+
+A delta is folded by replaying its steps (`PegasosClassifier.replay`): the floating-point operations
+``learn_one`` performs, at the cluster's step counter. Every learner that has folded a log's prefix so
+holds the same model, bit for bit, and one learner alone holds the model one process learns. The model
+differs from one process's only in what each learner's margin test saw: its own copy, up to one sync old.
+
+A delta is folded only when, for each partition it covers, it starts where the cluster's last folded delta of
+that partition ended: an event is learned exactly once across the cluster, whatever the timing of rebalances,
+restarts, SIGKILLs and a broker that delivers a record twice. A learner whose delta is refused takes its
+partitions up again where the cluster left them. `ClusterState` and `ClusterSync` know nothing of Kafka:
+`stream.delta_topic` carries the deltas.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import struct
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from ..learners.steps import StepLog, StepRecorder
+from .kafka_offsets import Partition
+
+if TYPE_CHECKING:
+    from ..learners.linear import PegasosClassifier
+
+__all__ = ["NEW", "ClusterState", "ClusterSync", "Delta", "DeltaChannel", "MemoryLog", "decode_delta", "encode_delta"]
+
+_log = logging.getLogger(__name__)
+
+_MAGIC = b"PGSDELTA1"
+_HEADER = struct.Struct("<I")
+
+#: A partition the cluster has not learned from yet: a delta may start it anywhere.
+NEW = -1
+
+
+@dataclass
+class Delta:
+    """The steps one learner took between two syncs and the input they cover.
+
+    ``ranges`` maps each partition read to [start, end): the offsets processed (``start`` is `NEW` for a
+    partition the learner started before the cluster had learned from it). ``config`` is the digest of the
+    configuration that learned it: deltas of another configuration are never folded.
+    """
+
+    learner: str
+    sequence: int
+    config: str
+    ranges: dict[Partition, tuple[int, int]]
+    steps: StepLog
+
+    @property
+    def events(self) -> int:
+        """Δt: the steps it holds."""
+        return len(self.steps)
+
+
+def encode_delta(delta: Delta) -> bytes:
+    """The bytes of ``delta``: a JSON header, then its arrays' raw little-endian bytes."""
+    arrays = delta.steps.arrays()
+    header = {
+        "learner": delta.learner,
+        "sequence": delta.sequence,
+        "config": delta.config,
+        "ranges": [[topic, partition, start, end] for (topic, partition), (start, end) in sorted(delta.ranges.items())],
+        "arrays": [[name, array.dtype.str, len(array)] for name, array in arrays.items()],
+    }
+    text = json.dumps(header, sort_keys=True).encode()
+    body = b"".join(np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes() for array in arrays.values())
+    return _MAGIC + _HEADER.pack(len(text)) + text + body
+
+
+def decode_delta(data: bytes) -> Delta:
+    """The delta of ``encode_delta``'s bytes; a ValueError saying what is wrong with bytes that are not one."""
+    if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + _HEADER.size:
+        raise ValueError("not a delta (no PGSDELTA1 header)")
+    (length,) = _HEADER.unpack_from(data, len(_MAGIC))
+    start = len(_MAGIC) + _HEADER.size
+    try:
+        header = json.loads(data[start : start + length])
+        ranges = {Partition(str(t), int(p)): (int(a), int(b)) for t, p, a, b in header["ranges"]}
+        arrays: dict[str, np.ndarray] = {}
+        offset = start + length
+        for name, dtype, count in header["arrays"]:
+            kind = np.dtype(dtype)
+            size = kind.itemsize * int(count)
+            if offset + size > len(data):
+                raise ValueError(f"its array {name} runs past its end")
+            arrays[str(name)] = np.frombuffer(data, kind, int(count), offset)
+            offset += size
+        if offset != len(data):
+            raise ValueError(f"{len(data) - offset} bytes follow its arrays")
+        steps = StepLog.from_arrays(arrays)
+        return Delta(str(header["learner"]), int(header["sequence"]), str(header["config"]), ranges, steps)
+    except (KeyError, TypeError, json.JSONDecodeError) as error:
+        raise ValueError(f"a malformed delta header ({type(error).__name__}: {error})") from None
+
+
+class ClusterState:
+    """The cluster's model and what it covers: the fold of a delta log's prefix.
+
+    ``model`` is the merged `PegasosClassifier`; ``covered`` the next offset of each input partition after
+    the last delta folded; ``log_offset`` the delta log's offset to read from next; ``folded`` the number of
+    deltas folded and ``last_sequence`` each learner's last folded delta.
+    """
+
+    def __init__(
+        self, model: PegasosClassifier, covered: Mapping[Partition, int] | None = None, log_offset: int = 0
+    ) -> None:
+        self.model = model
+        self.covered: dict[Partition, int] = dict(covered or {})
+        self.log_offset = log_offset
+        self.folded = 0
+        self.last_sequence: dict[str, int] = {}
+
+    def refusal(self, delta: Delta, config: str) -> str | None:
+        """Why ``delta`` cannot be folded now (None: it can)."""
+        if delta.config != config:
+            return f"it was learned with another configuration ({delta.config[:12]}, not {config[:12]})"
+        if delta.sequence <= self.last_sequence.get(delta.learner, -1):
+            return f"it repeats delta {delta.sequence} of learner {delta.learner}, folded already"
+        for (topic, partition), (start, end) in sorted(delta.ranges.items()):
+            covered = self.covered.get(Partition(topic, partition))
+            if end < start and start != NEW:
+                return f"its range of {topic}/{partition} ends at {end}, before its start {start}"
+            if covered is not None and start != covered:
+                return f"it starts {topic}/{partition} at {start}, where the cluster has learned up to {covered}"
+        return None
+
+    def fold(self, delta: Delta, config: str) -> str | None:
+        """Fold ``delta`` when it fits (``refusal``); None when folded, else why not."""
+        refused = self.refusal(delta, config)
+        if refused is not None:
+            return refused
+        self.model.replay(delta.steps)
+        for partition, (_, end) in delta.ranges.items():
+            self.covered[Partition(*partition)] = end
+        self.last_sequence[delta.learner] = delta.sequence
+        self.folded += 1
+        return None
+
+
+class DeltaChannel(Protocol):
+    """Where a cluster's deltas go and come from: a log read from the offset it was opened at (a Kafka topic:
+    `stream.delta_topic.DeltaTopic`; `MemoryLog` in one process)."""
+
+    def send(self, data: bytes) -> None:
+        """Append the bytes of a delta to the log, once acknowledged."""
+
+    def read(self) -> Iterable[tuple[int, bytes | ValueError]]:
+        """The deltas after the last one read, to the log's end now: (the offset to read again from, were this
+        learner to start over after this delta; its bytes or why it cannot be read)."""
+
+
+class MemoryLog:
+    """A delta log in memory, for learners in one process (tests, simulations): ``channel()`` opens it."""
+
+    def __init__(self) -> None:
+        self.records: list[bytes] = []
+
+    def channel(self, offset: int = 0) -> _MemoryChannel:
+        """A reader and writer of the log, reading from ``offset``."""
+        return _MemoryChannel(self, offset)
+
+
+class _MemoryChannel:
+    def __init__(self, log: MemoryLog, offset: int) -> None:
+        self.log = log
+        self.offset = offset
+
+    def send(self, data: bytes) -> None:
+        self.log.records.append(data)
+
+    def read(self) -> Iterable[tuple[int, bytes | ValueError]]:
+        while self.offset < len(self.log.records):
+            self.offset += 1
+            yield self.offset, self.log.records[self.offset - 1]
+
+
+class ClusterSync:
+    """One learner's part in a cluster, to a `Runner` what its `Checkpoints` are: ``due`` says when to sync,
+    ``write`` syncs (publishes this learner's delta, then folds the log to its end and takes the cluster's
+    model up), and ``assigned`` (the source's ``on_assign``) says where the partitions the group gives it start.
+
+    Parameters
+    ----------
+    recorder
+        The learner the runner learns with; its model is replaced by a copy of the cluster's at each sync.
+    state
+        The cluster's model and coverage, folded up to where this learner starts.
+    channel
+        The delta log.
+    learner
+        This learner's name in its deltas (unique in the cluster; a restarted learner takes a new one).
+    config
+        The digest of the configuration: deltas of another are not folded.
+    every_events, every_ms
+        Sync after this many events processed, or this many milliseconds (either may be None).
+    seek
+        Moves assigned partitions to offsets (``GroupSource.seek``), when a delta of this learner was refused.
+    assigned
+        The partitions assigned to this learner now (``GroupSource.assignment``).
+    on_fold
+        Called after each sync with the state (a publisher of the cluster's model).
+    """
+
+    def __init__(
+        self,
+        recorder: StepRecorder,
+        state: ClusterState,
+        channel: DeltaChannel,
+        learner: str,
+        config: str,
+        every_events: int | None = 1000,
+        every_ms: float | None = 1000.0,
+        seek: Callable[[dict[Partition, int]], None] | None = None,
+        assigned: Callable[[], set[Partition]] | None = None,
+        on_fold: Callable[[ClusterState], None] | None = None,
+    ) -> None:
+        self.recorder = recorder
+        self.state = state
+        self.channel = channel
+        self.learner = learner
+        self.config = config
+        self.every_events = every_events
+        self.every_ms = every_ms
+        self.seek = seek
+        self.assigned_now = assigned
+        self.on_fold = on_fold
+        self.sequence = 0
+        self.refused = 0  # deltas of this learner the cluster refused
+        self.pauses: list[float] = []  # seconds each sync held the loop
+        self._starts: dict[Partition, int] = {}  # where this learner's next delta starts each partition
+        self._last_events = 0
+        self._last_time = time.monotonic()
+        self.catch_up()
+        recorder.model = copy.deepcopy(state.model)
+        recorder.discard()
+
+    # -- what the runner asks of its checkpoints ------------------------------------------------
+
+    def mark(self, events: int) -> None:
+        self._last_events = events
+        self._last_time = time.monotonic()
+
+    def events_until_due(self, events: int) -> int | None:
+        if self.every_events is None:
+            return None
+        return max(self._last_events + self.every_events - events, 1)
+
+    def due(self, events: int) -> bool:
+        if self.every_events is not None and events - self._last_events >= self.every_events:
+            return True
+        return self.every_ms is not None and (time.monotonic() - self._last_time) * 1000 >= self.every_ms
+
+    def write(self, model: Any, runner_state: dict, source_position: dict) -> None:
+        """Sync: publish the steps since the last sync and the offsets they cover, fold the log to its end and
+        take the cluster's model up."""
+        started = time.perf_counter()
+        position = {Partition(t, p): offset for t, p, offset in source_position.get("offsets", [])}
+        ranges = {
+            p: (self._starts.get(p, self.state.covered.get(p, NEW)), end)
+            for p, end in position.items()
+            if end != self._starts.get(p, self.state.covered.get(p))
+        }
+        steps = self.recorder.cut()
+        mine = None
+        if ranges:
+            self.sequence += 1
+            mine = Delta(self.learner, self.sequence, self.config, ranges, steps)
+            self.channel.send(encode_delta(mine))
+            self._starts.update((p, end) for p, (_, end) in ranges.items())
+        refused = self.catch_up(mine)
+        if refused:
+            self._take_up_again(mine)
+        self.recorder.model = copy.deepcopy(self.state.model)
+        self.recorder.discard()
+        self._last_events = runner_state["counts"][0]
+        self._last_time = time.monotonic()
+        if self.on_fold is not None:
+            self.on_fold(self.state)
+        self.pauses.append(time.perf_counter() - started)
+
+    def close(self) -> None:
+        """Nothing to release (the channel is closed by its owner)."""
+
+    # -- the log -----------------------------------------------------------------------------
+
+    def catch_up(self, mine: Delta | None = None) -> bool:
+        """Fold the log to its end; whether ``mine`` (this learner's delta just sent) was refused."""
+        refused = False
+        for after, data in self.channel.read():
+            self.state.log_offset = after
+            if isinstance(data, ValueError):
+                _log.warning("delta log: %s; skipped", data)
+                continue
+            try:
+                delta = decode_delta(data)
+            except ValueError as error:
+                _log.warning("delta log: %s; skipped", error)
+                continue
+            reason = self.state.fold(delta, self.config)
+            if reason is not None:
+                ours = mine is not None and (delta.learner, delta.sequence) == (mine.learner, mine.sequence)
+                refused |= ours
+                _log.warning(
+                    "delta %d of learner %s not folded: %s%s",
+                    delta.sequence,
+                    delta.learner,
+                    reason,
+                    "; taking its partitions up again where the cluster left them" if ours else "",
+                )
+        return refused
+
+    def _take_up_again(self, mine: Delta | None) -> None:
+        """This learner's delta ``mine`` was refused: its partitions go back to where the cluster left them."""
+        self.refused += 1
+        if mine is None:
+            return
+        assigned = self.assigned_now() if self.assigned_now is not None else set()
+        back = {p: self.state.covered[p] for p in mine.ranges if p in self.state.covered}
+        for p in mine.ranges:
+            self._starts.pop(p, None)
+        self._starts.update(back)
+        if self.seek is not None:
+            moves = {p: offset for p, offset in back.items() if p in assigned}
+            if moves:
+                self.seek(moves)
+
+    def assigned(self, partitions: set[Partition]) -> dict[Partition, int]:
+        """The group gave this learner ``partitions``: fold the log to its end (a learner that had them published
+        its last delta before giving them up), and start each where the cluster left it."""
+        self.catch_up()
+        starts = {p: self.state.covered[p] for p in partitions if p in self.state.covered}
+        for p in partitions:
+            self._starts.pop(p, None)
+        self._starts.update(starts)
+        return starts
