@@ -67,6 +67,7 @@ def test_shipped_config_loads_and_validates(path):
         "run",
         "checkpoint",
         "publish",
+        "cluster",
         "metrics",
         "kafka",
     }
@@ -518,14 +519,17 @@ def test_config_hash_ignores_keys_at_their_default(name):
 def test_config_hash_changes_with_any_value(name):
     config = load_config(ROOT / "configs" / name)
     digest = config_hash(config)
-    # Not part of the job the hash identifies: the run, metrics and publish sections (how long this run goes on,
-    # where it serves its figures and publishes its model), the kafka section (the validated client sections hold
-    # its settings, and the hash counts them there), the Kafka client (either reads and commits the same offsets)
-    # and the passwords (a password changed is the same job, and a digest is no place for one).
+    # Not part of the job the hash identifies: the run, metrics, publish and cluster sections (how long this run
+    # goes on, where it serves its figures and publishes its model, how often a cluster learner syncs), the kafka
+    # section (the validated client sections hold its settings, and the hash counts them there), the Kafka client
+    # (either reads and commits the same offsets) and the passwords (a password changed is the same job, and a
+    # digest is no place for one).
     ignored = [
         keys
         for keys, _ in _leaves(config)
-        if keys[0] in ("run", "metrics", "publish", "kafka") or keys[-1] in SECRETS or keys == ("source", "client")
+        if keys[0] in ("run", "metrics", "publish", "cluster", "kafka")
+        or keys[-1] in SECRETS
+        or keys == ("source", "client")
     ]
     leaves = [(keys, value) for keys, value in _leaves(config) if keys not in ignored]
     assert len(leaves) > 30 and len(ignored) > 10

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import os
+import socket
+import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..features import DictHasher, EmailFeatures
@@ -16,15 +20,17 @@ from ..stream.runner import Runner
 from ..stream.sinks import JsonLinesSink, NullSink, Sink
 from ..stream.sources import FileSource, Source, StdinSource
 from .checks import StartupError
-from .config import LEARNERS, ConfigError, config_hash, kafka_client_settings, without_secrets
+from .config import LEARNERS, ConfigError, config_hash, kafka_client_settings, learning_hash, without_secrets
 
 if TYPE_CHECKING:
+    from ..stream.cluster import ClusterState, ClusterSync
     from ..stream.kafka_group import GroupSource
     from ..stream.metrics import RunMetrics
     from ..stream.publishing import ModelPublisher
 
 __all__ = [
     "build_checkpoints",
+    "build_cluster",
     "build_features",
     "build_metrics",
     "build_model",
@@ -149,9 +155,16 @@ def build_checkpoints(config: dict) -> Checkpoints | None:
 
 def build_publisher(config: dict, checkpoints: Checkpoints) -> ModelPublisher | None:
     """The publisher of ``checkpoints`` to ``publish.topic``, told of each one written (None without a topic)."""
-    section = config["publish"]
-    if not section["topic"]:
+    if not config["publish"]["topic"]:
         return None
+    publisher = _publisher(config)
+    checkpoints.on_write = publisher.checkpoint_written
+    return publisher
+
+
+def _publisher(config: dict) -> ModelPublisher:
+    """The publisher to ``publish.topic``."""
+    section = config["publish"]
     from ..stream.kafka import BrokerUnreachable
     from ..stream.publishing import ModelPublisher
 
@@ -167,8 +180,90 @@ def build_publisher(config: dict, checkpoints: Checkpoints) -> ModelPublisher | 
         )
     except BrokerUnreachable as error:
         raise StartupError(f"publish.bootstrap_servers: {error}") from None
-    checkpoints.on_write = publisher.checkpoint_written
     return publisher
+
+
+def build_cluster(config: dict) -> tuple[ClusterSync, list[Callable[[], object]]]:
+    """A cluster learner's part (``cluster.delta_topic``): its `ClusterSync`, which the runner writes as its
+    checkpoints and whose recorder it learns with, and what closes it, in order. It starts from the newest snapshot
+    of ``publish.topic`` when there is one, else from a new model, folds the delta log from there, and publishes
+    snapshots of the cluster's model to ``publish.topic`` when it is set. ``attach`` it to the source."""
+    from ..learners.steps import StepRecorder
+    from ..stream.cluster import ClusterState, ClusterSync, SnapshotPublisher
+    from ..stream.delta_topic import DeltaTopic
+    from ..stream.kafka import BrokerUnreachable
+    from ..stream.sources import SourceError
+
+    section = config["cluster"]
+    digest = learning_hash(config)
+    manifest = {"config": without_secrets(config), "config_sha256": config_hash(config)}
+    state = _cluster_start(config, digest) or ClusterState(build_model(config))
+    try:
+        channel = DeltaTopic(
+            section["bootstrap_servers"],
+            section["delta_topic"],
+            state.log_offset,
+            section["max_record_bytes"],
+            kafka_client_settings(section),
+            section["producer"],
+            section["consumer"],
+        )
+    except BrokerUnreachable as error:
+        raise StartupError(f"cluster.bootstrap_servers: {error}") from None
+    except SourceError as error:
+        raise StartupError(f"cluster.delta_topic: {error}") from None
+    closers: list[Callable[[], object]] = [channel.close]
+    name = f"{section['learner_id'] or socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    sync = ClusterSync(
+        StepRecorder(state.model),
+        state,
+        channel,
+        name,
+        digest,
+        section["sync_every_events"],
+        section["sync_every_ms"],
+    )
+    if config["publish"]["topic"]:
+        publisher = _publisher(config)
+        snapshots = SnapshotPublisher(publisher, manifest, digest)
+        sync.on_fold = snapshots
+        closers[:0] = [lambda: snapshots.close(sync.state), publisher.close]
+    return sync, closers
+
+
+def _cluster_start(config: dict, digest: str) -> ClusterState | None:
+    """The cluster state of the newest snapshot in ``publish.topic`` (None without one); a StartupError for a
+    snapshot of another configuration or of no cluster."""
+    topic = config["publish"]["topic"]
+    if not topic:
+        return None
+    from ..persist.checkpoint import CheckpointError
+    from ..stream.cluster import state_of_snapshot
+    from ..stream.kafka import BrokerUnreachable
+    from ..stream.publishing import ModelTopicReader
+
+    section = config["publish"]
+    try:
+        reader = ModelTopicReader(section["bootstrap_servers"], topic, kafka_client_settings(section))
+    except BrokerUnreachable as error:
+        raise StartupError(f"publish.bootstrap_servers: {error}") from None
+    try:
+        newest, _ = reader.read()
+    finally:
+        reader.close()
+    if newest is None:
+        return None
+    where = f"{topic} (model version {newest.version})"
+    try:
+        state, stored = state_of_snapshot(newest.data, where)
+    except (CheckpointError, ValueError) as error:
+        raise StartupError(f"publish.topic: {error}") from None
+    if stored["cluster"].get("learning_sha256") != digest:
+        raise StartupError(
+            f"publish.topic: {where} was learned with another configuration: a cluster's learners share their model,"
+            " features and source format, fields and labels"
+        )
+    return state
 
 
 def _sink(kind: str, section: dict, key: str) -> Sink:

@@ -259,7 +259,7 @@ KAFKA_CONNECTION: dict[str, Option] = {
 }
 
 #: The sections of the Kafka clients, which take the settings of ``kafka`` they do not set themselves.
-KAFKA_CLIENTS = (("source",), ("output",), ("errors", "dead_letter"), ("publish",))
+KAFKA_CLIENTS = (("source",), ("output",), ("errors", "dead_letter"), ("publish",), ("cluster",))
 
 #: The connection settings that are file paths.
 _KAFKA_FILES = ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_crlfile")
@@ -339,6 +339,16 @@ SCHEMA: dict = {
         "max_record_bytes": _integer(900_000, 1024),
         **KAFKA_CONNECTION,
         "producer": Settings(),
+    },
+    "cluster": {  # several learners in one consumer group (stream.cluster); not part of the job (config_hash)
+        "delta_topic": _text(None, "a topic name"),
+        "sync_every_events": _integer(1000),
+        "sync_every_ms": _number(1000.0),
+        "learner_id": _text(None, "a name"),
+        "max_record_bytes": _integer(900_000, 1024),
+        **KAFKA_CONNECTION,
+        "producer": Settings(),
+        "consumer": Settings(),
     },
     "metrics": {  # served over HTTP when a port is set (the metrics extra); not part of the job (config_hash)
         "port": Option((int,), None, "a port number (1 to 65535)", minimum=1, maximum=65535),
@@ -454,6 +464,7 @@ def validate(config: dict, where: str = "<config>") -> dict:
         if merged["features"].get("hash_bits") is not None:
             _check_constructor(merged["features"], DictHasher, {"type"}, "features", where)
     _check_requirements(merged, where)
+    _check_cluster(merged, where)
     _check_mail(config.get("source", {}), merged, model._multiclass, where)
     _share_kafka(config, merged, where)
     return merged
@@ -476,7 +487,11 @@ def _share_kafka(given: dict, config: dict, where: str) -> None:
         for key in KAFKA_CONNECTION:
             if key not in own:
                 section[key] = copy.deepcopy(config["kafka"][key])
-        if section.get("type") == "kafka" or (path == ("publish",) and section["topic"]):
+        if (
+            section.get("type") == "kafka"
+            or (path == ("publish",) and section["topic"])
+            or (path == ("cluster",) and section["delta_topic"])
+        ):
             _check_security(section, config["kafka"], ".".join(path), own, where)
 
 
@@ -540,6 +555,7 @@ def check_kafka_checkpoints(config: dict, where: str) -> None:
     what a restart then does: the run commits the offsets it read, but its model lives only in memory."""
     if (
         config["source"]["type"] != "kafka"
+        or config["cluster"]["delta_topic"]
         or config["checkpoint"]["dir"]
         or config["source"]["commit_without_checkpoint"]
     ):
@@ -550,6 +566,31 @@ def check_kafka_checkpoints(config: dict, where: str) -> None:
         " was learned and the pending labels lost); set checkpoint.dir, or source.commit_without_checkpoint: true"
         " to run so anyway"
     )
+
+
+def _check_cluster(config: dict, where: str) -> None:
+    """A cluster learner (``cluster.delta_topic``) reads Kafka, keeps no checkpoints of its own (the delta log
+    and the snapshots published are the cluster's), and learns with Pegasos in weight arrays: the one learner
+    whose steps are recorded and replayed (see ``stream.cluster``)."""
+    if not config["cluster"]["delta_topic"]:
+        return
+    problem = None
+    if config["source"]["type"] != "kafka":
+        problem = "source.type must be kafka: the learners of a cluster share the partitions of a consumer group"
+    elif config["checkpoint"]["dir"]:
+        problem = (
+            "checkpoint.dir must not be set: a cluster's checkpoint is its delta log and the snapshots published to"
+            " publish.topic, from which a learner starts"
+        )
+    elif config["model"]["kind"] != "linear":
+        problem = (
+            f"model.kind must be linear, not {config['model']['kind']}: cluster learners share Pegasos steps, which"
+            " only PegasosClassifier records and replays"
+        )
+    elif config["model"].get("n_features") is None and config["features"].get("hash_bits") is None:
+        problem = "needs weights in arrays: set features.hash_bits (or model.n_features) for integer feature columns"
+    if problem is not None:
+        raise ConfigError(f"{where}: cluster.delta_topic is set, so {problem}")
 
 
 def _check_requirements(config: dict, where: str) -> None:
@@ -571,7 +612,7 @@ def _check_requirements(config: dict, where: str) -> None:
         raise ConfigError(f"{where}: errors.dead_letter.path: required when errors.dead_letter.type is file")
     if dead["type"] == "kafka" and not dead.get("topic"):
         raise ConfigError(f"{where}: errors.dead_letter.topic: required when errors.dead_letter.type is kafka")
-    _check_publish(config["publish"], config["checkpoint"]["dir"], where)
+    _check_publish(config["publish"], config["checkpoint"]["dir"] or config["cluster"]["delta_topic"], where)
     if config["metrics"]["port"] is None and config["metrics"]["host"] != SCHEMA["metrics"]["host"].default:
         raise ConfigError(f"{where}: metrics.port: required when metrics.host is set")
     labels = config["source"]["labels"]
@@ -588,7 +629,8 @@ def _check_requirements(config: dict, where: str) -> None:
 
 
 def _check_publish(publish: dict, checkpoints: str | None, where: str) -> None:
-    """A model topic is published to from checkpoints; its schedule and record size need a topic."""
+    """A model topic is published to from checkpoints (``checkpoints``: their directory, or a cluster's delta topic,
+    whose learners publish the cluster's model); its schedule and record size need a topic."""
     if publish["topic"] is None:
         for key in ("every_events", "every_seconds"):
             if publish[key] is not None:
@@ -828,23 +870,38 @@ def _resolve_paths(raw: dict, base: Path | None) -> None:
 
 
 #: Sections that say how a run goes, not what the job learns: left out of `config_hash`.
-_RUN_SECTIONS = ("run", "metrics", "publish")
+_RUN_SECTIONS = ("run", "metrics", "publish", "cluster")
 
 
 def config_hash(config: dict) -> str:
-    """SHA-256 of the configuration's canonical JSON form, less the ``run``, ``metrics`` and ``publish``
-    sections (how long this particular run goes on, where it shows its figures and publishes its model, do
-    not change the job), less the ``kafka`` section (its settings count where they are used: the validated
-    Kafka client sections hold them), less ``source.client`` (either Kafka client reads and commits the same
-    offsets), less the secrets (`SECRETS`: a password changed is the same job, and a digest is no place for a
-    password) and less every key at its default value (same value, same type): a key a later version adds
-    with a default leaves the hash, and the checkpoints written before it, as they were."""
+    """SHA-256 of the configuration's canonical JSON form, less the ``run``, ``metrics``, ``publish`` and
+    ``cluster`` sections (how long this particular run goes on, where it shows its figures and publishes its
+    model, how often a cluster learner syncs, do not change the job), less the ``kafka`` section (its settings
+    count where they are used: the validated Kafka client sections hold them), less ``source.client`` (either
+    Kafka client reads and commits the same offsets), less the secrets (`SECRETS`: a password changed is the
+    same job, and a digest is no place for a password) and less every key at its default value (same value,
+    same type): a key a later version adds with a default leaves the hash, and the checkpoints written before
+    it, as they were."""
     public = without_secrets(config)
     public.get("source", {}).pop("client", None)
     job = _without_defaults(
         {section: value for section, value in public.items() if section not in (*_RUN_SECTIONS, "kafka")},
         _DEFAULTS,
     )
+    canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def learning_hash(config: dict) -> str:
+    """SHA-256 of what decides the steps a learner takes on a record: the ``model`` and ``features`` sections, and
+    how ``source`` turns a record into an example (its format, fields and labels). A cluster's learners must agree
+    on it; they may differ in everything else (their outputs, their error handling, their schedules)."""
+    source = config["source"]
+    job = {
+        "model": config["model"],
+        "features": config["features"],
+        "source": {key: source.get(key) for key in ("format", "fields", "labels", "label")},
+    }
     canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 

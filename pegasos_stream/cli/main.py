@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from .. import __version__, _compiled
 from ..persist.checkpoint import CheckpointError, Checkpoints, describe, latest_valid
@@ -23,7 +23,7 @@ from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.runner import Runner, RunStats, StopRun
 from ..stream.sources import Source, SourceError
 from . import options
-from .assemble import build_checkpoints, build_metrics, build_publisher, build_runner, build_source
+from .assemble import build_checkpoints, build_cluster, build_metrics, build_publisher, build_runner, build_source
 from .checks import StartupError, check_files, check_plot, checkpoint_directory_error
 from .config import (
     ConfigError,
@@ -35,6 +35,9 @@ from .config import (
 )
 from .predict import EVENT_SUFFIXES, command_predict
 from .serve import add_serve_command, command_serve
+
+if TYPE_CHECKING:
+    from ..stream.kafka_group import GroupSource
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
 DEFAULT_CONFIG = "spam"
@@ -235,15 +238,27 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     check_files(config, options.flags_of_paths(args))
     if evaluate and args.plot:
         check_plot(args.plot)
+    clustered = not evaluate and bool(config["cluster"]["delta_topic"])
+    if clustered and args.resume:
+        raise ConfigError(
+            "--resume: a cluster learner (cluster.delta_topic) always starts from the cluster's newest snapshot and"
+            " delta log, not from checkpoints"
+        )
     with contextlib.ExitStack() as opened:  # closed in the reverse order, whatever happens
-        checkpoints = None if evaluate else _checkpoints(config)
+        cluster = None
+        checkpoints = None if evaluate or clustered else _checkpoints(config)
         if checkpoints is not None:
             opened.callback(checkpoints.close)
             publisher = build_publisher(config, checkpoints)
             if publisher is not None:
                 opened.callback(publisher.close)
+        if clustered:
+            cluster, closers = build_cluster(config)
+            for close in reversed(closers):
+                opened.callback(close)
         state, position = _resume(config, args.accept_config) if not evaluate and args.resume else (None, None)
-        runner = build_runner(config, model=state and state["model"], exact_auc=True if evaluate else None)
+        model = cluster.recorder if cluster is not None else state and state["model"]
+        runner = build_runner(config, model=model, exact_auc=True if evaluate else None)
         opened.callback(runner.sink.close)
         if runner.dead_letters is not None:
             opened.callback(runner.dead_letters.close)
@@ -251,6 +266,8 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
             runner.restore(state["runner"])
         source = build_source(config, position)
         opened.callback(source.close)
+        if cluster is not None:
+            cluster.attach(cast("GroupSource", source))
         progress = ProgressBar(runner.stats) if evaluate else None
         if progress is not None:
             opened.callback(progress.close)
@@ -260,7 +277,11 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         try:
             with process_wide(runner):
                 stats = runner.run(
-                    source, config["run"]["max_events"], config["run"]["stop_when_idle"], progress, checkpoints
+                    source,
+                    config["run"]["max_events"],
+                    config["run"]["stop_when_idle"],
+                    progress,
+                    cluster if cluster is not None else checkpoints,
                 )
         except StopRun as error:
             print(f"stopped: {error}", file=sys.stderr)
@@ -279,6 +300,8 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         "examples_per_s": stats.rate(),
         "t": runner.model.t,
     }
+    if cluster is not None:
+        summary["cluster"] = cluster.summary()
     summary = {key: None if isinstance(value, float) and math.isnan(value) else value for key, value in summary.items()}
     if not evaluate:
         print(json.dumps(summary), file=sys.stderr)

@@ -147,6 +147,8 @@ class StepRecorder:
     ``t``, ...). ``model`` may be replaced between steps (a cluster learner takes up the merged model).
     """
 
+    _multiclass = False
+
     def __init__(self, model: PegasosClassifier) -> None:
         if getattr(model, "n_features", None) is None:
             raise ValueError("recording steps needs a PegasosClassifier with weights in arrays (n_features)")
@@ -186,7 +188,7 @@ class StepRecorder:
 
     # -- learning, recorded ----------------------------------------------------------------------
 
-    def learn_one(self, x: Mapping, y: object, w: float = 1.0) -> None:
+    def learn_one(self, x: Mapping, y: bool | str | int, w: float = 1.0) -> None:
         model = self.model
         sign = binary_sign(y)
         weight = 1.0 if w == 1.0 else check_sample_weight(w)

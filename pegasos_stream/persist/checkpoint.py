@@ -45,6 +45,7 @@ __all__ = [
     "CheckpointError",
     "Checkpoints",
     "DirectoryInUse",
+    "checkpoint_bytes",
     "checkpoint_path",
     "checkpoint_sequence",
     "checkpoints",
@@ -97,6 +98,14 @@ def _payload(manifest: dict, arrays: dict[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
+def checkpoint_bytes(state: dict[str, Any], extra: dict | None = None) -> bytes:
+    """The bytes of a checkpoint file of ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra``."""
+    tree, arrays = encode(state)
+    manifest = {"format": "pegasos-stream checkpoint", "version": FORMAT_VERSION, "state": tree, **(extra or {})}
+    payload = _payload(manifest, arrays)
+    return MAGIC + hashlib.sha256(payload).digest() + payload
+
+
 def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None = None) -> bytes:
     """Write ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra`` to ``path`` atomically;
     the bytes written.
@@ -106,10 +115,7 @@ def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None
     at all.
     """
     path = Path(path)
-    tree, arrays = encode(state)
-    manifest = {"format": "pegasos-stream checkpoint", "version": FORMAT_VERSION, "state": tree, **(extra or {})}
-    payload = _payload(manifest, arrays)
-    data = MAGIC + hashlib.sha256(payload).digest() + payload
+    data = checkpoint_bytes(state, extra)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pgs")
     try:
         with os.fdopen(descriptor, "wb") as out:
@@ -277,6 +283,9 @@ class Checkpoints:
     removed, so the directory needs room for ``keep + 1`` of them: a start with less free space
     than that (estimated from the newest file) is refused with a CheckpointError.
     """
+
+    #: A checkpoint is due only once records have arrived (see `stream.runner.StateKeeper`).
+    writes_when_idle = False
 
     def __init__(
         self,

@@ -28,17 +28,32 @@ import struct
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
 from ..learners.steps import StepLog, StepRecorder
+from ..persist.checkpoint import checkpoint_bytes, model_digest, read_checkpoint_bytes
 from .kafka_offsets import Partition
 
 if TYPE_CHECKING:
     from ..learners.linear import PegasosClassifier
+    from .kafka_group import GroupSource
+    from .publishing import ModelPublisher
 
-__all__ = ["NEW", "ClusterState", "ClusterSync", "Delta", "DeltaChannel", "MemoryLog", "decode_delta", "encode_delta"]
+__all__ = [
+    "NEW",
+    "ClusterState",
+    "ClusterSync",
+    "Delta",
+    "DeltaChannel",
+    "MemoryLog",
+    "SnapshotPublisher",
+    "decode_delta",
+    "encode_delta",
+    "snapshot",
+    "state_of_snapshot",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -81,7 +96,9 @@ def encode_delta(delta: Delta) -> bytes:
         "arrays": [[name, array.dtype.str, len(array)] for name, array in arrays.items()],
     }
     text = json.dumps(header, sort_keys=True).encode()
-    body = b"".join(np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes() for array in arrays.values())
+    body = b"".join(
+        np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes() for array in arrays.values()
+    )
     return _MAGIC + _HEADER.pack(len(text)) + text + body
 
 
@@ -155,6 +172,68 @@ class ClusterState:
         return None
 
 
+def snapshot(state: ClusterState, manifest: Mapping[str, Any], config: str) -> tuple[bytes, dict]:
+    """A checkpoint of the cluster's model, with what a learner starting from it needs (under ``cluster``: its
+    coverage, the delta log's offset, and ``config``, the digest of the configuration its deltas were learned
+    with) and ``manifest`` (the configuration), as ``run``'s checkpoints are: its bytes, and its manifest less
+    the state."""
+    model = state.model
+    extra = {
+        **manifest,
+        "cluster": {
+            "learning_sha256": config,
+            "log_offset": state.log_offset,
+            "folded": state.folded,
+            "covered": [[topic, partition, offset] for (topic, partition), offset in sorted(state.covered.items())],
+            "last_sequence": state.last_sequence,
+        },
+        "t": model.t,
+        "events": model.t,
+        "written_at": time.time(),
+    }
+    return checkpoint_bytes({"model": model}, extra), extra
+
+
+def state_of_snapshot(data: bytes, where: str) -> tuple[ClusterState, dict]:
+    """The cluster state of a `snapshot`'s bytes, and its manifest; a CheckpointError for bytes that are no
+    checkpoint, a ValueError for a checkpoint that is no cluster's."""
+    checkpoint, manifest = read_checkpoint_bytes(data, where)
+    about = manifest.get("cluster")
+    try:
+        covered = {Partition(str(t), int(p)): int(o) for t, p, o in about["covered"]}  # type: ignore[index]
+        state = ClusterState(checkpoint["model"], covered, int(about["log_offset"]))  # type: ignore[index]
+        state.folded = int(about["folded"])  # type: ignore[index]
+        state.last_sequence = {str(k): int(v) for k, v in about["last_sequence"].items()}  # type: ignore[index]
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{where}: not a snapshot of a cluster's model (no cluster section in its manifest)") from None
+    return state, manifest
+
+
+class SnapshotPublisher:
+    """Publishes the cluster's model with ``publisher`` when it is due (a `ClusterSync`'s ``on_fold``), its version
+    the number of deltas folded: every learner that folded as many publishes the same model under it."""
+
+    def __init__(self, publisher: ModelPublisher, manifest: Mapping[str, Any], config: str) -> None:
+        self.publisher = publisher
+        self.manifest = dict(manifest)
+        self.config = config
+        self._handed = -1  # the version last handed to the publisher
+
+    def __call__(self, state: ClusterState) -> None:
+        if state.folded not in (0, self._handed) and self.publisher.due(state.model.t):
+            self._hand(state)
+
+    def close(self, state: ClusterState) -> None:
+        """Hand the publisher the last state if it has not had it (it publishes it as it closes)."""
+        if state.folded not in (0, self._handed):
+            self._hand(state)
+
+    def _hand(self, state: ClusterState) -> None:
+        data, extra = snapshot(state, self.manifest, self.config)
+        self.publisher.checkpoint_written(state.folded, data, extra)
+        self._handed = state.folded
+
+
 class DeltaChannel(Protocol):
     """Where a cluster's deltas go and come from: a log read from the offset it was opened at (a Kafka topic:
     `stream.delta_topic.DeltaTopic`; `MemoryLog` in one process)."""
@@ -219,6 +298,9 @@ class ClusterSync:
         Called after each sync with the state (a publisher of the cluster's model).
     """
 
+    #: A learner with no record to process still folds the others' deltas as they come.
+    writes_when_idle = True
+
     def __init__(
         self,
         recorder: StepRecorder,
@@ -228,7 +310,7 @@ class ClusterSync:
         config: str,
         every_events: int | None = 1000,
         every_ms: float | None = 1000.0,
-        seek: Callable[[dict[Partition, int]], None] | None = None,
+        seek: Callable[[Mapping[tuple[str, int], int]], None] | None = None,
         assigned: Callable[[], set[Partition]] | None = None,
         on_fold: Callable[[ClusterState], None] | None = None,
     ) -> None:
@@ -296,8 +378,25 @@ class ClusterSync:
             self.on_fold(self.state)
         self.pauses.append(time.perf_counter() - started)
 
-    def close(self) -> None:
-        """Nothing to release (the channel is closed by its owner)."""
+    def summary(self) -> dict:
+        """What this learner did in the cluster, and the cluster's model it holds now."""
+        return {
+            "model_sha256": model_digest(self.state.model),
+            "t": self.state.model.t,
+            "deltas_folded": self.state.folded,
+            "deltas_sent": self.sequence,
+            "deltas_refused": self.refused,
+            "covered": {
+                f"{topic}/{partition}": offset for (topic, partition), offset in sorted(self.state.covered.items())
+            },
+        }
+
+    def attach(self, source: GroupSource) -> None:
+        """Take part in ``source``'s rebalances: start the partitions it is assigned where the cluster left them,
+        and move them back there when a delta of this learner is refused."""
+        source.on_assign = self.assigned
+        self.seek = source.seek
+        self.assigned_now = source.assignment
 
     # -- the log -----------------------------------------------------------------------------
 
@@ -338,11 +437,11 @@ class ClusterSync:
             self._starts.pop(p, None)
         self._starts.update(back)
         if self.seek is not None:
-            moves = {p: offset for p, offset in back.items() if p in assigned}
+            moves: dict[tuple[str, int], int] = {p: offset for p, offset in back.items() if p in assigned}
             if moves:
                 self.seek(moves)
 
-    def assigned(self, partitions: set[Partition]) -> dict[Partition, int]:
+    def assigned(self, partitions: set[Partition]) -> dict[tuple[str, int], int]:
         """The group gave this learner ``partitions``: fold the log to its end (a learner that had them published
         its last delta before giving them up), and start each where the cluster left it."""
         self.catch_up()
@@ -350,4 +449,4 @@ class ClusterSync:
         for p in partitions:
             self._starts.pop(p, None)
         self._starts.update(starts)
-        return starts
+        return cast(dict[tuple[str, int], int], starts)

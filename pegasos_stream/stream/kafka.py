@@ -146,6 +146,7 @@ class KafkaSource(GroupSource):
     async def _assigned(self, partitions: set[Partition]) -> None:
         """Note partitions assigned and make the seeks waiting for them, once the group's committed
         offsets of those with a stored offset are known (``GroupSource._give_way``)."""
+        self._announce(partitions)
         stored = self._offsets.pending_seeks(partitions)
         if stored:
             try:

@@ -212,6 +212,7 @@ class ConfluentKafkaSource(GroupSource):
         committed offsets (which a stored offset gives way to when they are later, see
         ``GroupSource._give_way``), else where ``start`` says: where each starts is then known."""
         assigned = {Partition(tp.topic, tp.partition) for tp in partitions}
+        self._announce(assigned)
         stored = self._offsets.pending_seeks(assigned)
         try:
             answer = consumer.committed(partitions, timeout=self._commit_timeout)

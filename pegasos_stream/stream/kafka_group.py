@@ -105,6 +105,10 @@ class GroupSource(Source):
         it, and may call ``commit()``, which there leaves the commit to the revocation: the source
         commits the revoked partitions before it rejoins the group, while its generation is still
         current, so the next owner of a partition starts exactly after its last record processed here.
+    on_assign
+        Called with the partitions the group just assigned, before their positions are settled; returns offsets
+        to start some of them at (a cluster learner's ``ClusterSync.assigned``), which weigh as ``seek()``'s. It
+        runs inside the client's poll; an error it raises stops the source at the next poll.
 
     """
 
@@ -136,6 +140,7 @@ class GroupSource(Source):
         self.topics = [topics] if isinstance(topics, str) else list(topics)
         self.name = "kafka:" + ",".join(self.topics)
         self.on_revoke: Callable[[set[Partition]], None] | None = None
+        self.on_assign: Callable[[set[Partition]], Mapping[tuple[str, int], int]] | None = None
         self._servers = bootstrap_servers if isinstance(bootstrap_servers, str) else ",".join(bootstrap_servers)
         self._poll_ms = int(poll_seconds * 1000)
         self._commit_timeout = commit_timeout
@@ -361,6 +366,10 @@ class GroupSource(Source):
         self._closed = True
         self._close_client()
 
+    def assignment(self) -> set[Partition]:
+        """The partitions the group gives this consumer now."""
+        return self._assignment()
+
     @property
     def ready(self) -> bool:
         """Whether the group has given this consumer its partitions (joining takes seconds)."""
@@ -378,6 +387,18 @@ class GroupSource(Source):
             self._seek_to_beginning(seeks.to_beginning)
 
     # -- rebalances and broker watch -----------------------------------------------------------
+
+    def _announce(self, partitions: set[Partition]) -> None:
+        """Tell ``on_assign`` of ``partitions`` assigned, and seek those it gives offsets for at their assignment."""
+        if self.on_assign is None:
+            return
+        try:
+            starts = self.on_assign(partitions)
+        except Exception as error:  # raised by the next poll, outside the client's callback
+            self._failure = SourceError(f"at the assignment of {sorted(partitions)}: {error}")
+            return
+        if starts:
+            self._seek(self._offsets.seek(starts))
 
     def _give_way(self, stored: Mapping[Partition, int], committed: Mapping[Partition, int | None]) -> None:
         """At the assignment of partitions with ``stored`` offsets (from a checkpoint), the group's

@@ -288,17 +288,20 @@ class ModelPublisher:
         finally:
             admin.close()
 
+    def due(self, events: int) -> bool:
+        """Whether a snapshot of ``events`` events would be published now (see the class's docstring)."""
+        last = self._last
+        return (
+            last is None
+            or (self.every_events is None and self.every_seconds is None)
+            or (self.every_events is not None and events - last[0] >= self.every_events)
+            or (self.every_seconds is not None and time.monotonic() - last[1] >= self.every_seconds)
+        )
+
     def checkpoint_written(self, version: int, data: bytes, manifest: dict) -> None:
         """The checkpoint ``version`` with the bytes ``data`` and ``manifest`` was written: publish it if due."""
         self._pending = (version, data, {key: manifest.get(key) for key in ("written_at", "t", "events")})
-        last = self._last
-        due = (
-            last is None
-            or (self.every_events is None and self.every_seconds is None)
-            or (self.every_events is not None and (manifest.get("events") or 0) - last[0] >= self.every_events)
-            or (self.every_seconds is not None and time.monotonic() - last[1] >= self.every_seconds)
-        )
-        if due:
+        if self.due(manifest.get("events") or 0):
             self._publish_pending()
 
     def _publish_pending(self) -> None:

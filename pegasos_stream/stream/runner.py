@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -31,13 +31,11 @@ from .records import Record, RecordBatch
 from .sinks import NullSink, Sink, dead_letter
 from .sources import Source
 
-if TYPE_CHECKING:
-    from ..persist.checkpoint import Checkpoints
-
 __all__ = [
     "RunMonitor",
     "RunStats",
     "Runner",
+    "StateKeeper",
     "StopRun",
     "give_back",
     "reject",
@@ -96,6 +94,26 @@ class RunMonitor(Protocol):
 
     def rejected(self, reason: str) -> None:
         """A record was rejected: "malformed" (it is no event) or "refused" (the learner refused a value)."""
+
+
+class StateKeeper(Protocol):
+    """What keeps a run's state durable: its checkpoints (`persist.checkpoint.Checkpoints`), or a cluster
+    learner's syncs (`stream.cluster.ClusterSync`). The source's offsets are committed after each ``write``."""
+
+    #: Whether a write may be due while no record arrives (a cluster learner folds the others' deltas then).
+    writes_when_idle: bool
+
+    def mark(self, events: int) -> None:
+        """Count from here: ``events`` have been processed when the run starts (or resumes)."""
+
+    def due(self, events: int) -> bool:
+        """Whether a write is due, with ``events`` processed."""
+
+    def events_until_due(self, events: int) -> int | None:
+        """How many more events until a write is due by count (None: not by count)."""
+
+    def write(self, model: Any, runner_state: dict, source_position: dict) -> object:
+        """Make the state durable: the learner, the runner's ``snapshot()`` and the source's ``position()``."""
 
 
 # -- the binary and the multiclass handling of predictions and labels --------------------------
@@ -409,7 +427,7 @@ class Runner:
         max_events: int | None = None,
         stop_when_idle: float | None = None,
         on_progress: Callable[[Source], None] | None = None,
-        checkpoints: Checkpoints | None = None,
+        checkpoints: StateKeeper | None = None,
     ) -> RunStats:
         """Consume ``source`` until it ends, ``max_events`` records, an idle period or ``request_stop``.
 
@@ -453,6 +471,8 @@ class Runner:
                     pace = len(records) / (ended - started) if records and ended > started else pace
                     if checkpoints is not None and checkpoints.due(self.stats.events):
                         self._checkpoint(checkpoints, source)
+                elif checkpoints is not None and checkpoints.writes_when_idle and checkpoints.due(self.stats.events):
+                    self._checkpoint(checkpoints, source)
                 now = time.monotonic()  # after the batch and its checkpoint, however long they took
                 if arrived or not getattr(source, "ready", True):
                     last_event = now  # (not idle while the source is still joining its group)
@@ -486,7 +506,7 @@ class Runner:
         return max_events is not None and self.stats.events >= max_events
 
     def _read_size(
-        self, max_events: int | None, checkpoints: Checkpoints | None, stats_due: float, pace: float | None
+        self, max_events: int | None, checkpoints: StateKeeper | None, stats_due: float, pace: float | None
     ) -> int:
         """How many records to read next: ``batch_size`` (or 1), never past ``max_events`` or a
         checkpoint that is due, nor more than the learner processes, at ``pace`` (records per second
@@ -511,7 +531,7 @@ class Runner:
         if self.dead_letters is not None:
             self.dead_letters.flush()
 
-    def _checkpoint(self, checkpoints: Checkpoints, source: Source) -> None:
+    def _checkpoint(self, checkpoints: StateKeeper, source: Source) -> None:
         """Flush the outputs, write a checkpoint of everything processed, then commit the source."""
         with self._lock:
             self._flush_outputs()
