@@ -10,6 +10,7 @@ step in the order of the log.
 from __future__ import annotations
 
 import copy
+import json
 
 import numpy as np
 import pytest
@@ -18,7 +19,8 @@ from hypothesis import strategies as st
 from reference import DenseReference, y_sign
 from streams import int_stream
 
-from pegasos_stream import PegasosClassifier
+from pegasos_stream import PegasosClassifier, cli
+from pegasos_stream.cli.config import ConfigError, learning_hash, validate
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.steps import StepLog, StepRecorder
 from pegasos_stream.persist.checkpoint import model_digest
@@ -374,3 +376,51 @@ def test_steplog_from_arrays_refuses_inconsistent_arrays():
         StepLog.from_arrays({**good, "data": good["data"][:-1]})
     with pytest.raises(ValueError, match="signs"):
         StepLog.from_arrays({**good, "signs": good["signs"] * 2})
+
+
+# -- the cluster section of a configuration -----------------------------------------------------------
+
+
+def _cluster_config(**changes) -> dict:
+    config = {
+        "model": {"kind": "linear", "lambda_": 0.01},
+        "features": {"type": "dict", "hash_bits": 10},
+        "source": {"type": "kafka", "topics": ["events"], "group_id": "learners"},
+        "cluster": {"delta_topic": "deltas"},
+    }
+    for section, value in changes.items():
+        config[section] = {**config.get(section, {}), **value}
+    return config
+
+
+def test_a_cluster_configuration_validates_and_leaves_the_job_hash_alone():
+    config = validate(_cluster_config())
+    assert config["cluster"]["sync_every_events"] == 1000 and config["cluster"]["sync_every_ms"] == 1000.0
+    alone = validate(
+        {key: value for key, value in _cluster_config().items() if key != "cluster"} | {"checkpoint": {"dir": "ck"}}
+    )
+    assert learning_hash(config) == learning_hash(alone)
+    other = validate(_cluster_config(model={"lambda_": 0.02}))
+    assert learning_hash(other) != learning_hash(config)
+    assert learning_hash(validate(_cluster_config(output={"type": "stdout"}))) == learning_hash(config)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"source": {"type": "stdin"}}, "source.type must be kafka"),
+        ({"checkpoint": {"dir": "ck"}}, "checkpoint.dir must not be set"),
+        ({"model": {"kind": "kernel"}}, "model.kind must be linear, not kernel"),
+        ({"features": {"hash_bits": None}}, "set features.hash_bits"),
+    ],
+)
+def test_a_cluster_configuration_that_cannot_work_is_refused_by_name(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        validate(_cluster_config(**changes))
+
+
+def test_a_cluster_learner_does_not_resume_from_checkpoints(tmp_path, capsys):
+    job = tmp_path / "job.yaml"
+    job.write_text(json.dumps(_cluster_config()))
+    assert cli.main(["run", "--config", str(job), "--resume"]) == 2
+    assert "--resume: a cluster learner (cluster.delta_topic) always starts" in capsys.readouterr().err

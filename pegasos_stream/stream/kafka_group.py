@@ -403,7 +403,10 @@ class GroupSource(Source):
     def _give_way(self, stored: Mapping[Partition, int], committed: Mapping[Partition, int | None]) -> None:
         """At the assignment of partitions with ``stored`` offsets (from a checkpoint), the group's
         ``committed`` offsets of them: a stored offset that the committed one has passed gives way to
-        it (another member processed the records between since the checkpoint was written)."""
+        it (another member processed the records between since the checkpoint was written). Not with
+        ``on_assign``: the starts it gives (a cluster's log) are what was learned, which no commit overrides."""
+        if self.on_assign is not None:
+            return
         later: dict[tuple[str, int], int] = {}
         for partition, offset in committed.items():
             if offset is not None and offset > stored[partition]:
