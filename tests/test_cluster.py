@@ -200,13 +200,13 @@ def _position(offsets: dict[Partition, int]) -> dict:
 class Harness:
     """N learners over one memory log; learner i reads partition i."""
 
-    def __init__(self, n: int, every: int, **params) -> None:
+    def __init__(self, n: int, every: int, every_row: bool = False, **params) -> None:
         self.log = MemoryLog()
         self.offsets: list[dict[Partition, int]] = [{} for _ in range(n)]
         self.events = [0] * n
         self.syncs = [
             ClusterSync(
-                StepRecorder(_model(**params)),
+                StepRecorder(_model(**params), every_row),
                 ClusterState(_model(**params)),
                 self.log.channel(),
                 f"learner-{i}",
@@ -262,6 +262,50 @@ def test_one_learner_syncing_every_b_events_learns_one_process_model_bit_for_bit
             cluster.sync(0)
     cluster.sync(0)
     assert model_digest(cluster.syncs[0].state.model) == model_digest(single)
+
+
+@pytest.mark.parametrize("params", VARIANTS)
+@pytest.mark.parametrize(("n", "every"), [(2, 10), (3, 7)])
+def test_a_sequential_cluster_learns_one_process_model_of_the_log_order_bit_for_bit(params, n, every):
+    """With the sequential merge, the cluster's model is the model one process learns from the events in the order
+    their deltas reached the log, whatever each learner's own tests saw."""
+    xs, ys, ws = _stream(400, seed=9)
+    cluster = Harness(n, every=every, every_row=True, **params)
+    pending: list[list[int]] = [[] for _ in range(n)]
+    order: list[int] = []
+    for k, (x, y, w) in enumerate(zip(xs, ys, ws)):
+        i = k % n
+        cluster.learn(i, x, y, w)
+        pending[i].append(k)
+        if cluster.events[i] % every == 0:
+            cluster.sync(i)
+            order += pending[i]
+            pending[i] = []
+    for i in range(n):
+        cluster.sync(i)
+        order += pending[i]
+    for i in range(n):
+        cluster.sync(i)
+    single = _model(**params)
+    for k in order:
+        single.learn_one(xs[k], ys[k], ws[k])
+    assert {model_digest(sync.state.model) for sync in cluster.syncs} == {model_digest(single)}
+
+
+@pytest.mark.parametrize("params", VARIANTS)
+def test_a_log_of_every_example_replays_as_its_violated_steps_do(params):
+    xs, ys, ws = _stream(200, seed=10)
+    every, violated = StepRecorder(_model(**params), every_row=True), StepRecorder(_model(**params))
+    for recorder in (every, violated):
+        for x, y, w in zip(xs, ys, ws):
+            recorder.learn_one(x, y, w)
+    complete = every.cut()
+    assert complete.every_row and len(complete.rows()) == 200
+    assert decode_delta(encode_delta(Delta("a", 1, "c", {}, complete))).steps.every_row
+    replayed, expected = _model(**params), _model(**params)
+    replayed.replay(complete)
+    expected.replay(violated.cut())
+    assert model_digest(replayed) == model_digest(expected) == model_digest(every.model)
 
 
 class DelayedPegasos:

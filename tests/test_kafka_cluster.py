@@ -69,7 +69,10 @@ def _newest_snapshot(broker: str, topic: str):
     return state_of_snapshot(newest.data, topic)[0]
 
 
-def test_one_cluster_learner_learns_the_model_of_one_run(tmp_path, kafka_client, kafka_broker, kafka_topic, produce):
+@pytest.mark.parametrize("merge", ["additive", "sequential"])
+def test_one_cluster_learner_learns_the_model_of_one_run(
+    merge, tmp_path, kafka_client, kafka_broker, kafka_topic, produce
+):
     """N = 1: the cluster's model, published and held by the learner, is the model `run` learns on its own."""
     topic = kafka_topic(1)
     produce(kafka_broker, topic, [_line(i) for i in range(700)])
@@ -89,7 +92,12 @@ def test_one_cluster_learner_learns_the_model_of_one_run(tmp_path, kafka_client,
         topic,
         f"cluster-{uuid.uuid4().hex[:8]}",
         kafka_client,
-        cluster={"delta_topic": f"deltas-{uuid.uuid4().hex[:8]}", "sync_every_events": 64, "sync_every_ms": 200},
+        cluster={
+            "delta_topic": f"deltas-{uuid.uuid4().hex[:8]}",
+            "merge": merge,
+            "sync_every_events": 64,
+            "sync_every_ms": 200,
+        },
         publish={"topic": models},
         run={"stop_when_idle": 3},
     )
@@ -144,8 +152,9 @@ def test_a_learner_resumes_from_the_cluster_snapshot_and_delta_log(tmp_path, kaf
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("merge", ["additive", "sequential"])
 def test_two_learners_and_two_replicas_agree_through_a_sigkill_and_a_restart(
-    tmp_path, kafka_broker, kafka_topic, produce
+    merge, tmp_path, kafka_broker, kafka_topic, produce
 ):
     """Two learners on a 4-partition topic, one of them publishing, two `serve` replicas following the model
     topic. Learner "b" is SIGKILLed mid-stream and starts again; a replica is SIGKILLed and starts again. Once the
@@ -165,7 +174,7 @@ def test_two_learners_and_two_replicas_agree_through_a_sigkill_and_a_restart(
             time.sleep(0.6)
         produced.set()
 
-    cluster = {"delta_topic": deltas, "sync_every_events": 100, "sync_every_ms": 300}
+    cluster = {"delta_topic": deltas, "merge": merge, "sync_every_events": 100, "sync_every_ms": 300}
     jobs = {
         "a": _job(
             tmp_path / "a",

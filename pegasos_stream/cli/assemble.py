@@ -215,7 +215,7 @@ def build_cluster(config: dict) -> tuple[ClusterSync, list[Callable[[], object]]
     closers: list[Callable[[], object]] = [channel.close]
     name = f"{section['learner_id'] or socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     sync = ClusterSync(
-        StepRecorder(state.model),
+        StepRecorder(state.model, every_row=section["merge"] == "sequential"),
         state,
         channel,
         name,

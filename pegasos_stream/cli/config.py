@@ -342,6 +342,7 @@ SCHEMA: dict = {
     },
     "cluster": {  # several learners in one consumer group (stream.cluster); not part of the job (config_hash)
         "delta_topic": _text(None, "a topic name"),
+        "merge": _choice("additive", "additive", "sequential"),
         "sync_every_events": _integer(1000),
         "sync_every_ms": _number(1000.0),
         "learner_id": _text(None, "a name"),
@@ -893,14 +894,16 @@ def config_hash(config: dict) -> str:
 
 
 def learning_hash(config: dict) -> str:
-    """SHA-256 of what decides the steps a learner takes on a record: the ``model`` and ``features`` sections, and
-    how ``source`` turns a record into an example (its format, fields and labels). A cluster's learners must agree
-    on it; they may differ in everything else (their outputs, their error handling, their schedules)."""
+    """SHA-256 of what decides the steps a learner takes on a record: the ``model`` and ``features`` sections, how
+    ``source`` turns a record into an example (its format, fields and labels), and how a cluster merges what its
+    learners learned (``cluster.merge``). A cluster's learners must agree on it; they may differ in everything
+    else (their outputs, their error handling, their schedules)."""
     source = config["source"]
     job = {
         "model": config["model"],
         "features": config["features"],
         "source": {key: source.get(key) for key in ("format", "fields", "labels", "label")},
+        "merge": config["cluster"]["merge"],
     }
     canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

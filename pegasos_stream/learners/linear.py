@@ -351,14 +351,15 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         recorded in place of its own: on the model that recorded them, the same model bit for bit; on another,
         its (S, t) plus the steps' ΔS and Δt. A step the model refuses (a weight that would overflow) raises
         a ValueError; the steps before it are taken."""
-        rows = iter(steps.rows())
+        rows = steps.rows()
+        violated_rows = iter(rows)
         n_pos, n_neg = self._n_pos, self._n_neg
-        for sign, weight, decision, violated in zip(
-            steps.signs.tolist(), steps.weights.tolist(), steps.decisions.tolist(), steps.violated.tolist()
+        for index, (sign, weight, decision, violated) in enumerate(
+            zip(steps.signs.tolist(), steps.weights.tolist(), steps.decisions.tolist(), steps.violated.tolist())
         ):
             n_pos, n_neg = (n_pos + 1, n_neg) if sign > 0 else (n_pos, n_neg + 1)
             if violated:
-                x = next(rows)
+                x = rows[index] if steps.every_row else next(violated_rows)
                 coef = weight * self._cost(sign, n_pos, n_neg) * sign
                 self._step(((x, coef),) if coef else (), coef, 1)
             else:

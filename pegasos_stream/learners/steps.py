@@ -34,7 +34,9 @@ __all__ = ["StepLog", "StepRecorder"]
 class StepLog:
     """Steps in the order taken: per step its label sign (±1.0), sample weight, decision (the predicting
     margin, which online Platt scaling learns from) and whether the margin was violated; the example of
-    each violated step as a CSR row over the weight columns (``indptr``/``indices``/``data``)."""
+    each violated step as a CSR row over the weight columns (``indptr``/``indices``/``data``), or of every
+    step with ``every_row``.
+    """
 
     signs: np.ndarray = field(default_factory=lambda: np.empty(0))
     weights: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -43,6 +45,7 @@ class StepLog:
     indptr: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     indices: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     data: np.ndarray = field(default_factory=lambda: np.empty(0))
+    every_row: bool = False
 
     def __len__(self) -> int:
         return len(self.signs)
@@ -60,14 +63,18 @@ class StepLog:
         return {name: getattr(self, name) for name in _ARRAYS}
 
     @classmethod
-    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> StepLog:
-        """A log from ``arrays()``; a ValueError when they do not make one."""
-        log = cls(**{name: np.asarray(arrays[name], dtype=dtype) for name, dtype in _ARRAYS.items()})
-        n, violated = len(log.signs), int(log.violated.sum())
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], every_row: bool = False) -> StepLog:
+        """A log from ``arrays()`` (and its ``every_row``); a ValueError when they do not make one."""
+        log = cls(
+            **{name: np.asarray(arrays[name], dtype=dtype) for name, dtype in _ARRAYS.items()}, every_row=every_row
+        )
+        n = len(log.signs)
+        rows = n if every_row else int(log.violated.sum())
         if not (len(log.weights) == len(log.decisions) == len(log.violated) == n):
             raise ValueError("a step log's per-step arrays differ in length")
-        if len(log.indptr) != violated + 1 or log.indptr[0] != 0 or np.any(np.diff(log.indptr) < 0):
-            raise ValueError("a step log's indptr does not describe one row per violated step")
+        if len(log.indptr) != rows + 1 or log.indptr[0] != 0 or np.any(np.diff(log.indptr) < 0):
+            what = "step" if every_row else "violated step"
+            raise ValueError(f"a step log's indptr does not describe one row per {what}")
         if log.indptr[-1] != len(log.indices) or len(log.indices) != len(log.data):
             raise ValueError("a step log's indptr, indices and data do not match")
         if n and not np.all(np.abs(log.signs) == 1.0):
@@ -75,7 +82,8 @@ class StepLog:
         return log
 
     def rows(self) -> list[dict[int, float]]:
-        """The example of each violated step, as a feature dict in the order it was learned."""
+        """The example of each violated step (of every step, with ``every_row``), as a feature dict in the
+        order it was learned."""
         bounds = self.indptr.tolist()
         indices, data = self.indices.tolist(), self.data.tolist()
         return [dict(zip(indices[a:b], data[a:b])) for a, b in zip(bounds, bounds[1:])]
@@ -121,9 +129,9 @@ class _Pieces:
         self.data.append(data)
         self.count += len(signs)
 
-    def cut(self) -> StepLog:
+    def cut(self, every_row: bool) -> StepLog:
         if not self.per_step:
-            return StepLog()
+            return StepLog(every_row=every_row)
         signs, weights, decisions, violated = (np.concatenate(part) for part in zip(*self.per_step))
         lengths = np.concatenate(self.lengths).astype(np.int64)
         log = StepLog(
@@ -134,6 +142,7 @@ class _Pieces:
             np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
             np.concatenate(self.indices).astype(np.int64),
             np.concatenate(self.data).astype(np.float64),
+            every_row,
         )
         self.clear()
         return log
@@ -141,7 +150,8 @@ class _Pieces:
 
 class StepRecorder:
     """Predicts and learns with ``model``, a `PegasosClassifier` with weights in arrays (``n_features``), and
-    records every step it takes; ``cut()`` hands the steps recorded since the last cut over as a `StepLog`.
+    records every step it takes; ``cut()`` hands the steps recorded since the last cut over as a `StepLog`,
+    with the example of every step when ``every_row`` (else of the violated ones only).
 
     It answers as the model does (``decision_function_one``, ``probability``, ``learn_one``, ``learn_rows``,
     ``t``, ...). ``model`` may be replaced between steps (a cluster learner takes up the merged model).
@@ -149,10 +159,11 @@ class StepRecorder:
 
     _multiclass = False
 
-    def __init__(self, model: PegasosClassifier) -> None:
+    def __init__(self, model: PegasosClassifier, every_row: bool = False) -> None:
         if getattr(model, "n_features", None) is None:
             raise ValueError("recording steps needs a PegasosClassifier with weights in arrays (n_features)")
         self.model = model
+        self.every_row = every_row
         self._pieces = _Pieces()
 
     # -- what the model answers ----------------------------------------------------------------
@@ -196,14 +207,15 @@ class StepRecorder:
         margin, decision = model._remembered_margins(x)
         model.learn_one(x, y, weight)
         violated = sign * margin < 1.0
+        kept = violated or self.every_row
         self._pieces.add(
             np.array([sign]),
             np.array([weight]),
             np.array([decision]),
             np.array([violated]),
-            np.array([len(columns)] if violated else [], dtype=np.int64),
-            columns if violated else columns[:0],
-            values if violated else values[:0],
+            np.array([len(columns)] if kept else [], dtype=np.int64),
+            columns if kept else columns[:0],
+            values if kept else values[:0],
         )
 
     def learn_rows(
@@ -223,7 +235,7 @@ class StepRecorder:
         if end > start:
             learned_signs = signs[start:end]
             violated = learned_signs * decisions[start:end] < 1.0
-            chosen = np.flatnonzero(violated) + start
+            chosen = np.arange(start, end) if self.every_row else np.flatnonzero(violated) + start
             first = rows.indptr[chosen]
             lengths = rows.indptr[chosen + 1] - first
             at = np.repeat(first - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
@@ -271,7 +283,7 @@ class StepRecorder:
 
     def cut(self) -> StepLog:
         """The steps recorded since the last cut, and a new log."""
-        return self._pieces.cut()
+        return self._pieces.cut(self.every_row)
 
     def discard(self) -> None:
         """Forget the steps recorded since the last cut (the model they were taken on is being replaced)."""

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
+from ..learners.rows import Rows
 from ..learners.steps import StepLog, StepRecorder
 from ..persist.checkpoint import checkpoint_bytes, model_digest, read_checkpoint_bytes
 from .kafka_offsets import Partition
@@ -94,6 +95,7 @@ def encode_delta(delta: Delta) -> bytes:
         "config": delta.config,
         "ranges": [[topic, partition, start, end] for (topic, partition), (start, end) in sorted(delta.ranges.items())],
         "arrays": [[name, array.dtype.str, len(array)] for name, array in arrays.items()],
+        "every_row": delta.steps.every_row,
     }
     text = json.dumps(header, sort_keys=True).encode()
     body = b"".join(
@@ -122,7 +124,7 @@ def decode_delta(data: bytes) -> Delta:
             offset += size
         if offset != len(data):
             raise ValueError(f"{len(data) - offset} bytes follow its arrays")
-        steps = StepLog.from_arrays(arrays)
+        steps = StepLog.from_arrays(arrays, bool(header.get("every_row", False)))
         return Delta(str(header["learner"]), int(header["sequence"]), str(header["config"]), ranges, steps)
     except (KeyError, TypeError, json.JSONDecodeError) as error:
         raise ValueError(f"a malformed delta header ({type(error).__name__}: {error})") from None
@@ -159,12 +161,26 @@ class ClusterState:
                 return f"it starts {topic}/{partition} at {start}, where the cluster has learned up to {covered}"
         return None
 
-    def fold(self, delta: Delta, config: str) -> str | None:
-        """Fold ``delta`` when it fits (``refusal``); None when folded, else why not."""
+    def fold(self, delta: Delta, config: str, learned: PegasosClassifier | None = None) -> str | None:
+        """Fold ``delta`` when it fits (``refusal``); None when folded, else why not. A delta whose steps were
+        taken on this very model (``learned``: the model they gave) is folded by taking that model up.
+
+        A delta of every example (``every_row``: the ``sequential`` merge) is learned again, example by example,
+        by the cluster's model; any other replays its steps (the ``additive`` merge)."""
         refused = self.refusal(delta, config)
         if refused is not None:
             return refused
-        self.model.replay(delta.steps)
+        steps = delta.steps
+        if learned is not None:
+            self.model = learned
+        elif steps.every_row:
+            rows = Rows(steps.indptr, steps.indices, steps.data, range(self.model.n_features or 0), True)
+            n = len(steps)
+            end, error = self.model.learn_rows(rows, steps.signs, steps.weights, np.empty(n), np.empty(0))
+            if error is not None:
+                raise error
+        else:
+            self.model.replay(steps)
         for partition, (_, end) in delta.ranges.items():
             self.covered[Partition(*partition)] = end
         self.last_sequence[delta.learner] = delta.sequence
@@ -326,13 +342,13 @@ class ClusterSync:
         self.on_fold = on_fold
         self.sequence = 0
         self.refused = 0  # deltas of this learner the cluster refused
+        self._base = 0  # the deltas folded into the model the recorder learns on
         self.pauses: list[float] = []  # seconds each sync held the loop
         self._starts: dict[Partition, int] = {}  # where this learner's next delta starts each partition
         self._last_events = 0
         self._last_time = time.monotonic()
         self.catch_up()
-        recorder.model = copy.deepcopy(state.model)
-        recorder.discard()
+        self._take_model_up()
 
     # -- what the runner asks of its checkpoints ------------------------------------------------
 
@@ -370,8 +386,7 @@ class ClusterSync:
         refused = self.catch_up(mine)
         if refused:
             self._take_up_again(mine)
-        self.recorder.model = copy.deepcopy(self.state.model)
-        self.recorder.discard()
+        self._take_model_up()
         self._last_events = runner_state["counts"][0]
         self._last_time = time.monotonic()
         if self.on_fold is not None:
@@ -398,6 +413,12 @@ class ClusterSync:
         self.seek = source.seek
         self.assigned_now = source.assignment
 
+    def _take_model_up(self) -> None:
+        """Learn on from a copy of the cluster's model, with no step recorded on it yet."""
+        self.recorder.model = copy.deepcopy(self.state.model)
+        self.recorder.discard()
+        self._base = self.state.folded
+
     # -- the log -----------------------------------------------------------------------------
 
     def catch_up(self, mine: Delta | None = None) -> bool:
@@ -413,9 +434,11 @@ class ClusterSync:
             except ValueError as error:
                 _log.warning("delta log: %s; skipped", error)
                 continue
-            reason = self.state.fold(delta, self.config)
+            ours = mine is not None and (delta.learner, delta.sequence) == (mine.learner, mine.sequence)
+            # this learner's delta, right after the model it learned on: its model is the fold (bit for bit)
+            learned = self.recorder.model if ours and self.state.folded == self._base else None
+            reason = self.state.fold(delta, self.config, learned)
             if reason is not None:
-                ours = mine is not None and (delta.learner, delta.sequence) == (mine.learner, mine.sequence)
                 refused |= ours
                 _log.warning(
                     "delta %d of learner %s not folded: %s%s",
