@@ -188,6 +188,19 @@ def test_a_delta_is_folded_only_where_the_cluster_left_its_partitions():
     assert state.fold(both, "c") is None
     assert state.covered == {("in", 0): 40, ("in", 1): 5} and state.model.t == 40
     assert "starts in/1 at" in state.fold(_delta("a", 2, {Partition("in", 1): (NEW, 9)}), "c")
+    # a delta whose arrays a learner could not have recorded is not folded, and changes nothing
+    for name, change, reason in [
+        ("indices", N_FEATURES, "columns outside the model's 16"),
+        ("indices", -N_FEATURES, "columns outside"),
+        ("data", np.nan, "not finite numbers"),
+        ("weights", -2.0, "weights >= 0"),
+    ]:
+        bad = _delta("c", 1, {Partition("in", 2): (NEW, 20)})
+        arrays = bad.steps.arrays()
+        arrays[name] = arrays[name] + change
+        bad.steps = StepLog.from_arrays(arrays)
+        assert reason in state.fold(bad, "c")
+    assert state.model.t == 40 and state.folded == 2
 
 
 # -- the in-process cluster --------------------------------------------------------------------------

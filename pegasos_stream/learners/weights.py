@@ -296,13 +296,16 @@ class DenseWeightVector(_LazyScale):
 
     def add(self, x: Features, c: float) -> None:
         """w ← w + c·x in O(nnz(x)); the running sum of iterates is left unchanged."""
-        d = c / self.scale
         if _fast is not None and not (self.average and self.avg_scale):
-            change = _fast.dense_dict_axpy(self.v, x, d, COMPENSATED_SUM)
+            change = _fast.dense_dict_axpy(self.v, x, c / self.scale, COMPENSATED_SUM)
             if change is not None:
                 self.sq_norm += change
                 return
-        columns, values = self.example(x)
+        self.add_columns(*self.example(x), c)
+
+    def add_columns(self, columns: np.ndarray, values: np.ndarray, c: float) -> None:
+        """``add`` of the example ``values`` at ``columns`` (int64 columns within the arrays, each once)."""
+        d = c / self.scale
         if _fast is not None:
             self.sq_norm += _fast.dense_axpy(self.v, columns, values, d, COMPENSATED_SUM)
         else:

@@ -87,8 +87,12 @@ class Delta:
 
 
 def encode_delta(delta: Delta) -> bytes:
-    """The bytes of ``delta``: a JSON header, then its arrays' raw little-endian bytes."""
-    arrays = delta.steps.arrays()
+    """The bytes of ``delta``: a JSON header, then its arrays' raw little-endian bytes (the columns as int32 when
+    they fit, the usual case: 12 bytes a non-zero instead of 16)."""
+    arrays = {name: _little_endian(array) for name, array in delta.steps.arrays().items()}
+    columns = arrays["indices"]
+    if len(columns) and columns.min() >= 0 and columns.max() < 2**31:
+        arrays["indices"] = columns.astype("<i4")
     header = {
         "learner": delta.learner,
         "sequence": delta.sequence,
@@ -98,10 +102,12 @@ def encode_delta(delta: Delta) -> bytes:
         "every_row": delta.steps.every_row,
     }
     text = json.dumps(header, sort_keys=True).encode()
-    body = b"".join(
-        np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes() for array in arrays.values()
-    )
-    return _MAGIC + _HEADER.pack(len(text)) + text + body
+    return b"".join([_MAGIC, _HEADER.pack(len(text)), text, *(array.data for array in arrays.values())])
+
+
+def _little_endian(array: np.ndarray) -> np.ndarray:
+    """``array``, C-contiguous in little-endian byte order (itself, on a little-endian machine)."""
+    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
 
 
 def decode_delta(data: bytes) -> Delta:
@@ -153,6 +159,12 @@ class ClusterState:
             return f"it was learned with another configuration ({delta.config[:12]}, not {config[:12]})"
         if delta.sequence <= self.last_sequence.get(delta.learner, -1):
             return f"it repeats delta {delta.sequence} of learner {delta.learner}, folded already"
+        steps, columns = delta.steps, self.model.n_features or 0
+        if len(steps.indices) and not (steps.indices.min() >= 0 and steps.indices.max() < columns):
+            return f"it names columns outside the model's {columns}"
+        finite = (np.isfinite(array).all() for array in (steps.data, steps.weights, steps.decisions))
+        if not all(finite) or (steps.weights < 0).any():
+            return "its values, weights or decisions are not finite numbers (weights >= 0)"
         for (topic, partition), (start, end) in sorted(delta.ranges.items()):
             covered = self.covered.get(Partition(topic, partition))
             if end < start and start != NEW:
