@@ -9,7 +9,8 @@ the model that recorded them, a log gives back that model bit for bit; applied t
 log's ΔS = Σ c·y·x and Δt to that model's (S, t) (see the cluster mode of `stream.cluster`).
 
 `StepRecorder` is the learner a run learns with when its steps are to be shared: it predicts and learns
-with a `PegasosClassifier` (weights in arrays) and records each step into its log.
+with a `PegasosClassifier` (weights in arrays) and records each step into its log, with the example of every
+step when asked (``every_row``: another model can then learn the examples again, with its own tests).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Several learners in one consumer group: additive deltas, folded in the order of one log.
+"""Several learners in one consumer group: deltas of what each learned, folded in the order of one log.
 
 Pegasos keeps w_t = S_t/(λ·t) (without projection or a horizon), S_t the sum of c·y·x over the violated
 examples: pieces learned apart add up. Each learner of a cluster learns the partitions the group gives it
@@ -7,10 +7,13 @@ last one (a `StepLog`: ΔS as its terms, Δt, the class counts, the decisions it
 offsets they cover. Every learner folds every delta, its own included, in the order of the delta log, into the
 cluster's model (`ClusterState`); between two syncs it predicts and learns on its own copy.
 
-A delta is folded by replaying its steps (`PegasosClassifier.replay`): the floating-point operations
-``learn_one`` performs, at the cluster's step counter. Every learner that has folded a log's prefix so
-holds the same model, bit for bit, and one learner alone holds the model one process learns. The model
-differs from one process's only in what each learner's margin test saw: its own copy, up to one sync old.
+Two merge rules. ``additive``: a delta holds the example of each violated step, and is folded by replaying its
+steps (`PegasosClassifier.replay`): the floating-point operations ``learn_one`` performs, at the cluster's step
+counter, with the learner's margin test; the model differs from one process's only in what each learner's test
+saw, its own copy, up to one sync old ("delayed Pegasos"). ``sequential``: a delta holds every example it covers,
+and is folded by learning them again, with the cluster's model's own tests: the model is one process's on the
+events in the order of the log. Either way, every learner that has folded a log's prefix holds the same model,
+bit for bit, and one learner alone holds the model one process learns.
 
 A delta is folded only when, for each partition it covers, it starts where the cluster's last folded delta of
 that partition ended: an event is learned exactly once across the cluster, whatever the timing of rebalances,
