@@ -7,6 +7,7 @@ margin violation and leaves its own weight, so the cluster's model says which ev
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import subprocess
@@ -17,11 +18,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kafka import KafkaProducer
 from test_kafka_rebalance import BIN
 from test_serve import Serve, _http
 
 from pegasos_stream.persist.checkpoint import latest_valid, model_digest, read_checkpoint
 from pegasos_stream.stream.cluster import state_of_snapshot
+from pegasos_stream.stream.delta_topic import DeltaTopic
 from pegasos_stream.stream.publishing import ModelTopicReader
 from pegasos_stream.testing.kafka_broker import kafka_source_config
 
@@ -97,6 +100,7 @@ def test_one_cluster_learner_learns_the_model_of_one_run(
             "merge": merge,
             "sync_every_events": 64,
             "sync_every_ms": 200,
+            "max_record_bytes": 1024,  # deltas of several chunks
         },
         publish={"topic": models},
         run={"stop_when_idle": 3},
@@ -234,3 +238,42 @@ def test_two_learners_and_two_replicas_agree_through_a_sigkill_and_a_restart(
     assert published.model.t == len(events) == 24 * 4 * 60
     assert {column - 1 for column in published.model.weights} - {-1} == set(events)
     print(summaries)
+
+
+def test_the_delta_topic_gives_deltas_whole_or_says_why_not(kafka_broker):
+    """Deltas go out in chunks and come back whole; chunks without their end record (a learner killed while
+    sending) are passed over, and an end record whose chunks are missing or do not match is refused by name."""
+    topic = f"deltas-{uuid.uuid4().hex[:8]}"
+    writer = DeltaTopic(kafka_broker, topic, max_record_bytes=1024)
+    try:
+        first, second = bytes(range(256)) * 20, b"second delta" * 300
+        writer.send(first)
+        chunks = [(f"dead/chunk/{i:06d}".encode(), b"x" * 10) for i in range(2)]  # no end record: never comes
+        end = json.dumps({"n_chunks": 1, "bytes": 3, "sha256": hashlib.sha256(b"abc").hexdigest()}).encode()
+        records = [
+            *chunks,
+            (b"gap/end", end),  # its one chunk is missing
+            (b"bent/chunk/000000", b"abd"),
+            (b"bent/end", end),  # its chunk does not match its digest
+        ]
+        producer = KafkaProducer(bootstrap_servers=kafka_broker)
+        for key, value in records:
+            producer.send(topic, value, key=key, partition=0).get(timeout=10)
+        producer.close()
+        writer.send(second)
+        got = list(writer.read())
+    finally:
+        writer.close()
+    assert [data for _, data in got if isinstance(data, bytes)] == [first, second]
+    refused = [str(data) for _, data in got if isinstance(data, ValueError)]
+    assert len(refused) == 2
+    assert "delta gap" in refused[0] and "1 of its 1 chunks are missing" in refused[0]
+    assert "delta bent" in refused[1] and "do not match its end record" in refused[1]
+    first_chunks = -(-len(first) // 1024)
+    # a learner starting over after any of the later deltas would read again from the dead delta's first chunk
+    assert [offset for offset, _ in got] == [first_chunks + 1] + [first_chunks + 1] * 3
+    again = DeltaTopic(kafka_broker, topic, offset=got[0][0])
+    try:
+        assert [data for _, data in again.read() if isinstance(data, bytes)] == [second]
+    finally:
+        again.close()
