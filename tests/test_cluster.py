@@ -156,6 +156,30 @@ def test_a_delta_survives_its_bytes():
     assert back.events == 20
 
 
+def test_rows_of_equal_values_go_as_one_value_each():
+    """Binary features of unit length (the spam features): every row's values are equal, and a delta holds one
+    value a row instead of one a non-zero; it comes back the same."""
+    recorder = StepRecorder(_model(), every_row=True)
+    for i in range(30):
+        columns = [(i * 7 + j) % N_FEATURES for j in range(i % 5)]  # (a row without features, every fifth)
+        recorder.learn_one({c: 1.0 / max(1, len(columns)) ** 0.5 for c in columns}, i % 3 == 0)
+    delta = Delta("a", 1, "c", {Partition("in", 0): (0, 30)}, recorder.cut())
+    data = encode_delta(delta)
+    assert b'"constant_rows": true' in data
+    back = decode_delta(data)
+    for name, array in delta.steps.arrays().items():
+        assert np.array_equal(getattr(back.steps, name), array)
+    arrays = delta.steps.arrays()
+    arrays["data"] = arrays["data"].copy()
+    arrays["data"][-1] *= 2  # one value of a row differs: the values go one a non-zero
+    varied = encode_delta(Delta("a", 1, "c", delta.ranges, StepLog.from_arrays(arrays, every_row=True)))
+    assert b'"constant_rows": false' in varied
+    saved = 8 * (len(arrays["data"]) - int((np.diff(arrays["indptr"]) > 0).sum()))
+    assert len(varied) - len(data) == saved + len("false") - len("true")  # (and the header's word)
+    with pytest.raises(ValueError, match="rows' values do not match its rows"):
+        decode_delta(varied.replace(b'"constant_rows": false', b'"constant_rows": true '))
+
+
 @pytest.mark.parametrize(
     ("mangle", "message"),
     [

@@ -342,7 +342,7 @@ SCHEMA: dict = {
     },
     "cluster": {  # several learners in one consumer group (stream.cluster); not part of the job (config_hash)
         "delta_topic": _text(None, "a topic name"),
-        "merge": _choice("additive", "additive", "sequential"),
+        "merge": _choice("sequential", "sequential", "additive"),
         "sync_every_events": _integer(1000),
         "sync_every_ms": _number(1000.0),
         "learner_id": _text(None, "a name"),

@@ -90,12 +90,18 @@ class Delta:
 
 
 def encode_delta(delta: Delta) -> bytes:
-    """The bytes of ``delta``: a JSON header, then its arrays' raw little-endian bytes (the columns as int32 when
-    they fit, the usual case: 12 bytes a non-zero instead of 16)."""
+    """The bytes of ``delta``: a JSON header, then its arrays' raw little-endian bytes. The columns go as int32
+    when they fit (the usual case), and rows whose values are all equal (binary features of unit length, as the
+    shipped spam features are) as one value each: 4 bytes a non-zero instead of 16."""
     arrays = {name: _little_endian(array) for name, array in delta.steps.arrays().items()}
     columns = arrays["indices"]
     if len(columns) and columns.min() >= 0 and columns.max() < 2**31:
         arrays["indices"] = columns.astype("<i4")
+    lengths = np.diff(arrays["indptr"])
+    firsts = arrays["data"][arrays["indptr"][:-1][lengths > 0]]
+    constant = bool(len(columns)) and np.array_equal(arrays["data"], np.repeat(firsts, lengths[lengths > 0]))
+    if constant:  # (a row of no value keeps none)
+        arrays["data"] = firsts
     header = {
         "learner": delta.learner,
         "sequence": delta.sequence,
@@ -103,6 +109,7 @@ def encode_delta(delta: Delta) -> bytes:
         "ranges": [[topic, partition, start, end] for (topic, partition), (start, end) in sorted(delta.ranges.items())],
         "arrays": [[name, array.dtype.str, len(array)] for name, array in arrays.items()],
         "every_row": delta.steps.every_row,
+        "constant_rows": constant,
     }
     text = json.dumps(header, sort_keys=True).encode()
     return b"".join([_MAGIC, _HEADER.pack(len(text)), text, *(array.data for array in arrays.values())])
@@ -133,6 +140,11 @@ def decode_delta(data: bytes) -> Delta:
             offset += size
         if offset != len(data):
             raise ValueError(f"{len(data) - offset} bytes follow its arrays")
+        if header.get("constant_rows"):
+            lengths = np.diff(arrays["indptr"].astype(np.int64))
+            if (lengths < 0).any() or len(arrays["data"]) != int((lengths > 0).sum()):
+                raise ValueError("its rows' values do not match its rows")
+            arrays["data"] = np.repeat(arrays["data"], lengths[lengths > 0])
         steps = StepLog.from_arrays(arrays, bool(header.get("every_row", False)))
         return Delta(str(header["learner"]), int(header["sequence"]), str(header["config"]), ranges, steps)
     except (KeyError, TypeError, json.JSONDecodeError) as error:
@@ -192,7 +204,7 @@ class ClusterState:
             rows = Rows(steps.indptr, steps.indices, steps.data, range(self.model.n_features or 0), True)
             n = len(steps)
             end, error = self.model.learn_rows(rows, steps.signs, steps.weights, np.empty(n), np.empty(0))
-            if error is not None:
+            if error is not None:  # (rows a learner learned; a refusal here is an overflow of the merged weights)
                 raise error
         else:
             self.model.replay(steps)
