@@ -1,5 +1,5 @@
 """The compiled "bytes" reader and n-gram hashing (`pegasos_stream.features._text`) against their
-Python reference (`features.mime.message_bytes`, `EmailFeatures.transform_one`), exactly."""
+Python reference (`features.mime.message_bytes`, `EmailFeatures.python_transform_one`), exactly."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_the_compiled_reader_on_the_edges_of_each_rule(message):
 
 def _assert_same_rows(features: EmailFeatures, texts: list) -> None:
     indptr, indices, data, keys = features.transform_texts(texts)
-    want = rows_of([features.transform_one(text) for text in texts])  # the reference: the dicts, numbered
+    want = rows_of([features.python_transform_one(text) for text in texts])  # the reference: the dicts, numbered
     assert indptr.tolist() == want[0].tolist()
     assert indices.tolist() == want[1].tolist()
     assert data.tobytes() == want[2].astype(np.float64).tobytes()  # bit for bit
@@ -134,9 +134,12 @@ def _assert_hashed_rows(features: EmailFeatures, texts: list) -> None:
     for i, text in enumerate(texts):
         a, b = int(indptr[i]), int(indptr[i + 1])
         row = {keys[c]: v for c, v in zip(indices[a:b].tolist(), data[a:b].tolist())}
-        want = features.transform_one(text)
+        want = features.python_transform_one(text)
         assert list(row) == list(want)
         assert data[a:b].tobytes() == np.array(list(want.values()), dtype=np.float64).tobytes()
+        one = features.transform_one(text)  # compiled, one text at a time
+        assert list(one) == list(want)
+        assert np.array(list(one.values())).tobytes() == np.array(list(want.values()), dtype=np.float64).tobytes()
     local = features.transform_texts(texts)
     assert indptr.tolist() == local.indptr.tolist() and data.tobytes() == local.data.tobytes()
     assert indices.tolist() == [local.keys[c] for c in local.indices.tolist()]

@@ -192,6 +192,15 @@ class EmailFeatures(base.Transformer):
         return tokens
 
     def transform_one(self, x) -> dict:
+        """The features of one text: compiled when `compiled` (the dict of `python_transform_one`, its keys in the
+        same order and its values bit for bit, in a fraction of the time), else `python_transform_one`."""
+        if self.compiled:
+            rows = self.transform_texts([x[self.on] if self.on is not None else x], hashed_columns=True)
+            return dict(zip(rows.indices.tolist(), rows.data.tolist()))
+        return self.python_transform_one(x)
+
+    def python_transform_one(self, x) -> dict:
+        """``transform_one`` in Python: the reference of the compiled reader."""
         raw = x[self.on] if self.on is not None else x
         names: list[str] | list[bytes]
         if self.reader == "bytes":
@@ -247,7 +256,7 @@ class EmailFeatures(base.Transformer):
                 np.frombuffer(values, np.float64),
                 keys if columns is None else columns,
             )
-        return rows_of([self.transform_one(text) for text in texts], columns)
+        return rows_of([self.python_transform_one(text) for text in texts], columns)
 
     def _columns(self, names: Iterable[str | bytes]) -> Iterable[str | int]:
         """The columns of feature names: ``feature_hash(name)`` (CRC-32 of a name's bytes, for the
