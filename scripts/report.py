@@ -64,6 +64,7 @@ BENCHMARKS = {
         "stream_replay.json", {"--lines": ["20000"], "--sklearn-stream-lines": ["2000"], "--repeat": ["1"]}
     ),
     "bench_stream_kafka": Benchmark("stream_kafka.json", {"--events": ["5000"], "--repeat": ["1"]}),
+    "bench_cluster": Benchmark("cluster.json", {"--quick": []}),
     "bench_checkpoint": Benchmark("checkpoint.json", {"--weights": ["100000"]}),
     "bench_pass": Benchmark("pass.json", {"--n": ["100000"], "--repeat": ["1"]}),
     "bench_event": Benchmark("event.json", {"--limit": ["500"], "--repeat": ["1"]}),
