@@ -97,7 +97,7 @@ def encode_delta(delta: Delta) -> bytes:
     columns = arrays["indices"]
     if len(columns) and columns.min() >= 0 and columns.max() < 2**31:
         arrays["indices"] = columns.astype("<i4")
-    lengths = np.diff(arrays["indptr"])
+    lengths = _row_lengths(arrays["indptr"])
     firsts = arrays["data"][arrays["indptr"][:-1][lengths > 0]]
     constant = bool(len(columns)) and np.array_equal(arrays["data"], np.repeat(firsts, lengths[lengths > 0]))
     if constant:  # (a row of no value keeps none)
@@ -113,6 +113,12 @@ def encode_delta(delta: Delta) -> bytes:
     }
     text = json.dumps(header, sort_keys=True).encode()
     return b"".join([_MAGIC, _HEADER.pack(len(text)), text, *(array.data for array in arrays.values())])
+
+
+def _row_lengths(indptr: np.ndarray) -> np.ndarray:
+    """The number of values of each row of ``indptr``, as int64."""
+    bounds = np.asarray(indptr, dtype=np.int64)
+    return bounds[1:] - bounds[:-1]
 
 
 def _little_endian(array: np.ndarray) -> np.ndarray:
@@ -141,7 +147,7 @@ def decode_delta(data: bytes) -> Delta:
         if offset != len(data):
             raise ValueError(f"{len(data) - offset} bytes follow its arrays")
         if header.get("constant_rows"):
-            lengths = np.diff(arrays["indptr"].astype(np.int64))
+            lengths = _row_lengths(arrays["indptr"])
             if (lengths < 0).any() or len(arrays["data"]) != int((lengths > 0).sum()):
                 raise ValueError("its rows' values do not match its rows")
             arrays["data"] = np.repeat(arrays["data"], lengths[lengths > 0])
