@@ -45,6 +45,7 @@ __all__ = [
     "CheckpointError",
     "Checkpoints",
     "DirectoryInUse",
+    "WriteSchedule",
     "checkpoint_bytes",
     "checkpoint_path",
     "checkpoint_sequence",
@@ -272,7 +273,40 @@ def latest_valid(
     return None
 
 
-class Checkpoints:
+class WriteSchedule:
+    """When the next write of a run's state is due: ``every_events`` events or ``every_seconds`` seconds after the
+    last one (either may be None), counted from ``mark``."""
+
+    def __init__(self, every_events: int | None, every_seconds: float | None) -> None:
+        self.every_events = every_events
+        self.every_seconds = every_seconds
+        self._last_events = 0
+        self._last_time = time.monotonic()
+
+    def mark(self, events: int) -> None:
+        """Count from here: ``events`` have been processed when the run starts (or resumes), or at a write."""
+        self._last_events = events
+        self._last_time = time.monotonic()
+
+    @property
+    def age(self) -> float:
+        """Seconds since the last write (since ``mark``, the start of the run, before the first)."""
+        return time.monotonic() - self._last_time
+
+    def events_until_due(self, events: int) -> int | None:
+        """How many more events until a write is due by count (None: no count is set)."""
+        if self.every_events is None:
+            return None
+        return max(self._last_events + self.every_events - events, 1)
+
+    def due(self, events: int) -> bool:
+        """Whether a write is due, with ``events`` processed."""
+        if self.every_events is not None and events - self._last_events >= self.every_events:
+            return True
+        return self.every_seconds is not None and time.monotonic() - self._last_time >= self.every_seconds
+
+
+class Checkpoints(WriteSchedule):
     """The checkpoints of a run, in one directory: every ``every_events`` events and/or every
     ``every_seconds`` seconds, keeping the newest ``keep`` files.
 
@@ -295,10 +329,9 @@ class Checkpoints:
         keep: int = 3,
         manifest: dict | None = None,
     ) -> None:
+        super().__init__(every_events, every_seconds)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.every_events = every_events
-        self.every_seconds = every_seconds
         self.keep = keep
         self.manifest = manifest or {}
         # Released by ``close``, or when the object is collected or the interpreter exits.
@@ -313,32 +346,9 @@ class Checkpoints:
             raise
         self._sequence = (checkpoint_sequence(existing[0]) or 0) if existing else 0
         self._written: int | None = None  # events covered by this run's last checkpoint
-        self._last_events = 0
-        self._last_time = time.monotonic()
         self.pauses: list[float] = []  # seconds each write held the loop
         #: Called with (sequence number, the file's bytes, its manifest less the state) after each write.
         self.on_write: Callable[[int, bytes, dict], object] | None = None
-
-    def mark(self, events: int) -> None:
-        """Count from here: ``events`` have been processed when the run starts (or resumes)."""
-        self._last_events = events
-        self._last_time = time.monotonic()
-
-    @property
-    def age(self) -> float:
-        """Seconds since the last checkpoint was written (since ``mark``, the start of the run, before the first)."""
-        return time.monotonic() - self._last_time
-
-    def events_until_due(self, events: int) -> int | None:
-        """How many more events until a checkpoint is due by count (None: no count is set)."""
-        if self.every_events is None:
-            return None
-        return max(self._last_events + self.every_events - events, 1)
-
-    def due(self, events: int) -> bool:
-        if self.every_events is not None and events - self._last_events >= self.every_events:
-            return True
-        return self.every_seconds is not None and time.monotonic() - self._last_time >= self.every_seconds
 
     def write(self, model: Any, runner_state: dict, source_position: dict) -> Path | None:
         """Write the next checkpoint and drop the ones past ``keep``; None when this run's last
@@ -354,8 +364,8 @@ class Checkpoints:
         data = write_checkpoint(path, {"model": model, "runner": runner_state}, extra)
         for old in checkpoints(self.directory)[self.keep :]:
             old.unlink(missing_ok=True)
-        self._last_events = self._written = events
-        self._last_time = time.monotonic()
+        self._written = events
+        self.mark(events)
         self.pauses.append(time.perf_counter() - start)
         if self.on_write is not None:
             self.on_write(self._sequence, data, extra)

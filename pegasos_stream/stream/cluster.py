@@ -37,7 +37,7 @@ import numpy as np
 
 from ..learners.rows import Rows
 from ..learners.steps import StepLog, StepRecorder
-from ..persist.checkpoint import checkpoint_bytes, model_digest, read_checkpoint_bytes
+from ..persist.checkpoint import WriteSchedule, checkpoint_bytes, model_digest, read_checkpoint_bytes
 from .kafka_offsets import Partition
 
 if TYPE_CHECKING:
@@ -320,7 +320,7 @@ class _MemoryChannel:
             yield self.offset, self.log.records[self.offset - 1]
 
 
-class ClusterSync:
+class ClusterSync(WriteSchedule):
     """One learner's part in a cluster, to a `Runner` what its `Checkpoints` are: ``due`` says when to sync,
     ``write`` syncs (publishes this learner's delta, then folds the log to its end and takes the cluster's
     model up), and ``assigned`` (the source's ``on_assign``) says where the partitions the group gives it start.
@@ -363,13 +363,12 @@ class ClusterSync:
         assigned: Callable[[], set[Partition]] | None = None,
         on_fold: Callable[[ClusterState], None] | None = None,
     ) -> None:
+        super().__init__(every_events, None if every_ms is None else every_ms / 1000)
         self.recorder = recorder
         self.state = state
         self.channel = channel
         self.learner = learner
         self.config = config
-        self.every_events = every_events
-        self.every_ms = every_ms
         self.seek = seek
         self.assigned_now = assigned
         self.on_fold = on_fold
@@ -378,26 +377,10 @@ class ClusterSync:
         self._base = 0  # the deltas folded into the model the recorder learns on
         self.pauses: list[float] = []  # seconds each sync held the loop
         self._starts: dict[Partition, int] = {}  # where this learner's next delta starts each partition
-        self._last_events = 0
-        self._last_time = time.monotonic()
         self.catch_up()
         self._take_model_up()
 
     # -- what the runner asks of its checkpoints ------------------------------------------------
-
-    def mark(self, events: int) -> None:
-        self._last_events = events
-        self._last_time = time.monotonic()
-
-    def events_until_due(self, events: int) -> int | None:
-        if self.every_events is None:
-            return None
-        return max(self._last_events + self.every_events - events, 1)
-
-    def due(self, events: int) -> bool:
-        if self.every_events is not None and events - self._last_events >= self.every_events:
-            return True
-        return self.every_ms is not None and (time.monotonic() - self._last_time) * 1000 >= self.every_ms
 
     def write(self, model: Any, runner_state: dict, source_position: dict) -> None:
         """Sync: publish the steps since the last sync and the offsets they cover, fold the log to its end and
@@ -420,8 +403,7 @@ class ClusterSync:
         if refused:
             self._take_up_again(mine)
         self._take_model_up()
-        self._last_events = runner_state["counts"][0]
-        self._last_time = time.monotonic()
+        self.mark(runner_state["counts"][0])
         if self.on_fold is not None:
             self.on_fold(self.state)
         self.pauses.append(time.perf_counter() - started)

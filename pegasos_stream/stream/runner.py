@@ -469,9 +469,11 @@ class Runner:
                     ended = time.perf_counter()
                     self.stats.seen(len(records), started, ended)
                     pace = len(records) / (ended - started) if records and ended > started else pace
-                    if checkpoints is not None and checkpoints.due(self.stats.events):
-                        self._checkpoint(checkpoints, source)
-                elif checkpoints is not None and checkpoints.writes_when_idle and checkpoints.due(self.stats.events):
+                if (
+                    checkpoints is not None
+                    and (arrived or checkpoints.writes_when_idle)
+                    and checkpoints.due(self.stats.events)
+                ):
                     self._checkpoint(checkpoints, source)
                 now = time.monotonic()  # after the batch and its checkpoint, however long they took
                 if arrived or not getattr(source, "ready", True):
