@@ -153,6 +153,15 @@ def test_a_learner_resumes_from_the_cluster_snapshot_and_delta_log(tmp_path, kaf
     assert cluster.model.t == 1000 and model_digest(cluster.model) == summary["cluster"]["model_sha256"]
     learned = {column - 1 for column in cluster.model.weights} - {-1}
     assert learned == {part * 1000 + p * 300 + i for part in range(2) for p in range(2) for i in range(250)}
+    # a replica takes the snapshot up with its own input (the configuration stored is the job's, not the learner's)
+    replica = Serve(
+        "--model-topic", names["models"], "--set", f"kafka.bootstrap_servers={kafka_broker}", "--input", "-",
+        "--output", "-",
+    )  # fmt: skip
+    try:
+        assert f"serving model version {cluster.folded} from model topic" in replica.wait_for("serving model version")
+    finally:
+        replica.kill()
 
 
 @pytest.mark.slow

@@ -196,7 +196,9 @@ def build_cluster(config: dict) -> tuple[ClusterSync, list[Callable[[], object]]
 
     section = config["cluster"]
     digest = learning_hash(config)
-    manifest = {"config": without_secrets(config), "config_sha256": config_hash(config)}
+    # a snapshot holds the configuration its replicas serve with: the job's, less this learner's own running of it
+    served = {name: section for name, section in config.items() if name not in ("cluster", "publish")}
+    manifest = {"config": without_secrets(served), "config_sha256": config_hash(config)}
     state = _cluster_start(config, digest) or ClusterState(build_model(config))
     try:
         channel = DeltaTopic(
