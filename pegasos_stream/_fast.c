@@ -19,6 +19,7 @@
  * rows_from_dicts: feature dicts to CSR columns, naming columns through a dict key -> column.
  * parse_svmlight: svmlight lines to CSR rows at C speed; any line outside the plain ASCII grammar is
  *     marked for the Python parser, which gives the same event or the same error message.
+ * split_lines: a block of a file to the spans of its lines, for parse_svmlight to read in place.
  * parse_json_events: labelled JSON feature events ({id, x, label} in the plain grammar: ASCII, no escapes,
  *     distinct names, numbers as json gives them) to CSR rows, ids and labels; any other value is
  *     marked for the Python parser.
@@ -67,7 +68,8 @@
     X(P_COST_NEG, "cost_neg") X(P_BALANCED, "balanced") X(P_HAS_PRIOR, "has_prior") \
     X(P_COMPENSATED, "compensated_sum") X(P_PLATT_RATE, "platt_rate") X(P_TAIL_START, "tail_start") \
     X(P_TAIL_MASS, "tail_mass") X(P_MIN_TAIL, "min_tail") X(P_MAX_LOG_SLOPE, "max_log_slope") \
-    X(P_MIN_SCALE, "min_scale") X(P_MAX_CANCELLATION, "max_average_cancellation") X(P_MAX_NORM, "max_norm")
+    X(P_MIN_SCALE, "min_scale") X(P_MAX_CANCELLATION, "max_average_cancellation") X(P_MAX_NORM, "max_norm") \
+    X(P_CALIBRATE, "calibrate")
 #define FIELD_INDEX(index, name) index,
 #define FIELD_NAME(index, name) name,
 enum { STATE_FIELDS(FIELD_INDEX) N_STATE };
@@ -614,7 +616,7 @@ static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, dou
         }
         is[I_N_POS] = n_pos;
         is[I_N_NEG] = n_neg;
-        platt_update(decision, sign > 0, s, is, p);
+        if (p[P_CALIBRATE] != 0.0) platt_update(decision, sign > 0, s, is, p);
     }
     return i;
 }
@@ -1421,16 +1423,40 @@ static inline Py_ssize_t digits_at(const char *s, Py_ssize_t k, const char *end,
         }
     }
 #endif
-    for (; s[k] >= '0' && s[k] <= '9'; k++) m = m * 10 + (uint64_t)(s[k] - '0');
+    for (; s + k < end && s[k] >= '0' && s[k] <= '9'; k++) m = m * 10 + (uint64_t)(s[k] - '0');
     *mantissa = m;
     return k - start;
+}
+
+/* Take the GIL back for a moment inside a loop that runs without it (*released, from PyEval_SaveThread), and
+ * let it go again; nothing when ``released`` is NULL (the caller holds the GIL). */
+static inline void hold_gil(PyThreadState **released) {
+    if (released) PyEval_RestoreThread(*released);
+}
+
+static inline void drop_gil(PyThreadState **released) {
+    if (released) *released = PyEval_SaveThread();
+}
+
+/* grow() in a loop that may run without the GIL: it takes the GIL back to enlarge the buffer. */
+static inline int grow_released(Growing *g, const void *item, Py_ssize_t size, PyThreadState **released) {
+    if (g->len + size > g->cap) {
+        hold_gil(released);
+        int failed = reserve(g, size) < 0;
+        drop_gil(released);
+        if (failed) return -1;
+    }
+    memcpy(g->data + g->len, item, size);
+    g->len += size;
+    return 0;
 }
 
 /* The number in the plain grammar [+-]?(d+(.d*)?|.d+)([eE][+-]?d+)? at s[k:], parsed as float() would:
  * through exact_decimal when it applies, else through Python's own correctly rounded conversion. The
  * index past it when it is finite, at most 64 characters and followed by the end or whitespace; -1
  * otherwise. */
-static ALWAYS_INLINE Py_ssize_t scan_number(const char *s, Py_ssize_t k, Py_ssize_t end, double *out) {
+static ALWAYS_INLINE Py_ssize_t scan_number(const char *s, Py_ssize_t k, Py_ssize_t end, double *out,
+                                             PyThreadState **released) {
     Py_ssize_t start = k, digits = 0, fraction = 0, significant = 0;
     uint64_t mantissa = 0;
     int negative = 0;
@@ -1469,9 +1495,12 @@ static ALWAYS_INLINE Py_ssize_t scan_number(const char *s, Py_ssize_t k, Py_ssiz
     char text[65];
     memcpy(text, s + start, len);
     text[len] = '\0';
+    hold_gil(released);  /* Python's conversion (its big-number arithmetic) needs the GIL */
     *out = PyOS_string_to_double(text, NULL, NULL);
-    if (*out == -1.0 && PyErr_Occurred()) { PyErr_Clear(); return -1; }
-    return isfinite(*out) ? k : -1;
+    int failed = *out == -1.0 && PyErr_Occurred();
+    if (failed) PyErr_Clear();
+    drop_gil(released);
+    return !failed && isfinite(*out) ? k : -1;
 }
 
 enum { LINE_ROW = 0, LINE_EMPTY = 1, LINE_PYTHON = 2 };
@@ -1526,7 +1555,7 @@ static int64_t name_column(const char *s, Py_ssize_t len, PyObject *vocabulary, 
  * the line to Python, as does a non-ASCII byte in the comment (for the UTF-8 checks). */
 static int svmlight_line(const char *s, Py_ssize_t len, PyObject *vocabulary, PyObject *keys, Growing *indices,
                          Growing *data, Growing *stamps, Growing *numbered, PyObject *names, int64_t stamp,
-                         int64_t columns, double *label, int *error) {
+                         int64_t columns, double *label, int *error, PyThreadState **released) {
     Py_ssize_t rows_before = indices->len;
     int64_t previous = -1;  /* with columns: the row's last column (a row not in increasing order goes to Python) */
     const char *comment = memchr(s, '#', len);
@@ -1535,7 +1564,7 @@ static int svmlight_line(const char *s, Py_ssize_t len, PyObject *vocabulary, Py
     Py_ssize_t k = 0;
     while (k < end && is_space((unsigned char)s[k])) k++;
     if (k == end) return LINE_EMPTY;
-    k = scan_number(s, k, end, label);
+    k = scan_number(s, k, end, label, released);
     if (k < 0) return LINE_PYTHON;
     if (*label == 1.0) *label = 1.0;
     else if (*label == 0.0 || *label == -1.0) *label = -1.0;
@@ -1551,10 +1580,13 @@ static int svmlight_line(const char *s, Py_ssize_t len, PyObject *vocabulary, Py
                 || column <= previous)
                 goto python;  /* no plain decimal column (a name for Python), or out of order (perhaps repeated) */
             double number;
-            k = scan_number(s, k + 1, end, &number);
+            k = scan_number(s, k + 1, end, &number, released);
             if (k < 0) goto python;
             previous = column;
-            if (grow(indices, &column, 8) < 0 || grow(data, &number, 8) < 0) { *error = 1; return LINE_PYTHON; }
+            if (grow_released(indices, &column, 8, released) < 0 || grow_released(data, &number, 8, released) < 0) {
+                *error = 1;
+                return LINE_PYTHON;
+            }
             continue;
         }
         for (; k < end && s[k] != ':'; k++) {
@@ -1564,7 +1596,7 @@ static int svmlight_line(const char *s, Py_ssize_t len, PyObject *vocabulary, Py
         if (k == end || k == token || (k - token == 3 && !memcmp(s + token, "qid", 3))) goto python;
         double number;
         Py_ssize_t colon = k;
-        k = scan_number(s, colon + 1, end, &number);
+        k = scan_number(s, colon + 1, end, &number, NULL);
         if (k < 0) goto python;
         int64_t column = name_column(s + token, colon - token, vocabulary, keys, numbered, names);
         if (column < 0) { *error = 1; return LINE_PYTHON; }
@@ -1580,53 +1612,166 @@ python:
     return LINE_PYTHON;
 }
 
+/* The lines a parser reads: the bytes objects of a list (held by a tuple of them while they are read), or
+ * the spans [starts[i], ends[i]) of one bytes object (lines read from a file a block at a time, none copied). */
+typedef struct { PyObject *tuple, *buffer; Buf starts, ends; Py_ssize_t n; } LineSet;
+
+static void close_lines(LineSet *set) {
+    Py_CLEAR(set->tuple);
+    Py_CLEAR(set->buffer);
+    release(&set->starts, 1);
+    release(&set->ends, 1);
+}
+
+/* Take ``lines``: a list of bytes, or a tuple (bytes, starts, ends) of int64 spans within the bytes; an error
+ * naming ``function`` otherwise (close_lines releases what was taken either way). */
+static int open_lines(PyObject *lines, LineSet *set, const char *function) {
+    memset(set, 0, sizeof *set);
+    if (PyList_Check(lines)) {
+        if (!(set->tuple = PyList_AsTuple(lines))) return -1;
+        set->n = PyTuple_GET_SIZE(set->tuple);
+        for (Py_ssize_t r = 0; r < set->n; r++)
+            if (!PyBytes_Check(PyTuple_GET_ITEM(set->tuple, r))) {
+                PyErr_Format(PyExc_TypeError, "%s: expected bytes", function);
+                return -1;
+            }
+        return 0;
+    }
+    PyObject *buffer, *starts, *ends;
+    if (!PyTuple_Check(lines) || PyTuple_GET_SIZE(lines) != 3 || !PyBytes_Check(buffer = PyTuple_GET_ITEM(lines, 0))) {
+        PyErr_Format(PyExc_TypeError, "%s: lines: expected a list of bytes or a tuple (bytes, starts, ends)", function);
+        return -1;
+    }
+    starts = PyTuple_GET_ITEM(lines, 1);
+    ends = PyTuple_GET_ITEM(lines, 2);
+    Py_INCREF(buffer);
+    set->buffer = buffer;
+    if (get_buffer(starts, &set->starts, 0, I64, function, "starts") < 0
+        || get_buffer(ends, &set->ends, 0, I64, function, "ends") < 0)
+        return -1;
+    set->n = length(&set->starts);
+    if (length(&set->ends) != set->n) {
+        PyErr_Format(PyExc_ValueError, "%s: starts and ends: %zd and %zd spans, expected as many of each", function,
+                     set->n, length(&set->ends));
+        return -1;
+    }
+    const int64_t *a = set->starts.view.buf, *e = set->ends.view.buf;
+    int64_t size = PyBytes_GET_SIZE(buffer);
+    for (Py_ssize_t r = 0; r < set->n; r++)
+        if (a[r] < 0 || a[r] > e[r] || e[r] > size) {
+            PyErr_Format(PyExc_ValueError, "%s: span %zd: [%lld, %lld) is not within the %lld bytes", function, r,
+                         (long long)a[r], (long long)e[r], (long long)size);
+            return -1;
+        }
+    return 0;
+}
+
+/* Line ``r`` of a set, and its length into *len. */
+static inline const char *line_at(const LineSet *set, Py_ssize_t r, Py_ssize_t *len) {
+    if (set->tuple) {
+        PyObject *line = PyTuple_GET_ITEM(set->tuple, r);
+        *len = PyBytes_GET_SIZE(line);
+        return PyBytes_AS_STRING(line);
+    }
+    const int64_t *a = set->starts.view.buf, *e = set->ends.view.buf;
+    *len = (Py_ssize_t)(e[r] - a[r]);
+    return PyBytes_AS_STRING(set->buffer) + a[r];
+}
+
+/* bytes.strip()'s whitespace. */
+static inline int py_space(unsigned char c) { return c == ' ' || (c >= 9 && c <= 13); }
+
+/* split_lines(buffer, keep) -> (starts, ends, sizes, blank, used): the lines of ``buffer`` that end in "\n",
+ * as int64 spans [start, end) of their records and the bytes each takes (its "\n" included), and a flag byte
+ * each, 1 for a record that is blank (whitespace only); ``used``, the bytes up to the last "\n". A record is
+ * its line without its "\n" and the "\r"s before it, or, for a line of ``keep`` bytes or more (keep >= 0),
+ * its first keep - 1 bytes as they are. */
+static PyObject *split_lines(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t keep;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &keep)) return NULL;
+    const char *s = view.buf, *newline;
+    Py_ssize_t len = view.len, start = 0;
+    Growing starts = {.in_bytes = 1}, ends = {.in_bytes = 1}, sizes = {.in_bytes = 1}, blank = {.in_bytes = 1};
+    int failed = 0;
+    while (!failed && start < len && (newline = memchr(s + start, '\n', len - start))) {
+        Py_ssize_t stop = newline - s, end = stop;
+        if (keep >= 0 && stop - start >= keep) end = start + keep - 1;
+        else while (end > start && s[end - 1] == '\r') end--;
+        char empty = 1;
+        for (Py_ssize_t k = start; k < end && empty; k++) empty = (char)py_space((unsigned char)s[k]);
+        int64_t span[3] = {start, end, stop + 1 - start};
+        failed = grow(&starts, &span[0], 8) < 0 || grow(&ends, &span[1], 8) < 0 || grow(&sizes, &span[2], 8) < 0
+            || grow(&blank, &empty, 1) < 0;
+        start = stop + 1;
+    }
+    PyBuffer_Release(&view);
+    if (failed) {
+        discard(&starts);
+        discard(&ends);
+        discard(&sizes);
+        discard(&blank);
+        return NULL;
+    }
+    return Py_BuildValue("NNNNn", take_bytes(&starts), take_bytes(&ends), take_bytes(&sizes), take_bytes(&blank),
+                         start);
+}
+
 /* parse_svmlight(lines, vocabulary, keys, max_bytes, names[, columns]) -> (status, indptr, indices, data, labels)
  * as bytes: status per line (0 row, 1 nothing, 2 for the Python parser); one CSR row and label per status-0
- * line. ``names`` keeps the str of each numbered name from call to call (see numbered_name). With ``columns``
+ * line. ``lines``: a list of bytes, or a tuple (bytes, starts, ends) of spans (see LineSet). ``names`` keeps the str of each numbered name from call to call (see numbered_name). With ``columns``
  * (>= 0), the names are no keys but the columns they write in decimal, below ``columns`` and increasing along a
- * row; a line with any other name goes to the Python parser. */
+ * row; a line with any other name goes to the Python parser. That parse touches no Python object and runs
+ * without the GIL (taking it back only to enlarge a buffer or for Python's own number conversion), so calls
+ * from two threads parse at once. */
 static PyObject *parse_svmlight(PyObject *self, PyObject *args) {
-    PyObject *lines, *vocabulary, *keys, *names;
+    PyObject *given, *vocabulary, *keys, *names;
     Py_ssize_t max_bytes;
     long long columns = -1;
-    if (!PyArg_ParseTuple(args, "O!O!O!nO!|L", &PyList_Type, &lines, &PyDict_Type, &vocabulary, &PyList_Type, &keys,
-                          &max_bytes, &PyList_Type, &names, &columns))
+    if (!PyArg_ParseTuple(args, "OO!O!nO!|L", &given, &PyDict_Type, &vocabulary, &PyList_Type, &keys, &max_bytes,
+                          &PyList_Type, &names, &columns))
         return NULL;
+    LineSet lines;
+    if (open_lines(given, &lines, "parse_svmlight") < 0) {
+        close_lines(&lines);
+        return NULL;
+    }
     Growing status = {.in_bytes = 1}, indptr = {.in_bytes = 1}, indices = {.in_bytes = 1}, data = {.in_bytes = 1},
             labels = {.in_bytes = 1}, stamps = {0}, numbered = {0};
     int64_t nnz = 0;
-    Py_ssize_t n = PyList_GET_SIZE(lines), text = 0;
+    Py_ssize_t n = lines.n, text = 0, len;
     for (Py_ssize_t r = 0; r < n; r++) {
-        PyObject *line = PyList_GET_ITEM(lines, r);
-        text += PyBytes_Check(line) ? PyBytes_GET_SIZE(line) : 0;
+        line_at(&lines, r, &len);
+        text += len;
     }
     Py_ssize_t pairs = text / 8 + 1;  /* room for a feature every eight bytes ("12:0.5 " takes seven): rarely more */
     if (reserve(&status, n) < 0 || reserve(&indptr, 8 * (n + 1)) < 0 || reserve(&labels, 8 * n) < 0
         || reserve(&indices, 8 * pairs) < 0 || reserve(&data, 8 * pairs) < 0 || grow(&indptr, &nnz, 8) < 0)
         goto fail;
-    for (Py_ssize_t r = 0; r < PyList_GET_SIZE(lines); r++) {
-        PyObject *line = PyList_GET_ITEM(lines, r);
-        if (!PyBytes_Check(line)) { PyErr_SetString(PyExc_TypeError, "parse_svmlight: expected bytes"); goto fail; }
-        Py_ssize_t len = PyBytes_GET_SIZE(line);
+    PyThreadState *state = columns >= 0 ? PyEval_SaveThread() : NULL;
+    PyThreadState **released = state ? &state : NULL;
+    int error = 0;
+    for (Py_ssize_t r = 0; r < n && !error; r++) {
+        const char *line = line_at(&lines, r, &len);
         double label = 0.0;
-        int error = 0;
-        Py_INCREF(line);  /* read while new names are made, which may run a finalizer that drops it from the list */
         char kind = len > max_bytes ? LINE_PYTHON
-            : (char)svmlight_line(PyBytes_AS_STRING(line), len, vocabulary, keys, &indices, &data, &stamps, &numbered,
-                                  names, r + 1, (int64_t)columns, &label, &error);
-        Py_DECREF(line);
-        if (error) goto fail;
-        if (grow(&status, &kind, 1) < 0) goto fail;
-        if (kind == LINE_ROW) {
+            : (char)svmlight_line(line, len, vocabulary, keys, &indices, &data, &stamps, &numbered, names, r + 1,
+                                  (int64_t)columns, &label, &error, released);
+        if (error || grow_released(&status, &kind, 1, released) < 0) error = 1;
+        else if (kind == LINE_ROW) {
             nnz = indices.len / 8;
-            if (grow(&indptr, &nnz, 8) < 0 || grow(&labels, &label, 8) < 0) goto fail;
+            error = grow_released(&indptr, &nnz, 8, released) < 0 || grow_released(&labels, &label, 8, released) < 0;
         }
     }
+    if (state) PyEval_RestoreThread(state);
+    if (error) goto fail;
+    close_lines(&lines);
     PyMem_Free(stamps.data);
     PyMem_Free(numbered.data);
     return Py_BuildValue("NNNNN", take_bytes(&status), take_bytes(&indptr), take_bytes(&indices), take_bytes(&data),
                          take_bytes(&labels));
 fail:
+    close_lines(&lines);
     discard(&status);
     discard(&indptr);
     discard(&indices);
@@ -1702,7 +1847,7 @@ static inline Py_ssize_t json_number(const char *s, Py_ssize_t k, const char *en
     }
     value->kind = V_FLOAT;
     if (digits <= 19 && exact_decimal(mantissa, exponent - fraction, negative, &value->real)) return k;
-    return scan_number(s + start, 0, k - start, &value->real) >= 0 ? k : -1;  /* -1 for 1e999 and the like */
+    return scan_number(s + start, 0, k - start, &value->real, NULL) >= 0 ? k : -1;  /* -1 for 1e999 and the like */
 }
 
 /* The id or label at s[k]: a string, a number or true/false (null, objects and arrays are the Python
@@ -2315,6 +2460,7 @@ static PyMethodDef methods[] = {
     {"check_rows", check_rows, METH_VARARGS, "Check CSR rows (bounds, columns, no repeat), naming columns by keys."},
     {"rows_from_dicts", rows_from_dicts, METH_VARARGS, "Feature dicts to CSR bytes (indptr, indices, data)."},
     {"parse_svmlight", parse_svmlight, METH_VARARGS, "svmlight lines to (status, indptr, indices, data, labels)."},
+    {"split_lines", split_lines, METH_VARARGS, "A block's lines as spans: (starts, ends, sizes, blank, used)."},
     {"parse_json_events", parse_json_events, METH_VARARGS,
      "JSON feature events to (status, indptr, indices, data, ids, labels)."},
     {"parse_json_texts", parse_json_texts, METH_VARARGS,

@@ -19,6 +19,7 @@ PEGASOS_PARAMS = st.fixed_dictionaries(
         "prior": st.sampled_from([None, {0: 0.5, 3: -1.0, 9: 0.25}]),
         "horizon": st.sampled_from([None, 1, 2, 5, 30]),  # small horizons fold the scale often
         "t0": st.sampled_from([0, 1, 10, 1000]),
+        "calibrate": st.booleans(),
     },
 )
 

@@ -12,6 +12,7 @@ import math
 import pickle
 import random
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -21,11 +22,13 @@ from hypothesis import strategies as st
 
 from pegasos_stream import PegasosClassifier, _compiled, cli
 from pegasos_stream.learners import weights
+from pegasos_stream.learners.calibration import squash
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.persist.checkpoint import checkpoints, model_digest, read_checkpoint
+from pegasos_stream.stream import fastparse, sources
 from pegasos_stream.stream.fastparse import name_table, parse_json_events, parse_json_texts, parse_svmlight
 from pegasos_stream.stream.parsing import BadRecord, EventParser
-from pegasos_stream.stream.records import Record
+from pegasos_stream.stream.records import Lines, Record
 
 try:  # tests/ as a package
     from .streams import PEGASOS_PARAMS, int_stream
@@ -68,6 +71,23 @@ def test_learn_csr_is_bit_identical_to_learn_one(params, seed, n, chunk):
     assert np.concatenate(decisions or [np.empty(0)]).tolist() == expected
     assert pickle.dumps(model) == pickle.dumps(reference)  # every float, count and dict order
     assert model_digest(model) == model_digest(reference)
+
+
+@settings(max_examples=30, deadline=None)
+@given(params=PEGASOS_PARAMS, seed=st.integers(0, 10**6), n=st.integers(1, 80))
+def test_without_calibration_the_same_weights_are_learned_and_probabilities_are_the_squashed_margin(params, seed, n):
+    xs, ys, ws = int_stream(seed, n, 12)
+    calibrated = PegasosClassifier(**{**params, "calibrate": True})
+    calibrated.learn_csr(*_csr(xs), ys, sample_weight=ws)
+    model = PegasosClassifier(**{**params, "calibrate": False})
+    model.learn_csr(*_csr(xs), ys, sample_weight=ws)
+    assert (model.weights, model.intercept, model.t) == (calibrated.weights, calibrated.intercept, calibrated.t)
+    assert pickle.dumps(model._platt) == pickle.dumps(PegasosClassifier()._platt)  # never fitted
+    for x in xs[:5]:
+        margin = model.decision_function_one(x)
+        assert model.predict_proba_one(x)[True] == squash(margin)  # the logistic, its tails kept off 0 and 1
+        if abs(margin) <= 8.0:
+            assert squash(margin) == pytest.approx(1.0 / (1.0 + math.exp(-margin)), rel=1e-12)
 
 
 def test_learn_csr_names_columns_and_takes_any_label_form():
@@ -208,6 +228,37 @@ def test_svmlight_values_are_the_floats_python_reads(text):
         assert rows.data[0].hex() == expected.hex()
     else:
         assert status[0] == 2 and (expected is None or not math.isfinite(expected) or "_" in text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    lines=st.lists(st.tuples(LABELS, st.lists(TOKENS, max_size=6), st.sampled_from(["\n", "\r\n"])), max_size=12),
+    columns=st.sampled_from([None, 12]),
+    max_bytes=st.sampled_from([6, 1000]),
+    split=st.booleans(),
+)
+def test_svmlight_lines_left_in_their_block_parse_as_the_lines_themselves(lines, columns, max_bytes, split):
+    """Lines read from a file a block at a time (spans of the block, parsed in two halves on two threads or not)
+    give what the same lines as bytes objects give."""
+    block = b"".join((" ".join([label, *tokens]) + end).encode("utf-8") for label, tokens, end in lines)
+    spans = sources._split_lines(block, max_bytes + 2)
+    in_block = Lines(block, spans.starts, spans.ends)
+    with mock.patch.object(fastparse, "SPLIT_LINES", 2 if split else 10**9):
+        got = parse_svmlight(in_block, max_bytes, None, columns)
+    expected = parse_svmlight(list(in_block), max_bytes, None, columns)
+    for a, b in [(got[0], expected[0]), (got[2], expected[2])] + [
+        (getattr(got[1], name), getattr(expected[1], name)) for name in ("indptr", "indices", "data")
+    ]:
+        assert a.tolist() == b.tolist()
+    assert list(got[1].keys) == list(expected[1].keys)
+
+
+def test_a_span_is_parsed_to_its_end_whatever_digits_follow_it():
+    block = b"1 3:12345"
+    parsed = _compiled.FAST.parse_svmlight((block, np.array([0]), np.array([7])), {}, [], 100, [], 10)
+    assert np.frombuffer(parsed[3], dtype=np.float64).tolist() == [123.0]
+    with pytest.raises(ValueError, match=r"span 0: \[0, 10\) is not within the 9 bytes"):
+        _compiled.FAST.parse_svmlight((block, np.array([0]), np.array([10])), {}, [], 100, [], 10)
 
 
 def test_long_lines_go_to_the_python_parser():

@@ -225,7 +225,7 @@ RAW_CASES = {
         r"present_v and new_v, present_offset and new_offset: expected both empty .* or both one per column",
     ),
     "no average offset while averaging": (_replace("offset", lambda a: a[:0]), r"offset: 0 items, expected 3"),
-    "short params": (_replace("params", lambda a: a[:-1]), r"params: 19 items, expected 20 \(the names of PARAMS\)"),
+    "short params": (_replace("params", lambda a: a[:-1]), r"params: 20 items, expected 21 \(the names of PARAMS\)"),
     "long state": (_replace("state", lambda a: np.append(a, 0.0)), r"state: 11 items, expected 10"),
     "fractional horizon": (_param("horizon", 2.5), r"params: horizon, t0 and average_from must be whole numbers"),
     "negative t0": (_param("t0", -1.0), r"params: horizon, t0 and average_from must be whole numbers"),

@@ -13,6 +13,7 @@ import time
 import tracemalloc
 from itertools import accumulate
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +21,7 @@ from hypothesis import strategies as st
 from river import stream
 
 from pegasos_stream.learners.validation import binary_sign
+from pegasos_stream.stream import sources
 from pegasos_stream.stream.parsing import BadRecord, Event, EventParser
 from pegasos_stream.stream.records import Cursors, Record
 from pegasos_stream.stream.sources import FileSource, Source, StdinSource
@@ -400,12 +402,21 @@ def _file_records(content: bytes, max_bytes: int | None) -> list[tuple[bytes, tu
     max_bytes=st.one_of(st.none(), st.integers(0, 6)),
     reads=st.lists(st.integers(1, 5), min_size=1, max_size=4),
     resume=st.integers(0, 20),
+    block=st.sampled_from([2, 3, 5, 8, 1 << 20]),
+    compiled=st.booleans(),
 )
-def test_a_file_is_read_in_records_as_its_lines_however_many_are_asked_for(content, max_bytes, reads, resume):
-    """However many records each read asks for, the records and cursors are the lines of the whole file; a source
-    opened at a record's cursor reads on from the next."""
+def test_a_file_is_read_in_records_as_its_lines_however_many_are_asked_for(
+    content, max_bytes, reads, resume, block, compiled
+):
+    """However many records each read asks for, and wherever the blocks the file is read by end, the records and
+    cursors are the lines of the whole file, the blocks split into lines compiled or in Python; a source opened at a
+    record's cursor reads on from the next."""
     expected = _file_records(content, max_bytes)
-    with tempfile.TemporaryDirectory() as directory:
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        mock.patch.object(sources, "READ_BUFFER", block),
+        mock.patch.object(sources, "_fast", sources._fast if compiled else None),
+    ):
         path = Path(directory) / "events.jsonl"
         path.write_bytes(content)
         source = FileSource(path, max_bytes=max_bytes)
@@ -429,26 +440,32 @@ def test_a_file_line_of_max_bytes_and_its_crlf_is_whole(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"a" * 10 + b"\r\n" + b"b" * 11 + b"\r\n" + b"c" * 12 + b"\n")
     source = FileSource(path, max_bytes=10)
-    assert source.read(5).values == [b"a" * 10, b"b" * 11, b"c" * 11]
+    assert list(source.read(5).values) == [b"a" * 10, b"b" * 11, b"c" * 11]
     source.close()
 
 
+@pytest.mark.parametrize("block", [4, 1 << 20])
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
-def test_an_unclaimed_file_batch_is_read_again(tmp_path, suffix):
+def test_an_unclaimed_file_batch_is_read_again(tmp_path, monkeypatch, suffix, block):
+    """A batch stops at the end of the block it was read from (whole blocks: lines 2 to 5; blocks of 4 bytes: one
+    record); unclaimed, it is read again, and the next read starts after the records processed."""
     lines = [b'{"id": 1}', b"", b'{"id": 2}', b'{"id": 3}', b'{"id": 4}']
     path = _events_file(tmp_path, lines, suffix)
+    monkeypatch.setattr(sources, "READ_BUFFER", block)
     source = FileSource(path)
     source.claim(source.read(1))
-    batch = source.claim(source.read(4))  # lines 2 to 5, the blank one left out
-    assert [r.value for r in batch] == lines[2:5]
+    batch = source.claim(source.read(4))  # lines 2 to 5 (or fewer), the blank one left out
+    assert [r.value for r in batch] == lines[2 : 2 + len(batch)] and len(batch) == (3 if block > 100 else 1)
     source.unclaim(batch, 0)  # none of it was processed: back to before the blank line 2
     assert source.position() == {"offset": 10, "line": 1}
     again = source.claim(source.read(4))
     assert [(r.value, r.cursor) for r in again] == [(r.value, r.cursor) for r in batch]
     source.unclaim(again, 1)  # only record 2 (line 3) was processed
     assert source.position() == {"offset": 21, "line": 3}
-    assert [r.position for r in source.read(10)] == [f"{path}:4", f"{path}:5"]
-    assert source.read(10) is None
+    rest = []
+    while (more := source.read(10)) is not None:
+        rest += [r.position for r in more]
+    assert rest == [f"{path}:4", f"{path}:5"]
     source.close()
 
 

@@ -110,6 +110,7 @@ def params(model: PegasosClassifier) -> dict[str, float]:
         "min_scale": MIN_SCALE,
         "max_average_cancellation": MAX_AVERAGE_CANCELLATION,
         "max_norm": MAX_NORM,
+        "calibrate": model.calibrate,
     }
 
 

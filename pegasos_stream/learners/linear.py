@@ -83,6 +83,11 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         a weight instead of a dict entry, checkpoints that hold the raw array, and a compiled batch that reads
         and writes the weights in place (no gathering out of a dict and scattering back). The same stream
         gives the same floats in either layout. Other keys are refused.
+    calibrate
+        Fit ``predict_proba_one``'s online Platt scaling on each example's margin (the default). False
+        leaves it at its start, the logistic of the margin 1/(1 + e^−f(x)) (for |f(x)| ≤ 8; a slower tail
+        beyond), and spares each step two exponentials: for a stream scored by its margins (ranking, AUC)
+        or decided at 0.
     seed
         Accepted for a uniform interface with the other learners; learning is deterministic,
         so the same stream always gives the same model.
@@ -137,6 +142,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     _radius: float
     _average_from: int | None
     n_features: int | None = None  # a class default: states saved before n_features existed load with None
+    calibrate: bool = True  # a class default: states saved before calibrate existed load with True
     _u: WeightVector | DenseWeightVector
     _b: float
     _average_b: float
@@ -155,6 +161,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         horizon: int | None = None,
         t0: int = 0,
         n_features: int | None = None,
+        calibrate: bool = True,
         seed: int | None = None,
     ):
         check_lambda(lambda_)
@@ -173,6 +180,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         self.horizon = horizon
         self.t0 = int(t0)
         self.n_features = check_n_features(n_features)
+        self.calibrate = bool(calibrate)
         self.seed = seed
 
         self._class_cost = self._parse_class_weight(class_weight)
@@ -235,6 +243,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         yield {"class_weight": "balanced", "horizon": 50, "t0": 100}
         yield {"class_weight": {True: 2.0, False: 0.5}, "fit_intercept": True, "average": 10}
         yield {"prior": {"empty_server_form_handler": 0.5, "popup_window": -0.25}, "projection": True}
+        yield {"calibrate": False, "average": True}
 
     def _unit_test_skips(self):
         # learn_many is one mini-batch step (averaged sub-gradient, t += 1), by design not a
@@ -347,7 +356,8 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
             self._step((), 0.0, 1)
         self._n_pos, self._n_neg = n_pos, n_neg
         self._last_scored = None  # the model moved on; do not hold on to x
-        self._platt.update(decision, sign > 0)
+        if self.calibrate:
+            self._platt.update(decision, sign > 0)
 
     def replay(self, steps: StepLog) -> None:
         """Take the steps of ``steps`` (a `StepRecorder`'s log), each as ``learn_one`` would with the margin test
@@ -375,7 +385,8 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
                 n_pos, n_neg, taken = pos, neg, index + 1
         finally:  # the counts and the calibration of the steps taken (Platt's state depends on nothing else)
             self._n_pos, self._n_neg = n_pos, n_neg
-            compiled.calibrate_rows(self._platt, steps.decisions[:taken], steps.signs[:taken], np.empty(taken))
+            if self.calibrate:
+                compiled.calibrate_rows(self._platt, steps.decisions[:taken], steps.signs[:taken], np.empty(taken))
             self._last_scored = None
 
     def _shrink_step(self) -> None:
@@ -411,8 +422,9 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         step = {j: g for j, g in zip(columns, gradient) if g != 0.0}
         self._step(((step, 1.0),) if step else (), float(coefs.sum()), k)
         self._n_pos, self._n_neg = n_pos, n_neg
-        for decision, s in zip(decisions.tolist(), signs.tolist()):
-            self._platt.update(decision, s > 0)
+        if self.calibrate:
+            for decision, s in zip(decisions.tolist(), signs.tolist()):
+                self._platt.update(decision, s > 0)
 
     def _step(self, gradient: Sequence[tuple[Example, float]], bias_coef: float, k: int) -> None:
         """One Pegasos step: u ← (1 − 1/t)·u + (η/k)·Σ c·x over ``gradient``, b += (η/k)·bias_coef. An example

@@ -96,7 +96,9 @@ class BatchParser:
         """The batch through the C JSON parser; None when a row's label is not a binary class (rare:
         the Python parser then takes the whole batch, to reject those records as one at a time)."""
         parser = self.parser
-        status, rows, ids, labels = parse_json_events(records.values, parser.fields, parser.max_bytes, self._json_names)
+        status, rows, ids, labels = parse_json_events(
+            list(records.values), parser.fields, parser.max_bytes, self._json_names
+        )
         table = self._label_signs
         try:
             signs = np.array([table[label] for label in labels], dtype=np.float64)
@@ -110,7 +112,7 @@ class BatchParser:
         a label is not a binary class or a record is a labelled feature event (rare: `_events` then takes
         the whole batch, as one record at a time would)."""
         parser = self.parser
-        status, texts, ids, labels = parse_json_texts(records.values, parser.fields, parser.max_bytes)
+        status, texts, ids, labels = parse_json_texts(list(records.values), parser.fields, parser.max_bytes)
         table = self._label_signs
         try:
             signs = [table[label] for label in labels]

@@ -8,23 +8,41 @@ module (`COMPILED` false; see `pegasos_stream._compiled`), the Python parser tak
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from .._compiled import FAST as _fast
 from ..learners.rows import Rows, int64_array
+from .records import Lines
 
 __all__ = ["COMPILED", "name_table", "parse_json_events", "parse_json_texts", "parse_svmlight"]
 
 #: Whether the parsers of this module can run (the compiled module is in use).
 COMPILED = _fast is not None
+#: Lines of svmlight with int columns that a call parses on two threads at once, half each, when the process
+#: may run on more than one core (that parse runs without the GIL).
+SPLIT_LINES = 256
+
+_helper: ThreadPoolExecutor | None = None  # the second thread of those parses, started on first use
+
+
+def _second_thread() -> ThreadPoolExecutor | None:
+    """The thread that parses the second half of a batch, or None when this process has one core to run on."""
+    global _helper
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if _helper is None and cores > 1:
+        _helper = ThreadPoolExecutor(1, thread_name_prefix="svmlight-parse")
+    return _helper
 
 
 def parse_svmlight(
-    values: list[bytes], max_bytes: int, names: list | None = None, columns: int | None = None
+    values: list[bytes] | Lines, max_bytes: int, names: list | None = None, columns: int | None = None
 ) -> tuple[np.ndarray, Rows, np.ndarray]:
-    """svmlight lines at C speed: (status of each line, the rows, their labels as ±1.0).
+    """svmlight lines (bytes, or `Lines` left in the block they were read in) at C speed: (status of each line,
+    the rows, their labels as ±1.0).
 
     Status 0: the line is the next row; 1: nothing to learn (blank or comment); 2: the line is outside
     the plain ASCII grammar (or too long) and the Python parser must take it, to give the same event
@@ -32,21 +50,43 @@ def parse_svmlight(
     call of a run, keeps the str of each numbered name (``"17"``) from call to call, so each is made
     and hashed once and the learner's weight lookups match it by identity. With ``columns``, the names are
     the int columns below it that they write in decimal (the rows' keys ``range(columns)``); a line with
-    another name, or whose names do not increase, is for the Python parser (status 2).
+    another name, or whose names do not increase, is for the Python parser (status 2); that parse runs without
+    the GIL, a long batch in two halves on two threads.
     """
-    vocabulary: dict = {}
+    if columns is not None:
+        return _parse_columns(values, max_bytes, columns)
     keys: list = []
-    names = [] if names is None else names
-    extra = () if columns is None else (columns,)
-    status, indptr, indices, data, labels = _fast.parse_svmlight(values, vocabulary, keys, max_bytes, names, *extra)
-    rows = Rows(
-        int64_array(indptr),
-        int64_array(indices),
-        np.frombuffer(data, dtype=np.float64),
-        keys if columns is None else range(columns),
-        True,
+    lines = values.spans() if isinstance(values, Lines) else values
+    status, indptr, indices, data, labels = _fast.parse_svmlight(
+        lines, {}, keys, max_bytes, [] if names is None else names
     )
+    rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys, True)
     return np.frombuffer(status, dtype=np.uint8), rows, np.frombuffer(labels, dtype=np.float64)
+
+
+def _parse_columns(values: list[bytes] | Lines, max_bytes: int, columns: int) -> tuple[np.ndarray, Rows, np.ndarray]:
+    """``parse_svmlight`` with int columns: a long batch in two halves, the second on the helper thread."""
+    helper = _second_thread() if len(values) >= SPLIT_LINES else None
+    halves = [values] if helper is None else [values[: len(values) // 2], values[len(values) // 2 :]]
+    lines = [half.spans() if isinstance(half, Lines) else half for half in halves]
+    if helper is None:
+        parts = [_fast.parse_svmlight(lines[0], {}, [], max_bytes, [], columns)]
+    else:
+        second = helper.submit(_fast.parse_svmlight, lines[1], {}, [], max_bytes, [], columns)
+        parts = [_fast.parse_svmlight(lines[0], {}, [], max_bytes, [], columns), second.result()]
+    status, indptr, indices, data, labels = (
+        [np.frombuffer(part[k], dtype=dtype) for part in parts]
+        for k, dtype in enumerate((np.uint8, np.int64, np.int64, np.float64, np.float64))
+    )
+    if len(parts) == 2:
+        indptr[1] = indptr[1][1:] + indptr[0][-1]
+    rows = Rows(_joined(indptr), _joined(indices), _joined(data), range(columns), True)
+    return _joined(status), rows, _joined(labels)
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays one after the other (the array itself when there is one)."""
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def parse_json_events(

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
-__all__ = ["Cursors", "Record", "RecordBatch"]
+import numpy as np
+
+__all__ = ["Cursors", "Lines", "Record", "RecordBatch"]
 
 
 class Record(NamedTuple):
@@ -44,6 +46,42 @@ class Cursors(Sequence):
         return self._make(i)
 
 
+class Lines(Sequence[bytes]):
+    """The records of a block read from a file, left in it: record i is ``block[starts[i]:ends[i]]``, made
+    when asked for, and ``spans()`` hands them to a compiled parser without a copy."""
+
+    __slots__ = ("block", "ends", "starts")
+
+    def __init__(self, block: bytes, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.block = block
+        self.starts = starts
+        self.ends = ends
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+    @overload
+    def __getitem__(self, i: slice) -> Lines: ...
+    def __getitem__(self, i: int | slice) -> bytes | Lines:
+        if isinstance(i, slice):
+            return Lines(self.block, self.starts[i], self.ends[i])
+        return self.block[self.starts[i] : self.ends[i]]
+
+    def __iter__(self) -> Iterator[bytes]:
+        block = self.block
+        return (block[start:end] for start, end in zip(self.starts.tolist(), self.ends.tolist(), strict=True))
+
+    def spans(self) -> tuple[bytes, np.ndarray, np.ndarray]:
+        """(block, starts, ends), as the compiled parsers take them."""
+        return self.block, self.starts, self.ends
+
+    def nbytes(self) -> int:
+        """The bytes of the records."""
+        return int((self.ends - self.starts).sum())
+
+
 class RecordBatch:
     """Records read together: their raw ``values``, the source's ``cursors``, and each one as a
     ``Record`` on demand (``batch[i]``), so that a batch of good records costs no position texts.
@@ -54,7 +92,7 @@ class RecordBatch:
 
     def __init__(
         self,
-        values: list[bytes],
+        values: list[bytes] | Lines,
         cursors: Sequence,
         name: Callable[[Any], str],
         labels: Sequence | None = None,
@@ -75,6 +113,11 @@ class RecordBatch:
 
     def __iter__(self) -> Iterator[Record]:
         return map(self.__getitem__, range(len(self.values)))
+
+    def nbytes(self) -> int:
+        """The bytes of the records' values."""
+        values = self.values
+        return values.nbytes() if isinstance(values, Lines) else sum(map(len, values))
 
     def position(self, i: int) -> str:
         """Where record ``i`` was read, for people (``Record.position``)."""

@@ -453,7 +453,7 @@ class Runner:
                     break
                 arrived = bool(records)
                 if arrived:
-                    self._record_bytes = sum(map(len, records.values)) / len(records)
+                    self._record_bytes = records.nbytes() / len(records)
                     started = time.perf_counter()
                     with self._lock:
                         records = source.claim(records)

@@ -12,7 +12,6 @@ before it is ready do not count as idle time.
 
 from __future__ import annotations
 
-import functools
 import gzip
 import io
 import os
@@ -20,11 +19,14 @@ import selectors
 import sys
 from collections import deque
 from collections.abc import Iterator
-from itertools import accumulate, islice
+from itertools import islice
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
-from .records import Cursors, Record, RecordBatch
+import numpy as np
+
+from .._compiled import FAST as _fast
+from .records import Cursors, Lines, Record, RecordBatch
 
 __all__ = ["FileSource", "Source", "SourceError", "StdinReader", "StdinSource", "open_input"]
 
@@ -33,8 +35,6 @@ READ_BUFFER = 1 << 20
 #: A batch read from a file stops growing past this many bytes, whatever the number of records asked
 #: for, so that large records (e.g. whole emails) keep the memory a batch holds bounded.
 BATCH_BYTES = 1 << 26
-#: Lines a file is read by, between checks of the batch's size.
-LINES_PER_READ = 4096
 #: Bytes standard input is read by.
 READ_CHUNK = 1 << 16
 
@@ -94,9 +94,11 @@ class FileSource(Source):
 
     ``offset`` is the byte offset (in the decompressed stream) after the last record read and
     ``line`` its line number, so a reader can be reopened exactly where it stopped. A record's
-    cursor is its (offset after it, line number); blank lines are counted and skipped. With
-    ``max_bytes``, a longer line is never held whole: it is handed out cut to its first
-    ``max_bytes + 1`` bytes (which the parser refuses), the rest of it skipped as it is read.
+    cursor is its (offset after it, line number); blank lines are counted and skipped. The file is
+    read a block of ``READ_BUFFER`` bytes at a time and a batch's records are left in their block
+    (`Lines`), none copied unless asked for. With ``max_bytes``, a longer line is never held whole: it
+    is handed out cut to its first ``max_bytes + 1`` bytes (which the parser refuses), the rest of it
+    skipped as it is read.
     """
 
     def __init__(self, path: str | Path, offset: int = 0, line: int = 0, max_bytes: int | None = None) -> None:
@@ -108,85 +110,74 @@ class FileSource(Source):
         self.offset = offset
         self.line = line
         self.max_bytes = max_bytes
-        # the most a line is read by at once: a record of max_bytes and its "\r\n" (-1: no bound)
-        self._limit = -1 if max_bytes is None else max_bytes + 2
-        self._pieces = iter(functools.partial(self._file.readline, self._limit), b"")
-        self._lines_per_read = (
-            LINES_PER_READ if max_bytes is None else min(LINES_PER_READ, BATCH_BYTES // self._limit + 1)
-        )
+        # the bytes of a line kept to tell how to hand it out: a record of max_bytes, its "\r\n" (-1: all)
+        self._keep = -1 if max_bytes is None else max_bytes + 2
+        self._lines = _BlockLines(b"", *_NO_SPANS)  # the lines of the last block read ...
+        self._next = 0  # ... and the first of them not handed out yet
+        self._partial: list[bytes] = []  # the kept pieces of a line that goes on in the next block
+        self._partial_size = 0  # the bytes of that line read so far
         self._read_from = (offset, line)  # the position before the last batch read
 
     def read(self, n: int) -> RecordBatch | None:
         self._read_from = (self.offset, self.line)
-        while True:
-            values, sizes = self._lines(n)
-            if not values:
-                return None
+        while self._next < len(self._lines.sizes) or self._fill():
+            lines, start = self._lines, self._next
+            stop = self._next = min(len(lines.sizes), start + max(n, 1))
+            ends = self.offset + np.cumsum(lines.sizes[start:stop])
             first = self.line + 1
-            ends = list(accumulate(sizes, initial=self.offset))
-            self.line += len(values)
-            self.offset = ends[-1]
-            batch = RecordBatch(values, _line_cursors(ends, first), self._position)
-            if all(map(bytes.strip, values)):
+            self.line += stop - start
+            self.offset = int(ends[-1])
+            batch = RecordBatch(
+                Lines(lines.block, lines.starts[start:stop], lines.ends[start:stop]),
+                _line_cursors(ends, first),
+                self._position,
+            )
+            blank = lines.blank[start:stop]
+            if not blank.any():
                 return batch
-            kept = [i for i, value in enumerate(values) if value.strip()]
-            if kept:
-                return batch.keep(kept)
+            if not blank.all():
+                return batch.keep(np.flatnonzero(~blank).tolist())
+        return None
 
-    def _lines(self, n: int) -> tuple[list[bytes], list[int]]:
-        """The next lines, up to ``n`` of them or ``BATCH_BYTES``, whichever comes first, without
-        their line ends, and the bytes each took in the file."""
-        values: list[bytes] = []
-        sizes: list[int] = []
-        total = 0
-        while len(values) < n and total < BATCH_BYTES:
-            wanted = min(n - len(values), self._lines_per_read)
-            pieces = list(islice(self._pieces, wanted))
-            piece_sizes = list(map(len, pieces))
-            if pieces and max(piece_sizes) == self._limit:
-                more, more_sizes = self._cut_long_lines(pieces)
-            else:
-                more, more_sizes = [piece.rstrip(b"\r\n") for piece in pieces], piece_sizes
-            values += more
-            sizes += more_sizes
-            total += sum(more_sizes)
-            if len(pieces) < wanted:  # the end of the file
+    def _fill(self) -> bool:
+        """Split the next block of the file into lines (taking the rest of a line from the blocks after it);
+        False once the file has ended and no line is left."""
+        while True:
+            block = self._file.read(READ_BUFFER)
+            if not block:  # the end of the file: a last line without a line end
+                if not self._partial_size:
+                    return False
+                self._lines = _split_lines(b"".join(self._partial) + b"\n", self._keep)
+                self._lines.sizes[0] = self._partial_size
+                self._partial, self._partial_size = [], 0
+                self._next = 0
+                return True
+            if b"\n" in block:
                 break
-        return values, sizes
+            self._add_partial(block)
+        extra = self._partial_size - sum(map(len, self._partial))  # bytes of the first line not kept
+        buffer = b"".join([*self._partial, block]) if self._partial else block
+        lines = _split_lines(buffer, self._keep)
+        lines.sizes[0] += extra
+        self._partial, self._partial_size = [], 0
+        self._add_partial(buffer[lines.used :])
+        self._lines, self._next = lines, 0
+        return True
 
-    def _cut_long_lines(self, pieces: list[bytes]) -> tuple[list[bytes], list[int]]:
-        """``pieces`` read by at most ``max_bytes + 2`` bytes as lines: each line longer than
-        ``max_bytes`` cut to ``max_bytes + 1`` bytes (read on past the end of ``pieces`` if the last
-        line goes on), and the bytes each took."""
-        assert self.max_bytes is not None  # only a bounded read cuts lines
-        values: list[bytes] = []
-        sizes: list[int] = []
-        long = False  # whether the last line has not ended with its last piece
-        for piece in pieces:
-            if long:
-                sizes[-1] += len(piece)
-            else:
-                values.append(piece[: self.max_bytes + 1] if _unended(piece, self._limit) else piece.rstrip(b"\r\n"))
-                sizes.append(len(piece))
-            long = _unended(piece, self._limit)
-        if long:
-            sizes[-1] += self._skip_line()
-        return values, sizes
-
-    def _skip_line(self) -> int:
-        """Read past the rest of the current line, a buffer at a time; the bytes skipped."""
-        skipped = 0
-        while piece := self._file.readline(READ_BUFFER):
-            skipped += len(piece)
-            if piece.endswith(b"\n"):
-                break
-        return skipped
+    def _add_partial(self, piece: bytes) -> None:
+        """Add ``piece`` to the line that goes on in the next block, keeping its first ``max_bytes + 2`` bytes."""
+        kept = piece if self._keep < 0 else piece[: max(self._keep - sum(map(len, self._partial)), 0)]
+        if kept:
+            self._partial.append(kept)
+        self._partial_size += len(piece)
 
     def unclaim(self, batch: RecordBatch, done: int) -> None:
         """Back to the end of record ``done - 1`` of ``batch`` (the last read), or to where the batch
         was read from: the next read starts with record ``done``."""
         self.offset, self.line = batch.cursors[done - 1] if done else self._read_from
         self._file.seek(self.offset)
+        self._lines, self._next = _BlockLines(b"", *_NO_SPANS), 0
+        self._partial, self._partial_size = [], 0
 
     def _position(self, cursor: tuple[int, int]) -> str:
         return f"{self.name}:{cursor[1]}"
@@ -333,15 +324,63 @@ class StdinSource(Source):
         return {"line": self.line}
 
 
-def _unended(piece: bytes, limit: int) -> bool:
-    """Whether a line read by at most ``limit`` bytes goes on past ``piece``."""
-    return len(piece) == limit and not piece.endswith(b"\n")
+class _BlockLines(NamedTuple):
+    """The lines of a block that end in "\\n": their records' spans in ``block``, the bytes each line takes,
+    which records are blank, and the bytes up to the last "\\n" (``split_lines``)."""
+
+    block: bytes
+    starts: np.ndarray
+    ends: np.ndarray
+    sizes: np.ndarray
+    blank: np.ndarray
+    used: int
 
 
-def _line_cursors(ends: list[int], first: int) -> Cursors:
-    """The cursors of lines ``first``, ``first + 1``, ...: (the offset after the line, its number),
-    with ``ends`` the offsets before the first line and after each."""
-    return Cursors(len(ends) - 1, lambda i: (ends[i + 1], first + i))
+_NO_SPANS = (
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0, dtype=bool),
+    0,
+)
+
+
+def _split_lines(block: bytes, keep: int) -> _BlockLines:
+    """The lines of ``block`` that end in "\\n" (compiled where it can be: ``_fast.split_lines``): a record is the
+    line without its "\\n" and the "\\r"s before it, or, for a line of ``keep`` bytes or more (keep >= 0), its first
+    keep - 1 bytes."""
+    if _fast is not None:
+        starts, ends, sizes, blank, used = _fast.split_lines(block, keep)
+        return _BlockLines(
+            block,
+            np.frombuffer(starts, dtype=np.int64),
+            np.frombuffer(ends, dtype=np.int64),
+            np.frombuffer(sizes, dtype=np.int64).copy(),  # (the first line's size is corrected in place)
+            np.frombuffer(blank, dtype=bool),
+            used,
+        )
+    used = block.rfind(b"\n") + 1
+    spans = []
+    start = 0
+    for line in block[:used].split(b"\n")[:-1]:
+        end = start + keep - 1 if 0 <= keep <= len(line) else start + len(line.rstrip(b"\r"))
+        spans.append((start, end, len(line) + 1, not block[start:end].strip()))
+        start += len(line) + 1
+    columns = list(zip(*spans)) or [(), (), (), ()]
+    return _BlockLines(
+        block,
+        np.array(columns[0], dtype=np.int64),
+        np.array(columns[1], dtype=np.int64),
+        np.array(columns[2], dtype=np.int64),
+        np.array(columns[3], dtype=bool),
+        used,
+    )
+
+
+def _line_cursors(ends: np.ndarray, first: int) -> Cursors:
+    """The cursors of lines ``first``, ``first + 1``, ...: (the offset after the line, its number), with ``ends``
+    the offsets after each."""
+    return Cursors(len(ends), lambda i: (int(ends[i]), first + i))
 
 
 def _numbered_cursors(lines: list[int]) -> Cursors:
