@@ -17,8 +17,10 @@ the whole training set, test error) after every 50,000-row chunk and at the end 
 clock runs only while learning (evaluation, data preparation outside it). Each stops after
 ``--max-passes`` passes or once its learning time reaches ``--budget-seconds`` (checked per chunk):
 
-* pegasos_stream ``PegasosClassifier(lambda_=λ)``: ``learn_one`` per row (dict rows built beforehand),
-  and ``learn_csr`` once per chunk (the compiled replay path; skipped when the class lacks it);
+* pegasos_stream ``PegasosClassifier(lambda_=λ)``: ``learn_one`` per row (weights in a dict, online Platt
+  calibration fitted; dict rows built beforehand); and ``PegasosClassifier(lambda_=λ, n_features=47236,
+  calibrate=False)``: ``learn_csr`` once per chunk (the compiled replay path, weights in a float64 array, no
+  calibration: margins only, the work of scikit-learn's hinge model; the same weights bit for bit);
 * scikit-learn ``SGDClassifier(loss="hinge", alpha=λ, learning_rate="optimal", fit_intercept=False,
   shuffle=False)``: ``partial_fit`` per chunk; and ``fit`` with ``max_iter=k`` (tol=None), one fresh
   fit per k = 1..max-passes;
@@ -27,8 +29,13 @@ clock runs only while learning (evaluation, data preparation outside it). Each s
   ``--l2 λ --noconstant`` and with VW's defaults, one fresh run of ``--passes k`` per k from a cache
   built beforehand; weights read back from the saved model.
 
+Paired rounds: the two fastest per-chunk learners, ours ``learn_csr`` (arrays, ``calibrate=False``) and
+scikit-learn ``partial_fit``, fresh models in turn (ours, scikit-learn, ours, …) for ``--pair-rounds`` rounds,
+on the same chunk matrices, each stopping at its first evaluation meeting the criterion (or at the budget);
+per round, the ratio of their learning seconds to the criterion, ours ÷ scikit-learn.
+
 Usage: ``python scripts/bench_scale.py [--n 781265] [--n-test 23149] [--budget-seconds 120]
-[--max-passes 5] [--out reports/scale.json] [--seed 0]``
+[--max-passes 5] [--pair-rounds 5] [--out reports/scale.json] [--seed 0]``
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from __future__ import annotations
 import argparse
 import gc
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -48,7 +56,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from _harness import add_out_argument, fmt, invocation, section, warn_if_busy, write_document
+from _harness import add_out_argument, fmt, invocation, min_median, section, warn_if_busy, write_document
 from _stream_data import rcv1_like_rows
 from matplotlib.figure import Figure
 from river import linear_model, optim
@@ -76,6 +84,9 @@ ERROR_SLACK = 0.1
 #: VW's hash of the constant (bias) feature.
 VW_CONSTANT = 11_650_396
 PEGASOS = "pegasos_stream"
+#: The two per-chunk learners of the paired rounds.
+OURS_CSR = f"{PEGASOS} PegasosClassifier(n_features, calibrate=False).learn_csr"
+SGD_STREAM = "scikit-learn SGDClassifier.partial_fit"
 
 
 @dataclass
@@ -165,6 +176,16 @@ def chunk_bounds(n: int) -> list[tuple[int, int]]:
     return [(a, min(a + CHUNK, n)) for a in range(0, n, CHUNK)]
 
 
+def chunk_matrices(problem: Problem) -> list[tuple[sp.csr_matrix, np.ndarray]]:
+    """The training set per ``chunk_bounds``: (rows as a CSR matrix, labels ±1.0), partial_fit's arguments."""
+    return [(problem.X[a:b], problem.y[a:b]) for a, b in chunk_bounds(problem.n)]
+
+
+def csr_arguments(matrices: list[tuple[sp.csr_matrix, np.ndarray]]) -> list[tuple[np.ndarray, ...]]:
+    """learn_csr's arguments for each chunk: the chunk matrix's own arrays (indptr, indices, data), labels as bools."""
+    return [(X.indptr, X.indices, X.data, y > 0) for X, y in matrices]
+
+
 def replay(
     learner: str,
     problem: Problem,
@@ -172,9 +193,10 @@ def replay(
     chunks: Sequence[Any],
     learn: Callable[[Any], object],
     weights: Callable[[], tuple[np.ndarray, float]],
+    until_met: bool = False,
 ) -> Run:
     """Learn ``chunks`` (one per ``chunk_bounds``) in order, pass after pass, timing only ``learn``;
-    evaluate ``weights()`` (w, b) after every chunk."""
+    evaluate ``weights()`` (w, b) after every chunk; with ``until_met``, stop once it meets the criterion."""
     run = Run(learner)
     sizes = [b - a for a, b in chunk_bounds(problem.n)]
     seconds, seen = 0.0, 0
@@ -185,7 +207,12 @@ def replay(
             seconds += time.perf_counter() - start
             seen += size
             w, b = weights()
-            run.points.append(Point(seconds, seen, problem.objective(w, b), problem.test_error(w, b)))
+            point = Point(seconds, seen, problem.objective(w, b), problem.test_error(w, b))
+            run.points.append(point)
+            if until_met and problem.meets(point.objective, point.test_error):
+                run.stopped = f"the criterion met at {seconds:.2f} s"
+                progress(run, problem, "criterion met")
+                return run
             if seconds >= budget.seconds:
                 run.stopped = f"{seconds:.1f} s of learning, {seen / problem.n:.2f} passes"
                 progress(run, problem)
@@ -245,9 +272,8 @@ def optimum(problem: Problem) -> list[list[str]]:
     return rows
 
 
-def pegasos(problem: Problem, rows: list[tuple[dict, bool]], budget: Budget) -> tuple[list[Run], list[str]]:
-    """PegasosClassifier by ``learn_one`` per row and, when present, by ``learn_csr`` per chunk."""
-    bounds = chunk_bounds(problem.n)
+def pegasos(problem: Problem, rows: list[tuple[dict, bool]], budget: Budget) -> list[Run]:
+    """PegasosClassifier by ``learn_one`` per row (weights in a dict) and by ``learn_csr`` per chunk (``csr_run``)."""
     model = PegasosClassifier(lambda_=LAMBDA)
 
     def learn_rows(chunk: list[tuple[dict, bool]]) -> None:
@@ -255,40 +281,30 @@ def pegasos(problem: Problem, rows: list[tuple[dict, bool]], budget: Budget) -> 
         for x, y in chunk:
             learn_one(x, y)
 
-    runs = [
-        replay(
-            f"{PEGASOS} PegasosClassifier.learn_one",
-            problem,
-            budget,
-            [rows[a:b] for a, b in bounds],
-            learn_rows,
-            lambda: (dense(model.weights), 0.0),
-        )
-    ]
-    if not hasattr(PegasosClassifier, "learn_csr"):
-        return runs, ["PegasosClassifier.learn_csr: not run (this version of pegasos_stream has no learn_csr)."]
-    csr_model = PegasosClassifier(lambda_=LAMBDA)
-    X, positive = problem.X, problem.y > 0
-    chunks = [
-        (
-            X.indptr[a : b + 1] - X.indptr[a],
-            X.indices[X.indptr[a] : X.indptr[b]],
-            X.data[X.indptr[a] : X.indptr[b]],
-            positive[a:b],
-        )
-        for a, b in bounds
-    ]
-    runs.append(
-        replay(
-            f"{PEGASOS} PegasosClassifier.learn_csr",
-            problem,
-            budget,
-            chunks,
-            lambda chunk: csr_model.learn_csr(*chunk),
-            lambda: (dense(csr_model.weights), 0.0),
-        )
+    by_row = replay(
+        f"{PEGASOS} PegasosClassifier.learn_one",
+        problem,
+        budget,
+        [rows[a:b] for a, b in chunk_bounds(problem.n)],
+        learn_rows,
+        lambda: (dense(model.weights), 0.0),
     )
-    return runs, []
+    return [by_row, csr_run(problem, budget, csr_arguments(chunk_matrices(problem)))]
+
+
+def csr_run(problem: Problem, budget: Budget, chunks: list[tuple[np.ndarray, ...]], until_met: bool = False) -> Run:
+    """``learn_csr`` per chunk (``csr_arguments``), weights in a float64 array of the matrix's columns, no
+    calibration: the work of scikit-learn's hinge model, the weights of ``learn_one`` bit for bit."""
+    model = PegasosClassifier(lambda_=LAMBDA, n_features=problem.X.shape[1], calibrate=False)
+    return replay(
+        OURS_CSR,
+        problem,
+        budget,
+        chunks,
+        lambda chunk: model.learn_csr(*chunk),
+        lambda: (dense(model.weights), 0.0),
+        until_met,
+    )
 
 
 def sgd_model(max_iter: int = 1) -> SGDClassifier:
@@ -303,20 +319,26 @@ def sgd_model(max_iter: int = 1) -> SGDClassifier:
     )
 
 
-def sklearn_sgd(problem: Problem, budget: Budget) -> tuple[list[Run], list[list[str]]]:
-    """SGDClassifier: partial_fit per chunk (a stream), then fresh fits of k epochs (batch)."""
+def partial_fit_run(
+    problem: Problem, budget: Budget, chunks: list[tuple[sp.csr_matrix, np.ndarray]], until_met: bool = False
+) -> Run:
+    """SGDClassifier ``partial_fit`` per chunk (``chunk_matrices``): a stream."""
     model = sgd_model()
     classes = np.array([-1.0, 1.0])
-    chunks = [(problem.X[a:b], problem.y[a:b]) for a, b in chunk_bounds(problem.n)]
-    streaming = replay(
-        "scikit-learn SGDClassifier.partial_fit",
+    return replay(
+        SGD_STREAM,
         problem,
         budget,
         chunks,
         lambda chunk: model.partial_fit(*chunk, classes=classes),
         lambda: (model.coef_.ravel(), 0.0),
+        until_met,
     )
-    del chunks
+
+
+def sklearn_sgd(problem: Problem, budget: Budget) -> tuple[list[Run], list[list[str]]]:
+    """SGDClassifier: partial_fit per chunk (a stream), then fresh fits of k epochs (batch)."""
+    streaming = partial_fit_run(problem, budget, chunk_matrices(problem))
 
     def fit(passes: int) -> tuple[np.ndarray, float]:
         with warnings.catch_warnings():
@@ -326,6 +348,49 @@ def sklearn_sgd(problem: Problem, budget: Budget) -> tuple[list[Run], list[list[
 
     batch, rows = batch_runs("scikit-learn SGDClassifier.fit(max_iter=k)", problem, budget, fit)
     return [streaming, batch], rows
+
+
+def paired(problem: Problem, budget: Budget, rounds: int) -> list[tuple[Run, Run]]:
+    """``rounds`` rounds of ``csr_run`` then ``partial_fit_run``, fresh models on the same chunks, each until the
+    criterion."""
+    matrices = chunk_matrices(problem)
+    arguments = csr_arguments(matrices)
+    pairs = []
+    for number in range(1, rounds + 1):
+        print(f"  round {number}", file=sys.stderr)
+        gc.collect()
+        ours = csr_run(problem, budget, arguments, until_met=True)
+        gc.collect()
+        pairs.append((ours, partial_fit_run(problem, budget, matrices, until_met=True)))
+    return pairs
+
+
+def ratio(pair: tuple[Run, Run], problem: Problem) -> float | None:
+    """Ours ÷ scikit-learn's seconds to the criterion; None unless both met it."""
+    ours, theirs = (run.first_meeting(problem) for run in pair)
+    return ours.seconds / theirs.seconds if ours and theirs else None
+
+
+def pair_row(number: int, pair: tuple[Run, Run], value: float | None, problem: Problem) -> list[str]:
+    """The paired table's row: each learner's seconds and examples to the criterion, and their ratio ``value``."""
+    cells = [str(number)]
+    for run in pair:
+        met = run.first_meeting(problem)
+        cells += (
+            [fmt(met.seconds, ".3f"), f"{met.examples:,}"]
+            if met
+            else [f"not reached (stopped after {run.stopped})", "–"]
+        )
+    return [*cells, fmt(value, ".2f") if value is not None else "undefined"]
+
+
+def pair_summary(ratios: list[float | None]) -> str:
+    """Min and median of the rounds' defined ratios, and how many are defined: "min 0.80, median 0.85"."""
+    defined = [r for r in ratios if r is not None]
+    if not defined:
+        return "undefined in every round"
+    counted = "" if len(defined) == len(ratios) else f" ({len(defined)} of {len(ratios)} rounds defined)"
+    return min_median(defined) + counted
 
 
 def batch_runs(
@@ -515,14 +580,15 @@ def plot(runs: list[Run], problem: Problem, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def headline(runs: list[Run], problem: Problem) -> list[str]:
-    """The fastest pegasos_stream path to the criterion against the fastest peer."""
+def headline(runs: list[Run], ratios: list[float | None], problem: Problem) -> list[str]:
+    """The fastest pegasos_stream path to the criterion against the fastest peer, with the paired rounds' ratios."""
     times = {run.learner: met.seconds for run in runs if (met := run.first_meeting(problem))}
     ours = [t for name, t in times.items() if name.startswith(PEGASOS)]
     peers = {name: t for name, t in times.items() if not name.startswith(PEGASOS)}
     peer = min(peers, key=peers.get) if peers else "no peer reached it"
     return [
-        f"time to 1% of optimum objective, RCV1-like {problem.n // 1000}k (s)",
+        f"time to 1% of optimum objective, RCV1-like {problem.n // 1000}k (s; learn_csr ÷ partial_fit in "
+        f"{len(ratios)} paired rounds: {pair_summary(ratios)})",
         fmt(min(ours), ".2f") if ours else "not reached",
         peer,
         fmt(peers.get(peer), ".2f"),
@@ -535,6 +601,9 @@ def main() -> None:
     parser.add_argument("--n-test", type=int, default=23_149, help="test rows (default: 23,149)")
     parser.add_argument("--budget-seconds", type=float, default=120.0, help="learning seconds per learner")
     parser.add_argument("--max-passes", type=int, default=5, help="passes over the training set per learner")
+    parser.add_argument(
+        "--pair-rounds", type=int, default=5, help="paired rounds of learn_csr and partial_fit to the criterion"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic stream")
     add_out_argument(parser, "scale.json")
     args = parser.parse_args()
@@ -550,7 +619,7 @@ def main() -> None:
     start = time.perf_counter()
     rows = dict_rows(problem)
     print(f"dict rows built in {time.perf_counter() - start:.1f} s; pegasos_stream ...", file=sys.stderr)
-    runs, notes = pegasos(problem, rows, budget)
+    runs = pegasos(problem, rows, budget)
     print("river ...", file=sys.stderr)
     runs += river_models(problem, rows, budget)
     del rows
@@ -562,7 +631,10 @@ def main() -> None:
     vw_runs, vw_rows, vw_notes = vowpal_wabbit(problem, budget)
     runs += vw_runs
     batch_rows += vw_rows
-    notes += vw_notes
+    print(f"paired rounds, {OURS_CSR} and {SGD_STREAM} ...", file=sys.stderr)
+    pairs = paired(problem, budget, args.pair_rounds)
+    ratios = [ratio(pair, problem) for pair in pairs]
+    defined = [r for r in ratios if r is not None]
 
     figure = args.out.with_name("scale_objective.png")
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -588,10 +660,14 @@ def main() -> None:
         "are fresh runs of k = 1, 2, … passes; their time is that of the first run meeting the criterion."
     )
     learners = (
-        "Learners: PegasosClassifier(lambda_=1e-4) by learn_one(dict, bool) per row and by learn_csr(indptr, "
-        "indices, data, y) per chunk (the same updates, compiled). SGDClassifier(loss='hinge', alpha=1e-4, "
-        "learning_rate='optimal', fit_intercept=False, shuffle=False): partial_fit per chunk is one sequential "
-        "SGD pass over the chunk's rows, i.e. per-event learning in C. river LogisticRegression(loss=Hinge(), "
+        "Learners: PegasosClassifier(lambda_=1e-4) by learn_one(dict, bool) per row, weights in a dict and "
+        "predict_proba_one's online Platt calibration fitted on every margin; PegasosClassifier(lambda_=1e-4, "
+        f"n_features={problem.X.shape[1]}, calibrate=False) by learn_csr(indptr, indices, data, y) per chunk: the "
+        "same updates, compiled, weights in a float64 array and no calibration, so it computes margins only, as "
+        "scikit-learn's hinge SGDClassifier does (it has no predict_proba); its weights are learn_one's bit for "
+        "bit. SGDClassifier(loss='hinge', alpha=1e-4, learning_rate='optimal', fit_intercept=False, "
+        "shuffle=False): partial_fit per chunk is one sequential SGD pass over the chunk's rows, i.e. per-event "
+        "learning in C. river LogisticRegression(loss=Hinge(), "
         "l2=1e-4, intercept_lr=0): plain SGD with a constant learning rate of 0.01, and its l2 term touches only "
         "the features of the current row (λ·w_j added to the gradient of those), so it optimises a "
         "frequency-weighted version of this objective and cannot be expected to converge to f*. river "
@@ -617,7 +693,7 @@ def main() -> None:
             ">examples/s",
         ],
         [main_row(run, problem) for run in runs],
-        [criterion, *near_misses(runs, problem), timed, learners, *notes],
+        [criterion, *near_misses(runs, problem), timed, learners, *vw_notes],
         [figure.name],
     )
     svc_note = (
@@ -636,16 +712,45 @@ def main() -> None:
         ["learner", ">passes", ">seconds", ">objective", ">f/f* − 1", ">test error"],
         batch_rows,
     )
+    pair_note = (
+        f"Each round runs {OURS_CSR} (lambda_=1e-4) and then {SGD_STREAM} (the configuration above), fresh models, "
+        f"on the same chunk matrices of {CHUNK:,} rows in file order (ours takes each matrix's indptr, indices "
+        "and data arrays and the labels as bools, scikit-learn the matrix and the labels ±1.0), the clock around "
+        "the learning calls only; each is evaluated after every chunk, outside the clock, and stops at the first "
+        "evaluation meeting the criterion, or at the budget (then its round has no ratio). Ratio: our seconds to "
+        f"the criterion ÷ scikit-learn's in the same round (below 1: ours faster): {pair_summary(ratios)}."
+    )
+    pair_section = section(
+        f"Paired rounds: seconds to the criterion, learn_csr against partial_fit ({len(pairs)} rounds)",
+        [
+            "round",
+            ">ours: seconds",
+            ">ours: examples",
+            ">scikit-learn: seconds",
+            ">scikit-learn: examples",
+            ">ours ÷ scikit-learn",
+        ],
+        [pair_row(number, pair, value, problem) for number, (pair, value) in enumerate(zip(pairs, ratios), 1)],
+        [pair_note],
+    )
     wall_seconds = time.perf_counter() - wall
     write_document(
         args.out,
         "Learning speed at scale: time to the Pegasos paper's 1% criterion",
         invocation(),
-        [main_section, optimum_section, batch_section],
-        headline=[headline(runs, problem)],
+        [main_section, pair_section, optimum_section, batch_section],
+        headline=[headline(runs, ratios, problem)],
         wall_seconds=wall_seconds,
         optimum={"f_star": problem.f_star, "e_star": problem.e_star},
         runs=[asdict(run) for run in runs],
+        paired={
+            "rounds": [
+                {"ours": asdict(ours), "scikit-learn": asdict(theirs), "ratio": value}
+                for (ours, theirs), value in zip(pairs, ratios)
+            ],
+            "ratio_min": min(defined, default=None),
+            "ratio_median": statistics.median(defined) if defined else None,
+        },
     )
     print(f"\nwall time {wall_seconds:.0f} s", file=sys.stderr)
 
