@@ -19,7 +19,8 @@
  * rows_from_dicts: feature dicts to CSR columns, naming columns through a dict key -> column.
  * parse_svmlight: svmlight lines to CSR rows at C speed; any line outside the plain ASCII grammar is
  *     marked for the Python parser, which gives the same event or the same error message.
- * split_lines: a block of a file to the spans of its lines, for parse_svmlight to read in place.
+ * split_lines: a block of a file to the spans of its lines, for parse_svmlight to read in place;
+ *     span_list: the spans as bytes objects, for the parsers that take those.
  * parse_json_events: labelled JSON feature events ({id, x, label} in the plain grammar: ASCII, no escapes,
  *     distinct names, numbers as json gives them) to CSR rows, ids and labels; any other value is
  *     marked for the Python parser.
@@ -1678,6 +1679,26 @@ static inline const char *line_at(const LineSet *set, Py_ssize_t r, Py_ssize_t *
     return PyBytes_AS_STRING(set->buffer) + a[r];
 }
 
+/* span_list(buffer, starts, ends) -> the list of buffer[starts[i]:ends[i]] (the lines of a LineSet as bytes). */
+static PyObject *span_list(PyObject *self, PyObject *args) {
+    LineSet set;
+    if (open_lines(args, &set, "span_list") < 0 || !set.buffer) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "span_list: expected (bytes, starts, ends)");
+        close_lines(&set);
+        return NULL;
+    }
+    PyObject *list = PyList_New(set.n);
+    for (Py_ssize_t r = 0; list && r < set.n; r++) {
+        Py_ssize_t len;
+        const char *line = line_at(&set, r, &len);
+        PyObject *value = PyBytes_FromStringAndSize(line, len);
+        if (!value) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, r, value);
+    }
+    close_lines(&set);
+    return list;
+}
+
 /* bytes.strip()'s whitespace. */
 static inline int py_space(unsigned char c) { return c == ' ' || (c >= 9 && c <= 13); }
 
@@ -1910,6 +1931,7 @@ typedef struct {
     Slot *slots;
     Py_ssize_t mask, used;
     Growing spellings, arena, pending;  /* pending: the names of the row being read */
+    Growing entries;  /* the entry of each column of the call's ``keys``, in their order */
     uint64_t call;
     int busy;  /* a parse_json_events call is using the table */
     uint32_t row;  /* the stamp of the row being read: rows are numbered across calls */
@@ -2007,7 +2029,8 @@ static inline Slot *name_slot(Names *t, PyObject *keys, const char *s, const Pen
     }
     if (slot->call != t->call) {
         slot->column = PyList_GET_SIZE(keys);
-        if (PyList_Append(keys, slot->name) < 0) return NULL;
+        int64_t entry = slot->entry;
+        if (PyList_Append(keys, slot->name) < 0 || grow(&t->entries, &entry, 8) < 0) return NULL;
         slot->call = t->call;
     }
     return slot;
@@ -2026,6 +2049,7 @@ static void names_clear(Names *t) {
     PyMem_Free(t->spellings.data);
     PyMem_Free(t->arena.data);
     PyMem_Free(t->pending.data);
+    PyMem_Free(t->entries.data);
     PyMem_Free(t);
 }
 
@@ -2162,9 +2186,10 @@ python:
 }
 
 /* parse_json_events(values, id_field, x_field, label_field, text_field, max_bytes, names, keys)
- * -> (status, indptr, indices, data, ids, labels): status per value as bytes (0 row, 2 for the Python
+ * -> (status, indptr, indices, data, ids, labels, entries): status per value as bytes (0 row, 2 for the Python
  * parser); one CSR row, id (None when absent) and label per status-0 value. ``names`` is a name_table()
- * kept from call to call; the columns of this call are named by ``keys`` (filled in first-seen order). */
+ * kept from call to call; the columns of this call are named by ``keys`` (filled in first-seen order), and
+ * ``entries`` (int64 bytes) numbers each as the table does (the names in the order the table first met them). */
 static PyObject *parse_json_events(PyObject *self, PyObject *args) {
     PyObject *values, *field_names[4], *capsule, *keys;
     Py_ssize_t max_bytes;
@@ -2178,6 +2203,7 @@ static PyObject *parse_json_events(PyObject *self, PyObject *args) {
         return NULL;
     }
     names->call++;
+    names->entries.len = 0;
     Field fields[4];  /* id, x, label, text */
     int distinct = read_fields(field_names, fields);
     Growing status = {.in_bytes = 1}, indptr = {.in_bytes = 1}, indices = {.in_bytes = 1}, data = {.in_bytes = 1};
@@ -2222,8 +2248,9 @@ static PyObject *parse_json_events(PyObject *self, PyObject *args) {
         if (failed) goto fail;
     }
     names->busy = 0;
-    return Py_BuildValue("NNNNNN", take_bytes(&status), take_bytes(&indptr), take_bytes(&indices),
-                         take_bytes(&data), ids, labels);
+    return Py_BuildValue("NNNNNNy#", take_bytes(&status), take_bytes(&indptr), take_bytes(&indices),
+                         take_bytes(&data), ids, labels, names->entries.data ? names->entries.data : "",
+                         names->entries.len);
 fail:
     names->busy = 0;
     discard(&status);
@@ -2461,6 +2488,7 @@ static PyMethodDef methods[] = {
     {"rows_from_dicts", rows_from_dicts, METH_VARARGS, "Feature dicts to CSR bytes (indptr, indices, data)."},
     {"parse_svmlight", parse_svmlight, METH_VARARGS, "svmlight lines to (status, indptr, indices, data, labels)."},
     {"split_lines", split_lines, METH_VARARGS, "A block's lines as spans: (starts, ends, sizes, blank, used)."},
+    {"span_list", span_list, METH_VARARGS, "The spans of a block as a list of bytes."},
     {"parse_json_events", parse_json_events, METH_VARARGS,
      "JSON feature events to (status, indptr, indices, data, ids, labels)."},
     {"parse_json_texts", parse_json_texts, METH_VARARGS,

@@ -384,7 +384,7 @@ def _same(a: object, b: object) -> bool:
 def test_the_c_json_parser_agrees_with_the_python_one(data):
     fields = data.draw(JSON_FIELDS)
     lines = data.draw(st.lists(_json_line(fields), max_size=6))
-    status, rows, ids, labels = parse_json_events(lines, fields, JSON_MAX_BYTES)
+    status, rows, ids, labels, _ = parse_json_events(lines, fields, JSON_MAX_BYTES)
     assert status.tolist() == [0 if _in_c_grammar(line, fields, JSON_MAX_BYTES) else 2 for line in lines]
     assert len(rows) == len(ids) == len(labels) == int((status == 0).sum())
     parser = EventParser("json", fields=fields, max_bytes=JSON_MAX_BYTES)
@@ -405,7 +405,7 @@ def test_name_tables_kept_across_calls_change_nothing_but_identity(data):
     columns are those of a fresh table, and a name is one str object in every call."""
     fields = data.draw(JSON_FIELDS)
     chunks = data.draw(st.lists(st.lists(_json_line(fields), max_size=4), max_size=4))
-    table, seen = name_table(), {}
+    table, seen, entries = name_table(), {}, {}
     for lines in chunks:
         kept = parse_json_events(lines, fields, JSON_MAX_BYTES, table)
         fresh = parse_json_events(lines, fields, JSON_MAX_BYTES)
@@ -415,8 +415,10 @@ def test_name_tables_kept_across_calls_change_nothing_but_identity(data):
         assert rows.indptr.tolist() == fresh_rows.indptr.tolist()
         assert rows.indices.tolist() == fresh_rows.indices.tolist()
         assert rows.data.tobytes() == fresh_rows.data.tobytes()
-        for key in rows.keys:
+        for key, entry in zip(rows.keys, kept[4].tolist(), strict=True):
             assert seen.setdefault(key, key) is key
+            assert entries.setdefault(key, entry) == entry  # a name's entry in the table is the same in every call
+        assert len(set(kept[4].tolist())) == len(rows.keys)
     numbered = data.draw(st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=5, unique=True), max_size=6))
     lines = [("1 " + " ".join(f"{j}:1.5" for j in row)).encode() for row in numbered]
     names, seen = [], {}
@@ -451,7 +453,7 @@ def test_name_tables_kept_across_calls_change_nothing_but_identity(data):
 def test_plain_json_events_take_the_compiled_path(fields, events, indent):
     objects = [{fields[k]: v for k, v in event.items()} for event in events]
     lines = [json.dumps(obj, indent=indent).encode() for obj in objects]
-    status, rows, ids, labels = parse_json_events(lines, fields, 10_000)
+    status, rows, ids, labels, _ = parse_json_events(lines, fields, 10_000)
     assert status.tolist() == [0] * len(lines)
     for row, event in enumerate(events):
         assert list(rows.row(row).items()) == [(k, float(v)) for k, v in event["x"].items()]
@@ -564,7 +566,9 @@ def test_the_c_json_parser_on_edge_cases():
         b'{"x": {"a": 1}, "label": 1, "text": "t"}',  # text beside the features: Python's
         b' {"label" :"ham","id":7,\n"x":{ }} ',
     ]
-    status, rows, ids, labels = parse_json_events(lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 1000)
+    status, rows, ids, labels, _ = parse_json_events(
+        lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 1000
+    )
     assert status.tolist() == [0, 2, 2, 2, 2, 0]
     assert rows.indptr.tolist() == [0, 3, 3] and rows.keys == ["a", "b", "c"]
     assert [v.hex() for v in rows.data.tolist()] == [(0.0).hex(), (1e-5).hex(), (123456789012345.0).hex()]
@@ -580,7 +584,7 @@ def test_many_names_grow_the_c_name_table():
     names = [f"n{i}" for i in range(3000)] + [f"a_long_feature_name_{i}" for i in range(3000)]
     lines = [json.dumps({"x": {n: i for i, n in enumerate(names[s::7])}, "label": True}).encode() for s in range(7)]
     lines += [json.dumps({"x": dict.fromkeys(names[::-3], 1.5), "label": False}).encode()]
-    status, rows, _, _ = parse_json_events(lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 10**6)
+    status, rows, _, _, _ = parse_json_events(lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 10**6)
     assert status.tolist() == [0] * 8 and sorted(rows.keys) == sorted(names)
     assert [list(rows.row(i).items()) for i in range(8)] == [
         [(k, float(v)) for k, v in json.loads(line)["x"].items()] for line in lines

@@ -1033,3 +1033,43 @@ def test_python_dash_m_runs_the_command_line():
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["events"] == 20
+
+
+@pytest.mark.parametrize("hash_bits", [3, 12])
+@pytest.mark.parametrize("form", ["json", "svmlight"])
+def test_hashed_feature_events_in_batches_give_the_model_and_predictions_of_one_at_a_time(tmp_path, form, hash_bits):
+    """Feature events hashed into columns (features.hash_bits; 2**3 columns: names share columns in most rows):
+    each batch size gives the one-at-a-time run's model, predictions and rejections, with the records the
+    compiled parser leaves to Python among them."""
+    rng = random.Random(hash_bits)
+    names = [f"w{j}" for j in range(40)]
+    events = [
+        {"id": f"e{i}", "x": {name: round(rng.uniform(-2, 2), 3) for name in rng.sample(names, 6)}, "label": i % 3 > 0}
+        for i in range(300)
+    ]
+    if form == "json":
+        lines = [json.dumps(event).encode() for event in events]
+        odd = [
+            b'{"id": "n1", "x": {"w1": 1e999}, "label": true}',  # not finite: the hasher refuses it
+            b'{"id": "s1", "x": {"w\\u0031": 2.0, "w2": 1.0}, "label": false}',  # an escape: Python
+            b'{"id": "u1", "x": {"w3": 1.0}}',  # predicted, its label comes later
+            b'{"id": "u1", "label": true}',
+            b'{"id": "m1", "x": {"w3": ',  # malformed
+        ]
+    else:
+        lines = [
+            (("+1 " if event["label"] else "-1 ") + " ".join(f"{k}:{v}" for k, v in event["x"].items())).encode()
+            for event in events
+        ]
+        odd = [b"+1 w1:1e999", b"-1 w1:1 w1:2", b"# a comment", b"+1 w2:x"]
+    mixed = [line for pair in zip(lines[: len(odd)], odd, strict=True) for line in pair] + lines[len(odd) :]
+    path = tmp_path / "events.txt"
+    path.write_bytes(b"\n".join(mixed) + b"\n")
+    results = []
+    for batch_size in (0, 7, 4096):
+        output = tmp_path / f"predictions-{batch_size}.jsonl"
+        overrides = [f"features.hash_bits={hash_bits}", f"source.format={form}", f"run.batch_size={batch_size}"]
+        runner = _in_process(load_config(_job(tmp_path, path, output={"path": str(output)}), overrides))
+        results.append((model_digest(runner.model), output.read_text(encoding="utf-8"), runner.stats.rejected))
+    assert results[0][2] >= 2 and runner.model.t >= 300
+    assert results[1] == results[0] and results[2] == results[0]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 import numpy as np
 
-from ..features import EmailFeatures
+from ..features import DictHasher, EmailFeatures, feature_hash
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
 from .fastparse import COMPILED, name_table, parse_json_events, parse_json_texts, parse_svmlight
@@ -25,6 +25,9 @@ __all__ = ["BatchParser", "Parsed", "ParsedBatch", "parse_record"]
 
 #: What a record parses to: an event, the error that makes it a bad record, or nothing (a comment).
 Parsed: TypeAlias = Event | BadRecord | None
+#: The feature names whose hashed columns a run keeps at most; past this many, it starts again from none (so
+#: does the compiled JSON parser's table of names), so that months of new names take bounded memory.
+MAX_HASHED_NAMES = 1 << 20
 
 
 def parse_record(parser: EventParser, record: Record) -> Parsed:
@@ -34,6 +37,39 @@ def parse_record(parser: EventParser, record: Record) -> Parsed:
         return parser.parse(record)
     except BadRecord as error:
         return error
+
+
+class HashedNames:
+    """The hashed column of each feature name a run met, by the name's entry (names numbered in the order first
+    met, by the JSON parser's table or here), and whether it shares its column with another name met."""
+
+    def __init__(self) -> None:
+        self.column = np.zeros(0, dtype=np.int64)  # by entry (-1: not met yet)
+        self.shared = np.zeros(0, dtype=bool)  # by entry
+        self._first: dict[int, int] = {}  # the entry of the first name met in each column
+        self._entries: dict[str, int] = {}  # the entries numbered here (names without the table's)
+
+    def full(self) -> bool:
+        """Whether it holds more than ``MAX_HASHED_NAMES`` names."""
+        return len(self.column) > MAX_HASHED_NAMES
+
+    def of_keys(self, keys: list[str], entries: np.ndarray | None, n_columns: int) -> tuple[np.ndarray, np.ndarray]:
+        """(hashed column, shares its column with another name met) of each of ``keys``, whose entries are
+        ``entries`` (None: numbered here)."""
+        if entries is None:
+            numbered = self._entries
+            entries = np.array([numbered.setdefault(key, len(numbered)) for key in keys], dtype=np.int64)
+        size = int(entries.max(initial=-1)) + 1
+        if size > len(self.column):
+            self.column = np.concatenate([self.column, np.full(size - len(self.column), -1, dtype=np.int64)])
+            self.shared = np.concatenate([self.shared, np.zeros(size - len(self.shared), dtype=bool)])
+        for j in np.flatnonzero(self.column[entries] < 0).tolist():
+            entry = int(entries[j])
+            column = self.column[entry] = feature_hash(keys[j]) & (n_columns - 1)
+            first = self._first.setdefault(column, entry)
+            if first != entry:
+                self.shared[[first, entry]] = True
+        return self.column[entries], self.shared[entries]
 
 
 @dataclass
@@ -48,6 +84,7 @@ class ParsedBatch:
     indices: list[int]
     ids: list[Hashable | None]
     others: dict[int, Parsed]
+    entries: np.ndarray | None = None  # the entry of each of the rows' keys in the JSON parser's table of names
 
 
 class BatchParser:
@@ -55,13 +92,17 @@ class BatchParser:
     feature names from batch to batch)."""
 
     def __init__(
-        self, parser: EventParser, features: EmailFeatures | None = None, hashed_columns: bool = False
+        self,
+        parser: EventParser,
+        features: EmailFeatures | DictHasher | None = None,
+        hashed_columns: bool = False,
     ) -> None:
         self.parser = parser
-        self.features = features  # text events become rows of these (a batch's texts at once) ...
-        self.hashed_columns = hashed_columns  # ... whose columns are the hashed features (a learner's weight arrays)
+        self.features = features  # text events become rows of these (a batch's texts at once), or feature
+        self.hashed_columns = hashed_columns  # ... events' rows are hashed; columns: a learner's weight arrays
         self._svmlight_names: list[str] = []  # the str of each numbered svmlight name, made once per run
         self._json_names = name_table() if COMPILED else None  # the JSON feature names, likewise
+        self._hashed = HashedNames()  # the hashed column of each feature name met (with a DictHasher)
         self._label_signs = parser.label_signs()
 
     def parse(self, records: RecordBatch) -> ParsedBatch:
@@ -69,19 +110,52 @@ class BatchParser:
         parser = self.parser
         if not COMPILED:
             return self._events(records)
+        features = self.features
         try:
             if parser.format == "svmlight" and not (parser.labels or parser.classes):
-                return self._svmlight(records)
-            features = self.features
-            if parser.format != "json":
+                parsed: ParsedBatch | None = self._svmlight(records)
+            elif parser.format != "json":
                 parsed = None
-            elif features is None:
+            elif not isinstance(features, EmailFeatures):
                 parsed = self._json(records)
             else:
                 parsed = self._texts(records, features) if features.compiled else None
+            if parsed is not None and isinstance(features, DictHasher):
+                if self._hashed.full():  # (the JSON parser's table of names starts again too)
+                    self._json_names, self._hashed = name_table(), HashedNames()
+                parsed.rows = self._hash_rows(parsed.rows, features, parsed.entries)
         except Exception:  # a C parser that failed on the batch (a MemoryError, say): each record in Python
             parsed = None
         return self._events(records) if parsed is None else parsed
+
+    def _hash_rows(self, rows: Rows, hasher: DictHasher, entries: np.ndarray | None) -> Rows:
+        """``rows`` of named features (str keys, distinct in a row) as ``hasher.transform_one`` hashes each: their
+        columns hashed, and the values of names that share a column in a row summed in order (rare). ``entries``
+        numbers the keys as the JSON parser's table of names does (None: the keys are looked up by name)."""
+        n_columns = 1 << hasher.hash_bits
+        columns_of_keys, shared = self._hashed.of_keys(cast(list, rows.keys), entries, n_columns)
+        columns = columns_of_keys[rows.indices]
+        suspect = np.flatnonzero(shared[rows.indices])  # only the cells of such names can meet another in a row
+        lengths = np.diff(rows.indptr)
+        cells = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)[suspect] * n_columns + columns[suspect]
+        ordered = np.sort(cells)
+        shared_rows = np.unique(ordered[1:][ordered[1:] == ordered[:-1]] // n_columns).tolist()
+        if not shared_rows:
+            return Rows(rows.indptr, columns, rows.data, range(n_columns), True)
+        indices, data, starts = [], [], rows.indptr.tolist()
+        last = 0  # rows before it taken as they are
+        for row in shared_rows:  # through the hasher, as one at a time
+            indices.append(columns[starts[last] : starts[row]])
+            data.append(rows.data[starts[last] : starts[row]])
+            x = hasher.transform_one(rows.row(row))
+            indices.append(np.fromiter(x, dtype=np.int64, count=len(x)))
+            data.append(np.fromiter(x.values(), dtype=np.float64, count=len(x)))
+            lengths[row] = len(x)
+            last = row + 1
+        indices.append(columns[starts[last] :])
+        data.append(rows.data[starts[last] :])
+        indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return Rows(indptr, np.concatenate(indices), np.concatenate(data), range(n_columns), True)
 
     def _svmlight(self, records: RecordBatch) -> ParsedBatch:
         """The batch through the C svmlight parser (with ``parser.columns``, its names as the int columns)."""
@@ -96,7 +170,7 @@ class BatchParser:
         """The batch through the C JSON parser; None when a row's label is not a binary class (rare:
         the Python parser then takes the whole batch, to reject those records as one at a time)."""
         parser = self.parser
-        status, rows, ids, labels = parse_json_events(
+        status, rows, ids, labels, entries = parse_json_events(
             list(records.values), parser.fields, parser.max_bytes, self._json_names
         )
         table = self._label_signs
@@ -105,7 +179,7 @@ class BatchParser:
         except KeyError:
             return None
         others = {i: parse_record(parser, records[i]) for i in np.flatnonzero(status == 2).tolist()}
-        return ParsedBatch(records, rows, signs, np.flatnonzero(status == 0).tolist(), ids, others)
+        return ParsedBatch(records, rows, signs, np.flatnonzero(status == 0).tolist(), ids, others, entries)
 
     def _texts(self, records: RecordBatch, features: EmailFeatures) -> ParsedBatch | None:
         """The batch through the C JSON text parser, the other records through `EventParser`; None when
@@ -156,19 +230,27 @@ class BatchParser:
             else:
                 others[index] = parsed
         features = self.features
-        texts = features is not None and all(event.x is None for _, event, _ in labelled)
+        texts = isinstance(features, EmailFeatures) and all(event.x is None for _, event, _ in labelled)
         rows: list[tuple[int, Event, float]] = []
+        hashed: list[dict] = []
         for entry in labelled:
-            if entry[1].x is not None or texts:
+            x = entry[1].x
+            try:  # hashed features (a name or value the hasher refuses: rejected as one at a time)
+                hashed += [features.transform_one(x)] if isinstance(features, DictHasher) and x is not None else []
+            except ValueError:
+                x = None
+            if x is not None or texts:
                 rows.append(entry)
             else:
                 others[entry[0]] = entry[1]
         indices, ids, signs = [i for i, _, _ in rows], [e.id for _, e, _ in rows], np.array([s for _, _, s in rows])
-        if texts and features is not None and features.compiled:
+        if texts and isinstance(features, EmailFeatures) and features.compiled:
             texts_of_rows = [event.text or "" for _, event, _ in rows]
             batch_rows = Rows(*features.transform_texts(texts_of_rows, self.hashed_columns), distinct=True)
-        elif texts and features is not None:
+        elif texts and isinstance(features, EmailFeatures):
             batch_rows = Rows.from_dicts([features.transform_one(event.text) for _, event, _ in rows])
+        elif isinstance(features, DictHasher):
+            batch_rows = Rows.from_dicts(hashed)
         else:
             batch_rows = Rows.from_dicts([event.x or {} for _, event, _ in rows])
         return ParsedBatch(records, batch_rows, signs, indices, ids, others)

@@ -91,8 +91,9 @@ def _joined(arrays: list[np.ndarray]) -> np.ndarray:
 
 def parse_json_events(
     values: list[bytes], fields: Mapping[str, str], max_bytes: int, names: object = None
-) -> tuple[np.ndarray, Rows, list, list]:
-    """Labelled JSON feature events at C speed: (status of each value, the rows, their ids, their labels).
+) -> tuple[np.ndarray, Rows, list, list, np.ndarray]:
+    """Labelled JSON feature events at C speed: (status of each value, the rows, their ids, their labels, the
+    entry of each of the rows' keys in ``names``).
 
     ``fields`` names the members, as ``EventParser.fields``. Status 0: the value is an object of the id
     (optional: None stands for the record's position), the features and the label in the plain ASCII
@@ -100,14 +101,15 @@ def parse_json_events(
     escapes, repeated names, huge integers, too long...), for the Python parser to give the same event
     or the same error. ``names``, a ``name_table()`` passed to every call of a run, keeps the feature
     names from call to call, so each str is made and hashed once and the learner's weight lookups
-    match it by identity.
+    match it by identity; it numbers the names in the order it first met them (their entries), so that
+    what a run keeps of each name can sit in an array.
     """
     keys: list = []
-    status, indptr, indices, data, ids, labels = _fast.parse_json_events(
+    status, indptr, indices, data, ids, labels, entries = _fast.parse_json_events(
         values, fields["id"], fields["x"], fields["label"], fields["text"], max_bytes, names or name_table(), keys
     )
     rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys, True)
-    return np.frombuffer(status, dtype=np.uint8), rows, ids, labels
+    return np.frombuffer(status, dtype=np.uint8), rows, ids, labels, int64_array(entries)
 
 
 def parse_json_texts(

@@ -7,6 +7,8 @@ from typing import Any, NamedTuple, overload
 
 import numpy as np
 
+from .._compiled import FAST as _fast
+
 __all__ = ["Cursors", "Lines", "Record", "RecordBatch"]
 
 
@@ -70,8 +72,14 @@ class Lines(Sequence[bytes]):
         return self.block[self.starts[i] : self.ends[i]]
 
     def __iter__(self) -> Iterator[bytes]:
+        return iter(self.tolist())
+
+    def tolist(self) -> list[bytes]:
+        """The records as bytes objects."""
+        if _fast is not None:
+            return _fast.span_list(self.block, self.starts, self.ends)
         block = self.block
-        return (block[start:end] for start, end in zip(self.starts.tolist(), self.ends.tolist(), strict=True))
+        return [block[start:end] for start, end in zip(self.starts.tolist(), self.ends.tolist(), strict=True)]
 
     def spans(self) -> tuple[bytes, np.ndarray, np.ndarray]:
         """(block, starts, ends), as the compiled parsers take them."""

@@ -270,14 +270,13 @@ class Runner:
         multiclass = isinstance(report, MulticlassReport)
         self.predictor = Predictor(model, features, binary_classes(parser.labels), multiclass)
         self._compiled = self._task if isinstance(self._task, _CompiledBinaryTask) else None
-        batched = self._compiled is not None and on_error == "skip" and not isinstance(features, DictHasher)
+        batched = self._compiled is not None and on_error == "skip"
         self.batch_size = batch_size if batched else 0
         self.batch_bytes = batch_bytes
         self._record_bytes = 0.0  # the mean size of the records of the last batch read
         self.stats = RunStats()
         self._emits = not isinstance(sink, NullSink)
-        text_features = features if isinstance(features, EmailFeatures) else None
-        self._batches = BatchParser(parser, text_features, takes_hashed_columns(model, text_features))
+        self._batches = BatchParser(parser, features, takes_hashed_columns(model, features))
         self.monitor: RunMonitor | None = None  # told of each round of the loop and each rejection (metrics)
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
@@ -564,7 +563,7 @@ class Runner:
         _log.info(line)
 
 
-def takes_hashed_columns(model: object, features: EmailFeatures | None) -> bool:
+def takes_hashed_columns(model: object, features: EmailFeatures | DictHasher | None) -> bool:
     """Whether ``model`` keeps weight arrays (``n_features``) of every column ``features`` hash into: a batch's
     rows then index them directly, with no numbering of the batch's features."""
     columns = getattr(model, "n_features", None)
