@@ -8,9 +8,10 @@ settings (``CONSUMER_DEFAULTS`` and ``GROUP_SETTINGS``), polling until all N arr
 (kafka-python ``KafkaConsumer.poll``; confluent-kafka ``Consumer.consume`` of up to ``RAW_BATCH``
 messages, never more than are left, so that no call waits for a batch the topic cannot fill); (b) the
 runner as ``pegasos-stream run`` assembles it (``build_runner``, ``build_source``, ``Runner.run``) with
-a Kafka source of that client on that topic, ``features.type: dict``, output none and ``stop_when_idle``
-``--idle`` seconds (the consumer-group join does not count as idle); then, for reference, the same run
-reading the same events from a JSON-lines file. The source is wrapped to note when its first batch and
+a Kafka source of that client on that topic, ``features: {type: dict, hash_bits: 18}`` (the names hashed
+into weight arrays: the configuration of a stream left running, whose memory stays bounded), output none and
+``stop_when_idle`` ``--idle`` seconds (the consumer-group join does not count as idle); then, for reference, the
+same run reading the same events from a JSON-lines file. The source is wrapped to note when its first batch and
 its last one were done with (the next read after each); the steady rate counts the events after the
 first delivery (the client's first poll with records, the runner's first batch, which takes whatever
 has arrived by then) over the time from the end of it (the poll's return, the end of the batch's
@@ -190,12 +191,16 @@ def confluent_polls(address: str, topic: str, group: str, n: int) -> Generator[i
         consumer.close()
 
 
+#: The runner's features: the events' names hashed into 2**HASH_BITS weight columns.
+HASH_BITS = 18
+
+
 def job_config(path: Path, source: dict) -> dict:
     """A validated run configuration, written to ``path``: linear Pegasos on the events' x, the given
     source, no output."""
     config = {
         "model": {"kind": "linear", "lambda_": LAMBDA},
-        "features": {"type": "dict"},
+        "features": {"type": "dict", "hash_bits": HASH_BITS},
         "source": {"format": "json", **source},
         "output": {"type": "none"},
         "errors": {"on_error": "skip", "dead_letter": {"type": "none"}},

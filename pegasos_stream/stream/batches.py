@@ -63,12 +63,15 @@ class HashedNames:
         if size > len(self.column):
             self.column = np.concatenate([self.column, np.full(size - len(self.column), -1, dtype=np.int64)])
             self.shared = np.concatenate([self.shared, np.zeros(size - len(self.shared), dtype=bool)])
-        for j in np.flatnonzero(self.column[entries] < 0).tolist():
-            entry = int(entries[j])
-            column = self.column[entry] = feature_hash(keys[j]) & (n_columns - 1)
-            first = self._first.setdefault(column, entry)
-            if first != entry:
-                self.shared[[first, entry]] = True
+        new = np.flatnonzero(self.column[entries] < 0).tolist()
+        if new:
+            mask, first = n_columns - 1, self._first
+            columns = [feature_hash(keys[j]) & mask for j in new]
+            new_entries = entries[new]
+            self.column[new_entries] = columns
+            for entry, column in zip(new_entries.tolist(), columns, strict=True):
+                if (owner := first.setdefault(column, entry)) != entry:
+                    self.shared[[owner, entry]] = True
         return self.column[entries], self.shared[entries]
 
 
