@@ -19,6 +19,9 @@ untimed) and scikit-learn: ``load_svmlight_file`` +
 one epoch of ``SGDClassifier.fit`` (batch; no prequential metrics), and per-row ``decision_function`` +
 ``partial_fit`` on the loaded matrix (streaming).
 
+The same pair, each as a fresh process (``python -m pegasos_stream.cli eval`` with weights in an array, and a Python
+running VW's driver through pyvw), alternating for ``--repeat`` rounds: start-up and imports counted.
+
 Peak memory: ours with weights in an array and VW's driver through pyvw, each once in a fresh Python process
 (its own peak resident set, from ``os.wait4`` in a small parent process), and their ratio (target ≤ 2).
 
@@ -171,6 +174,13 @@ def peak_rss_mb(argv: list[str]) -> float:
     return int(probe.stdout) / 1024
 
 
+def fresh_process_pass(argv: list[str]) -> tuple[float, dict]:
+    """The wall-clock seconds of ``argv`` run to its end in a fresh process (start-up and imports included)."""
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, timeout=600)
+    return time.perf_counter() - start, {}
+
+
 def vw_lines_pass(vw_file: Path) -> tuple[float, dict]:
     """pyvw fed one text line at a time from Python: parse, predict, learn, finish.
 
@@ -297,6 +307,16 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
     pegasos_rows = [runner, arrays, record_by_record, bare, compiled]
     rows = list(pegasos_rows)
     vw_driver = None
+    fresh: list[float] = []
+    if vw_file is not None and pyvw is not None:  # the same pair, each a fresh process: start-up counted
+        fresh_runs = alternate(
+            args.repeat,
+            {
+                "ours": lambda: fresh_process_pass([sys.executable, "-m", "pegasos_stream.cli", *in_arrays]),
+                "vw": lambda: fresh_process_pass([sys.executable, "-c", VW_DRIVER, str(vw_file)]),
+            },
+        )
+        fresh = [vw / ours for ours, vw in zip(fresh_runs["ours"][1], fresh_runs["vw"][1], strict=True)]
     rss = {"ours": peak_rss_mb([sys.executable, "-m", "pegasos_stream.cli", *in_arrays])}
     if vw_file is not None and pyvw is not None:
         rss["vw"] = peak_rss_mb([sys.executable, "-c", VW_DRIVER, str(vw_file)])
@@ -365,7 +385,15 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
         f"Paired with Vowpal Wabbit's driver (no predictions written by either side; both read the log from a "
         f"file), {args.repeat} rounds, ours with weights in an array ÷ VW's rate per round: min "
         f"**{min(paired):.2f}**, median **{statistics.median(paired):.2f}**, max {max(paired):.2f} (target ≥ 1.5). "
-        "VW parses on a second thread: a free core helps it; ours runs on one."
+        "Both parse on a second thread (VW its text, ours half of each batch of svmlight lines): a free core helps "
+        "both. "
+        + (
+            f"Each side as a fresh process instead (`python -m pegasos_stream.cli eval ...` against a Python running "
+            f"VW's driver through pyvw; start-up and imports counted), {args.repeat} rounds: min "
+            f"**{min(fresh):.2f}**, median **{statistics.median(fresh):.2f}**."
+            if fresh
+            else ""
+        )
         if paired
         else "Vowpal Wabbit not installed: no paired ratio."
     )
@@ -412,6 +440,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
         "overhead_record_by_record_vs_learn_one": overhead_record_by_record,
         "eval_over_vw_driver": vs_vw,
         "paired_eval_arrays_over_vw_driver": paired,
+        "paired_fresh_processes_vw_over_ours": fresh,
         "peak_rss_mb": rss,
         "pegasos_rows_same_metrics": same,
         "compiled_decisions_identical": identical,

@@ -20,7 +20,7 @@ from ..stream.runner import Runner
 from ..stream.sinks import JsonLinesSink, NullSink, Sink
 from ..stream.sources import FileSource, Source, StdinSource
 from .checks import StartupError
-from .config import LEARNERS, ConfigError, config_hash, kafka_client_settings, learning_hash, without_secrets
+from .config import ConfigError, config_hash, kafka_client_settings, learner_class, learning_hash, without_secrets
 
 if TYPE_CHECKING:
     from ..stream.cluster import ClusterState, ClusterSync
@@ -52,7 +52,7 @@ def build_model(config: dict):
     """The configured learner. One that can keep its weights in arrays (``n_features``) does so by itself for
     hashed features of at most ``ARRAY_COLUMNS`` columns, unless ``model.n_features`` says otherwise: the same
     floats as in dicts, 8 bytes a weight, learned in place."""
-    kind = LEARNERS[config["model"]["kind"]]
+    kind = learner_class(config["model"]["kind"])
     params = {key: value for key, value in config["model"].items() if key != "kind"}
     bits = config["features"].get("hash_bits")
     takes_columns = "n_features" in inspect.signature(kind).parameters

@@ -25,18 +25,13 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import import_module
 from pathlib import Path
 from typing import Any, cast
 
 import yaml
 
 from ..features import DictHasher, EmailFeatures
-from ..learners.adagrad import AdaGradLogistic
-from ..learners.committee import PegasosCommittee
-from ..learners.grid import PegasosGrid
-from ..learners.kernel import KernelPegasosClassifier
-from ..learners.linear import PegasosClassifier
-from ..learners.multiclass import PegasosMulticlass
 from ..learners.validation import binary_sign
 from ..stream.parsing import MAIL_FORMATS
 
@@ -58,14 +53,21 @@ __all__ = [
     "without_secrets",
 ]
 
+#: The learner of each ``model.kind``: its module in ``pegasos_stream.learners`` and its class.
 LEARNERS = {
-    "linear": PegasosClassifier,
-    "grid": PegasosGrid,
-    "committee": PegasosCommittee,
-    "adagrad": AdaGradLogistic,
-    "multiclass": PegasosMulticlass,
-    "kernel": KernelPegasosClassifier,
+    "linear": ("linear", "PegasosClassifier"),
+    "grid": ("grid", "PegasosGrid"),
+    "committee": ("committee", "PegasosCommittee"),
+    "adagrad": ("adagrad", "AdaGradLogistic"),
+    "multiclass": ("multiclass", "PegasosMulticlass"),
+    "kernel": ("kernel", "KernelPegasosClassifier"),
 }
+
+
+def learner_class(kind: str) -> type:
+    """The class of ``model.kind`` (its module loaded on first use: a run imports its own learner only)."""
+    module, name = LEARNERS[kind]
+    return getattr(import_module(f"..learners.{module}", __package__), name)
 
 
 class ConfigError(ValueError):
@@ -452,7 +454,7 @@ def validate(config: dict, where: str = "<config>") -> dict:
         if not isinstance(merged[section], dict):
             raise ConfigError(f"{where}: {section}: expected a mapping, got {_shown(merged[section])}")
     _check(merged["model"].get("kind"), SCHEMA["model"]["kind"], "model.kind", where)
-    model = _check_constructor(merged["model"], LEARNERS[merged["model"]["kind"]], {"kind"}, "model", where)
+    model = _check_constructor(merged["model"], learner_class(merged["model"]["kind"]), {"kind"}, "model", where)
     _check(merged["features"].get("type"), SCHEMA["features"]["type"], "features.type", where)
     if merged["features"]["type"] == "email":
         _check_constructor(merged["features"], EmailFeatures, {"type"}, "features", where)

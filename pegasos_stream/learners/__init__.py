@@ -1,19 +1,25 @@
 """The learners: linear, multiclass and kernel Pegasos, an AdaGrad logistic regression, their grid and
 committee, and the parts they are made of.
 
-Nothing here knows about files, streams or the command line.
+Nothing here knows about files, streams or the command line. Each module loads on first use, so a run of
+one learner imports that learner only.
 """
 
-from .adagrad import AdaGradLogistic
-from .calibration import OnlinePlatt
-from .committee import PegasosCommittee
-from .grid import PegasosGrid
-from .kernel import KernelPegasosClassifier
-from .kernels import RBF, Linear, Polynomial
-from .linear import PegasosClassifier
-from .multiclass import PegasosMulticlass
-from .svstore import SupportVectorStore
-from .weights import DenseWeightVector, SharedScaleWeights, WeightVector
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .adagrad import AdaGradLogistic
+    from .committee import PegasosCommittee
+    from .grid import PegasosGrid
+    from .kernel import KernelPegasosClassifier
+    from .linear import PegasosClassifier
+    from .multiclass import PegasosMulticlass
+
+    LEARNERS: tuple[type, ...]
+    STATE_CLASSES: tuple[type, ...]
 
 __all__ = [
     "LEARNERS",
@@ -26,25 +32,64 @@ __all__ = [
     "PegasosMulticlass",
 ]
 
-#: The learners of this package.
-LEARNERS = (
-    PegasosClassifier,
-    PegasosGrid,
-    PegasosCommittee,
-    AdaGradLogistic,
-    PegasosMulticlass,
-    KernelPegasosClassifier,
-)
+#: The module of each class this package exports (and of the classes of a learner's state).
+_WHERE = {
+    "AdaGradLogistic": ".adagrad",
+    "OnlinePlatt": ".calibration",
+    "PegasosCommittee": ".committee",
+    "PegasosGrid": ".grid",
+    "KernelPegasosClassifier": ".kernel",
+    "RBF": ".kernels",
+    "Linear": ".kernels",
+    "Polynomial": ".kernels",
+    "PegasosClassifier": ".linear",
+    "PegasosMulticlass": ".multiclass",
+    "SupportVectorStore": ".svstore",
+    "DenseWeightVector": ".weights",
+    "SharedScaleWeights": ".weights",
+    "WeightVector": ".weights",
+}
 
-#: Every class a learner's state is made of (its attributes are plain data or objects of these).
-STATE_CLASSES = (
-    *LEARNERS,
-    WeightVector,
-    DenseWeightVector,
-    SharedScaleWeights,
-    OnlinePlatt,
-    SupportVectorStore,
-    Linear,
-    Polynomial,
-    RBF,
-)
+#: LEARNERS, the learners of this package; STATE_CLASSES, every class a learner's state is made of (its
+#: attributes are plain data or objects of these).
+_GROUPS = {
+    "LEARNERS": (
+        "PegasosClassifier",
+        "PegasosGrid",
+        "PegasosCommittee",
+        "AdaGradLogistic",
+        "PegasosMulticlass",
+        "KernelPegasosClassifier",
+    ),
+    "STATE_CLASSES": (
+        "PegasosClassifier",
+        "PegasosGrid",
+        "PegasosCommittee",
+        "AdaGradLogistic",
+        "PegasosMulticlass",
+        "KernelPegasosClassifier",
+        "WeightVector",
+        "DenseWeightVector",
+        "SharedScaleWeights",
+        "OnlinePlatt",
+        "SupportVectorStore",
+        "Linear",
+        "Polynomial",
+        "RBF",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _GROUPS:
+        value: Any = tuple(__getattr__(member) for member in _GROUPS[name])
+    elif name in _WHERE:
+        value = getattr(import_module(_WHERE[name], __name__), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

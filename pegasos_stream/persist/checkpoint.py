@@ -15,6 +15,7 @@ on its ``.lock`` file until ``close``.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import io
 import json
@@ -35,10 +36,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..learners import LEARNERS, STATE_CLASSES
 from .codec import StateError, decode, encode, register
-
-register(*STATE_CLASSES)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -88,6 +86,7 @@ def _canonical(tree: Any, arrays: dict[str, np.ndarray]) -> bytes:
 
 def model_digest(model: Any) -> str:
     """SHA-256 of the canonical serialisation of a learner's state."""
+    _learners()
     return hashlib.sha256(_canonical(*encode(model))).hexdigest()
 
 
@@ -101,6 +100,7 @@ def _payload(manifest: dict, arrays: dict[str, np.ndarray]) -> bytes:
 
 def checkpoint_bytes(state: dict[str, Any], extra: dict | None = None) -> bytes:
     """The bytes of a checkpoint file of ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra``."""
+    _learners()
     tree, arrays = encode(state)
     manifest = {"format": "pegasos-stream checkpoint", "version": FORMAT_VERSION, "state": tree, **(extra or {})}
     payload = _payload(manifest, arrays)
@@ -171,6 +171,7 @@ def read_checkpoint_bytes(data: bytes, path: str) -> tuple[dict[str, Any], dict]
             f"this program reads version {FORMAT_VERSION}"
         )
     try:
+        _learners()
         state = decode(manifest.pop("state"), arrays)
     except (
         StateError,
@@ -228,10 +229,20 @@ def _depth_exceeds(tree: Any, limit: int) -> bool:
     return False
 
 
+@functools.cache
+def _learners() -> tuple[type, ...]:
+    """The learners of the package, with every class of their states registered with the codec (loaded on the
+    first checkpoint written or read: a run that writes none imports its own learner only)."""
+    from .. import learners
+
+    register(*learners.STATE_CLASSES)
+    return learners.LEARNERS
+
+
 def _is_learner(model: Any) -> bool:
     """A learner of this package with every attribute a new one of its class has."""
     cls = type(model)
-    if cls not in LEARNERS:
+    if cls not in _learners():
         return False
     return set(vars(cls())) <= set(vars(model))
 

@@ -139,12 +139,12 @@ class BatchParser:
         columns_of_keys, shared = self._hashed.of_keys(cast(list, rows.keys), entries, n_columns)
         columns = columns_of_keys[rows.indices]
         suspect = np.flatnonzero(shared[rows.indices])  # only the cells of such names can meet another in a row
-        lengths = np.diff(rows.indptr)
-        cells = np.repeat(np.arange(len(rows), dtype=np.int64), lengths)[suspect] * n_columns + columns[suspect]
-        ordered = np.sort(cells)
+        row_of = np.searchsorted(rows.indptr, suspect, side="right") - 1
+        ordered = np.sort(row_of * n_columns + columns[suspect])
         shared_rows = np.unique(ordered[1:][ordered[1:] == ordered[:-1]] // n_columns).tolist()
         if not shared_rows:
             return Rows(rows.indptr, columns, rows.data, range(n_columns), True)
+        lengths = np.diff(rows.indptr)
         indices, data, starts = [], [], rows.indptr.tolist()
         last = 0  # rows before it taken as they are
         for row in shared_rows:  # through the hasher, as one at a time

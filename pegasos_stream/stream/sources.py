@@ -116,13 +116,20 @@ class FileSource(Source):
         self._next = 0  # ... and the first of them not handed out yet
         self._partial: list[bytes] = []  # the kept pieces of a line that goes on in the next block
         self._partial_size = 0  # the bytes of that line read so far
+        self._cut_at = -1  # the line of the last block whose text is not all in it (a cut line), if any
+        self._ended = False  # whether the file has been read to its end
         self._read_from = (offset, line)  # the position before the last batch read
 
     def read(self, n: int) -> RecordBatch | None:
         self._read_from = (self.offset, self.line)
-        while self._next < len(self._lines.sizes) or self._fill():
+        n = max(n, 1)
+        while True:
+            if len(self._lines.sizes) - self._next < n and not self._ended:
+                self._fill()
             lines, start = self._lines, self._next
-            stop = self._next = min(len(lines.sizes), start + max(n, 1))
+            if start == len(lines.sizes):
+                return None
+            stop = self._next = min(len(lines.sizes), start + n)
             ends = self.offset + np.cumsum(lines.sizes[start:stop])
             first = self.line + 1
             self.line += stop - start
@@ -137,32 +144,39 @@ class FileSource(Source):
                 return batch
             if not blank.all():
                 return batch.keep(np.flatnonzero(~blank).tolist())
-        return None
 
-    def _fill(self) -> bool:
-        """Split the next block of the file into lines (taking the rest of a line from the blocks after it);
-        False once the file has ended and no line is left."""
+    def _fill(self) -> None:
+        """Read on to the next block with a line end: its lines, after those of the last block not handed out
+        yet (whose text is copied again, unless it is more than a block: they are then handed out first), and
+        with the rest of the line the last block ended in. At the end of the file, a last line without a line
+        end; nothing more."""
+        lines, first = self._lines, self._next
+        rest = b""
+        if first < len(lines.sizes):
+            begin = int(lines.starts[first])
+            if lines.used - begin > READ_BUFFER or self._cut_at >= first:
+                return
+            rest = lines.block[begin : lines.used]
         while True:
             block = self._file.read(READ_BUFFER)
-            if not block:  # the end of the file: a last line without a line end
+            if not block:  # the end of the file
+                self._ended = True
                 if not self._partial_size:
-                    return False
-                self._lines = _split_lines(b"".join(self._partial) + b"\n", self._keep)
-                self._lines.sizes[0] = self._partial_size
-                self._partial, self._partial_size = [], 0
-                self._next = 0
-                return True
+                    return
+                block = b"\n"  # ends the last line, which takes the bytes read of it
+                self._partial_size -= 1
             if b"\n" in block:
                 break
             self._add_partial(block)
-        extra = self._partial_size - sum(map(len, self._partial))  # bytes of the first line not kept
-        buffer = b"".join([*self._partial, block]) if self._partial else block
+        head = len(lines.sizes) - first if rest else 0  # the line the last block ended in, after those carried
+        extra = self._partial_size - sum(map(len, self._partial))  # bytes of that line not kept
+        buffer = b"".join([rest, *self._partial, block])
         lines = _split_lines(buffer, self._keep)
-        lines.sizes[0] += extra
+        lines.sizes[head] += extra
+        self._cut_at = head if extra > 0 else -1
         self._partial, self._partial_size = [], 0
         self._add_partial(buffer[lines.used :])
         self._lines, self._next = lines, 0
-        return True
 
     def _add_partial(self, piece: bytes) -> None:
         """Add ``piece`` to the line that goes on in the next block, keeping its first ``max_bytes + 2`` bytes."""
@@ -178,6 +192,7 @@ class FileSource(Source):
         self._file.seek(self.offset)
         self._lines, self._next = _BlockLines(b"", *_NO_SPANS), 0
         self._partial, self._partial_size = [], 0
+        self._cut_at, self._ended = -1, False
 
     def _position(self, cursor: tuple[int, int]) -> str:
         return f"{self.name}:{cursor[1]}"
