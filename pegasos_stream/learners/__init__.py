@@ -50,24 +50,21 @@ _WHERE = {
     "WeightVector": ".weights",
 }
 
-#: LEARNERS, the learners of this package; STATE_CLASSES, every class a learner's state is made of (its
-#: attributes are plain data or objects of these).
+#: The learners of this package (LEARNERS).
+_LEARNERS = (
+    "PegasosClassifier",
+    "PegasosGrid",
+    "PegasosCommittee",
+    "AdaGradLogistic",
+    "PegasosMulticlass",
+    "KernelPegasosClassifier",
+)
+#: LEARNERS; STATE_CLASSES, every class a learner's state is made of (its attributes are plain data or objects
+#: of these).
 _GROUPS = {
-    "LEARNERS": (
-        "PegasosClassifier",
-        "PegasosGrid",
-        "PegasosCommittee",
-        "AdaGradLogistic",
-        "PegasosMulticlass",
-        "KernelPegasosClassifier",
-    ),
+    "LEARNERS": _LEARNERS,
     "STATE_CLASSES": (
-        "PegasosClassifier",
-        "PegasosGrid",
-        "PegasosCommittee",
-        "AdaGradLogistic",
-        "PegasosMulticlass",
-        "KernelPegasosClassifier",
+        *_LEARNERS,
         "WeightVector",
         "DenseWeightVector",
         "SharedScaleWeights",
