@@ -2028,9 +2028,9 @@ static inline Slot *name_slot(Names *t, PyObject *keys, const char *s, const Pen
         *slot = (Slot){name->head, name->check, 0, -1, (uint32_t)name->hash, (int32_t)t->used++, str, 0};
     }
     if (slot->call != t->call) {
-        slot->column = PyList_GET_SIZE(keys);
+        slot->column = t->entries.len / 8;
         int64_t entry = slot->entry;
-        if (PyList_Append(keys, slot->name) < 0 || grow(&t->entries, &entry, 8) < 0) return NULL;
+        if ((keys != Py_None && PyList_Append(keys, slot->name) < 0) || grow(&t->entries, &entry, 8) < 0) return NULL;
         slot->call = t->call;
     }
     return slot;
@@ -2066,6 +2066,35 @@ static PyObject *name_table(PyObject *self, PyObject *unused) {
     PyObject *capsule = PyCapsule_New(t, "pegasos_stream.names", names_free);
     if (!capsule) names_clear(t);
     return capsule;
+}
+
+/* name_spellings(names, entries) -> the names of these entries of a name_table() (new str objects). */
+static PyObject *name_spellings(PyObject *self, PyObject *args) {
+    PyObject *capsule, *given;
+    if (!PyArg_ParseTuple(args, "OO", &capsule, &given)) return NULL;
+    Names *t = PyCapsule_GetPointer(capsule, "pegasos_stream.names");
+    if (!t) return NULL;
+    Buf b = {0};
+    if (get_buffer(given, &b, 0, I64, "name_spellings", "entries") < 0) {
+        release(&b, 1);
+        return NULL;
+    }
+    const int64_t *entries = b.view.buf;
+    PyObject *list = PyList_New(length(&b));
+    for (Py_ssize_t i = 0; list && i < length(&b); i++) {
+        if (entries[i] < 0 || entries[i] >= t->used) {
+            PyErr_Format(PyExc_ValueError, "name_spellings: entry %lld is not one of the table's %zd names",
+                         (long long)entries[i], t->used);
+            Py_CLEAR(list);
+            break;
+        }
+        const Spelling *spelling = (const Spelling *)t->spellings.data + entries[i];
+        PyObject *name = ascii_str(spelling->len ? t->arena.data + spelling->offset : "", spelling->len);
+        if (!name) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, i, name);
+    }
+    release(&b, 1);
+    return list;
 }
 
 /* The feature object at s[k] == '{' into the CSR buffers: the index past it; -1 if it is not an
@@ -2188,14 +2217,19 @@ python:
 /* parse_json_events(values, id_field, x_field, label_field, text_field, max_bytes, names, keys)
  * -> (status, indptr, indices, data, ids, labels, entries): status per value as bytes (0 row, 2 for the Python
  * parser); one CSR row, id (None when absent) and label per status-0 value. ``names`` is a name_table()
- * kept from call to call; the columns of this call are named by ``keys`` (filled in first-seen order), and
- * ``entries`` (int64 bytes) numbers each as the table does (the names in the order the table first met them). */
+ * kept from call to call; the columns of this call are named by ``keys`` (filled in first-seen order; None: not
+ * named), and ``entries`` (int64 bytes) numbers each as the table does (the names in the order the table first
+ * met them; name_spellings gives them back). */
 static PyObject *parse_json_events(PyObject *self, PyObject *args) {
     PyObject *values, *field_names[4], *capsule, *keys;
     Py_ssize_t max_bytes;
-    if (!PyArg_ParseTuple(args, "O!UUUUnOO!", &PyList_Type, &values, &field_names[0], &field_names[1],
-                          &field_names[2], &field_names[3], &max_bytes, &capsule, &PyList_Type, &keys))
+    if (!PyArg_ParseTuple(args, "O!UUUUnOO", &PyList_Type, &values, &field_names[0], &field_names[1],
+                          &field_names[2], &field_names[3], &max_bytes, &capsule, &keys))
         return NULL;
+    if (keys != Py_None && !PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "parse_json_events: keys: expected a list, or None for no keys");
+        return NULL;
+    }
     Names *names = PyCapsule_GetPointer(capsule, "pegasos_stream.names");
     if (!names) return NULL;
     if (names->busy) {  /* a finalizer run inside a call of the table's would see it half updated */
@@ -2494,6 +2528,7 @@ static PyMethodDef methods[] = {
     {"parse_json_texts", parse_json_texts, METH_VARARGS,
      "Labelled JSON text events to (status, texts as UTF-8 bytes, ids, labels)."},
     {"name_table", name_table, METH_NOARGS, "An empty table of feature names for parse_json_events."},
+    {"name_spellings", name_spellings, METH_VARARGS, "The names of entries of a name_table()."},
     {"sparse_dot", sparse_dot, METH_VARARGS, "<v, x> of two dicts, summed as sum() sums; None if not floats."},
     {"axpy_sq_norm", axpy_sq_norm, METH_VARARGS, "v += c*x in place; the change of the squared norm."},
     {"gather", gather, METH_VARARGS, "Values of keys from a weight dict into a buffer, with presence flags."},

@@ -253,6 +253,19 @@ def test_svmlight_lines_left_in_their_block_parse_as_the_lines_themselves(lines,
     assert list(got[1].keys) == list(expected[1].keys)
 
 
+def test_unnamed_json_rows_name_their_columns_by_entries_of_the_table():
+    fields = {"id": "id", "x": "x", "text": "text", "label": "label"}
+    lines = [b'{"x": {"b": 1.0, "a": 2.0}, "label": true}', b'{"x": {"a": 3.0, "c": 4.0}, "label": false}']
+    table = name_table()
+    named = parse_json_events(lines[:1], fields, 1000, table)
+    _, rows, _, _, entries = parse_json_events(lines, fields, 1000, table, named=False)
+    assert named[1].keys == ["b", "a"] and list(rows.keys) == [0, 1, 2]
+    assert fastparse.name_spellings(table, entries) == ["b", "a", "c"]
+    assert [rows.row(i) for i in range(2)] == [{0: 1.0, 1: 2.0}, {1: 3.0, 2: 4.0}]
+    with pytest.raises(ValueError, match="entry 3 is not one of the table's 3 names"):
+        fastparse.name_spellings(table, np.array([3]))
+
+
 def test_a_span_is_parsed_to_its_end_whatever_digits_follow_it():
     block = b"1 3:12345"
     parsed = _compiled.FAST.parse_svmlight((block, np.array([0]), np.array([7])), {}, [], 100, [], 10)

@@ -41,6 +41,7 @@ try:  # tests/ as a package
     from .streams import binary_events, jsonl
 except ImportError:  # tests/ as a plain directory: pytest puts it on sys.path
     from streams import binary_events, jsonl
+from pegasos_stream.stream import batches
 from pegasos_stream.stream.sources import FileSource, Source
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -1035,12 +1036,15 @@ def test_python_dash_m_runs_the_command_line():
     assert json.loads(done.stdout)["events"] == 20
 
 
-@pytest.mark.parametrize("hash_bits", [3, 12])
+@pytest.mark.parametrize(("hash_bits", "max_names"), [(3, 1 << 20), (12, 1 << 20), (12, 30)])
 @pytest.mark.parametrize("form", ["json", "svmlight"])
-def test_hashed_feature_events_in_batches_give_the_model_and_predictions_of_one_at_a_time(tmp_path, form, hash_bits):
+def test_hashed_feature_events_in_batches_give_the_model_and_predictions_of_one_at_a_time(
+    tmp_path, monkeypatch, form, hash_bits, max_names
+):
     """Feature events hashed into columns (features.hash_bits; 2**3 columns: names share columns in most rows):
     each batch size gives the one-at-a-time run's model, predictions and rejections, with the records the
-    compiled parser leaves to Python among them."""
+    compiled parser leaves to Python among them, and with the names kept starting again every few batches."""
+    monkeypatch.setattr(batches, "MAX_HASHED_NAMES", max_names)
     rng = random.Random(hash_bits)
     names = [f"w{j}" for j in range(40)]
     events = [

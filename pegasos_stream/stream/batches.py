@@ -8,7 +8,7 @@ a time, which gives the same event or the same error.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TypeAlias, cast
 
@@ -17,7 +17,7 @@ import numpy as np
 from ..features import DictHasher, EmailFeatures, feature_hash
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
-from .fastparse import COMPILED, name_table, parse_json_events, parse_json_texts, parse_svmlight
+from .fastparse import COMPILED, name_spellings, name_table, parse_json_events, parse_json_texts, parse_svmlight
 from .parsing import BadRecord, Event, EventParser
 from .records import Record, RecordBatch
 
@@ -53,12 +53,16 @@ class HashedNames:
         """Whether it holds more than ``MAX_HASHED_NAMES`` names."""
         return len(self.column) > MAX_HASHED_NAMES
 
-    def of_keys(self, keys: list[str], entries: np.ndarray | None, n_columns: int) -> tuple[np.ndarray, np.ndarray]:
-        """(hashed column, shares its column with another name met) of each of ``keys``, whose entries are
-        ``entries`` (None: numbered here)."""
-        if entries is None:
-            numbered = self._entries
-            entries = np.array([numbered.setdefault(key, len(numbered)) for key in keys], dtype=np.int64)
+    def number(self, keys: list[str]) -> np.ndarray:
+        """Entries for names that have none from the JSON parser's table (svmlight names), numbered here."""
+        numbered = self._entries
+        return np.array([numbered.setdefault(key, len(numbered)) for key in keys], dtype=np.int64)
+
+    def of_entries(
+        self, entries: np.ndarray, names_of: Callable[[list[int]], list[str]], n_columns: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(hashed column, shares its column with another name met) of each of the names numbered ``entries``;
+        ``names_of(js)`` gives the names of ``entries[js]``, asked for the names not met before."""
         size = int(entries.max(initial=-1)) + 1
         if size > len(self.column):
             self.column = np.concatenate([self.column, np.full(size - len(self.column), -1, dtype=np.int64)])
@@ -66,7 +70,7 @@ class HashedNames:
         new = np.flatnonzero(self.column[entries] < 0).tolist()
         if new:
             mask, first = n_columns - 1, self._first
-            columns = [feature_hash(keys[j]) & mask for j in new]
+            columns = [feature_hash(name) & mask for name in names_of(new)]
             new_entries = entries[new]
             self.column[new_entries] = columns
             for entry, column in zip(new_entries.tolist(), columns, strict=True):
@@ -114,6 +118,8 @@ class BatchParser:
         if not COMPILED:
             return self._events(records)
         features = self.features
+        if isinstance(features, DictHasher) and self._hashed.full():  # (the JSON parser's names start again too)
+            self._json_names, self._hashed = name_table(), HashedNames()
         try:
             if parser.format == "svmlight" and not (parser.labels or parser.classes):
                 parsed: ParsedBatch | None = self._svmlight(records)
@@ -124,19 +130,29 @@ class BatchParser:
             else:
                 parsed = self._texts(records, features) if features.compiled else None
             if parsed is not None and isinstance(features, DictHasher):
-                if self._hashed.full():  # (the JSON parser's table of names starts again too)
-                    self._json_names, self._hashed = name_table(), HashedNames()
                 parsed.rows = self._hash_rows(parsed.rows, features, parsed.entries)
         except Exception:  # a C parser that failed on the batch (a MemoryError, say): each record in Python
             parsed = None
         return self._events(records) if parsed is None else parsed
 
     def _hash_rows(self, rows: Rows, hasher: DictHasher, entries: np.ndarray | None) -> Rows:
-        """``rows`` of named features (str keys, distinct in a row) as ``hasher.transform_one`` hashes each: their
-        columns hashed, and the values of names that share a column in a row summed in order (rare). ``entries``
-        numbers the keys as the JSON parser's table of names does (None: the keys are looked up by name)."""
+        """``rows`` of named features (distinct in a row) as ``hasher.transform_one`` hashes each: their columns
+        hashed, and the values of names that share a column in a row summed in order (rare). ``entries`` numbers
+        the rows' columns as the JSON parser's table of names does (None: the rows' keys are the names)."""
         n_columns = 1 << hasher.hash_bits
-        columns_of_keys, shared = self._hashed.of_keys(cast(list, rows.keys), entries, n_columns)
+        if entries is None:
+            keys = cast(list, rows.keys)
+            entries = self._hashed.number(keys)
+
+            def names_of(js: list[int]) -> list[str]:
+                return [keys[j] for j in js]
+        else:
+            table, numbered = self._json_names, entries
+
+            def names_of(js: list[int]) -> list[str]:
+                return name_spellings(table, numbered[js])
+
+        columns_of_keys, shared = self._hashed.of_entries(entries, names_of, n_columns)
         columns = columns_of_keys[rows.indices]
         suspect = np.flatnonzero(shared[rows.indices])  # only the cells of such names can meet another in a row
         row_of = np.searchsorted(rows.indptr, suspect, side="right") - 1
@@ -150,7 +166,8 @@ class BatchParser:
         for row in shared_rows:  # through the hasher, as one at a time
             indices.append(columns[starts[last] : starts[row]])
             data.append(rows.data[starts[last] : starts[row]])
-            x = hasher.transform_one(rows.row(row))
+            a, b = starts[row], starts[row + 1]
+            x = hasher.transform_one(dict(zip(names_of(rows.indices[a:b].tolist()), rows.data[a:b].tolist())))
             indices.append(np.fromiter(x, dtype=np.int64, count=len(x)))
             data.append(np.fromiter(x.values(), dtype=np.float64, count=len(x)))
             lengths[row] = len(x)
@@ -173,8 +190,9 @@ class BatchParser:
         """The batch through the C JSON parser; None when a row's label is not a binary class (rare:
         the Python parser then takes the whole batch, to reject those records as one at a time)."""
         parser = self.parser
+        named = not isinstance(self.features, DictHasher)  # (hashed names are looked up by their entries)
         status, rows, ids, labels, entries = parse_json_events(
-            list(records.values), parser.fields, parser.max_bytes, self._json_names
+            list(records.values), parser.fields, parser.max_bytes, self._json_names, named
         )
         table = self._label_signs
         try:

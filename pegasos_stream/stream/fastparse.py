@@ -18,7 +18,7 @@ from .._compiled import FAST as _fast
 from ..learners.rows import Rows, int64_array
 from .records import Lines
 
-__all__ = ["COMPILED", "name_table", "parse_json_events", "parse_json_texts", "parse_svmlight"]
+__all__ = ["COMPILED", "name_spellings", "name_table", "parse_json_events", "parse_json_texts", "parse_svmlight"]
 
 #: Whether the parsers of this module can run (the compiled module is in use).
 COMPILED = _fast is not None
@@ -90,7 +90,7 @@ def _joined(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def parse_json_events(
-    values: list[bytes], fields: Mapping[str, str], max_bytes: int, names: object = None
+    values: list[bytes], fields: Mapping[str, str], max_bytes: int, names: object = None, named: bool = True
 ) -> tuple[np.ndarray, Rows, list, list, np.ndarray]:
     """Labelled JSON feature events at C speed: (status of each value, the rows, their ids, their labels, the
     entry of each of the rows' keys in ``names``).
@@ -102,13 +102,16 @@ def parse_json_events(
     or the same error. ``names``, a ``name_table()`` passed to every call of a run, keeps the feature
     names from call to call, so each str is made and hashed once and the learner's weight lookups
     match it by identity; it numbers the names in the order it first met them (their entries), so that
-    what a run keeps of each name can sit in an array.
+    what a run keeps of each name can sit in an array. With ``named`` false, the rows' columns are left
+    unnamed (keys ``range(n)``; ``name_spellings`` gives the names of their entries), which spares a str
+    object's memory a visit for each name of a call.
     """
-    keys: list = []
+    keys: list | None = [] if named else None
     status, indptr, indices, data, ids, labels, entries = _fast.parse_json_events(
         values, fields["id"], fields["x"], fields["label"], fields["text"], max_bytes, names or name_table(), keys
     )
-    rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys, True)
+    columns = range(len(entries) // 8) if keys is None else keys
+    rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), columns, True)
     return np.frombuffer(status, dtype=np.uint8), rows, ids, labels, int64_array(entries)
 
 
@@ -133,3 +136,8 @@ def parse_json_texts(
 def name_table() -> object:
     """An empty table of feature names, for the calls of ``parse_json_events`` of one run."""
     return _fast.name_table()
+
+
+def name_spellings(names: object, entries: np.ndarray) -> list[str]:
+    """The feature names of ``entries`` in the ``name_table()`` ``names``."""
+    return _fast.name_spellings(names, entries)
