@@ -946,10 +946,12 @@ def test_run_works_in_a_worker_thread_and_stops_on_request():
 def test_the_command_line_settings_of_a_run_last_as_long_as_it():
     runner = build_runner(load_config(None, ["output.type=none"]))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    thresholds = gc.get_threshold()
     with process_wide(runner):
         assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (max(thresholds[0], 20_000), *thresholds[1:])
         assert signal.getsignal(signal.SIGTERM) == signal.getsignal(signal.SIGINT) == runner.request_stop
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
     assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
 
 
