@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import pickle
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ from sklearn.metrics import roc_auc_score
 from pegasos_stream import KernelPegasosClassifier, PegasosClassifier, PegasosMulticlass
 from pegasos_stream.learners.schedule import MAX_NORM
 from pegasos_stream.learners.validation import MIN_LAMBDA
+from pegasos_stream.stream.evaluation import roc_auc
 
 # derandomize: the same examples on every run, so a CI result is reproducible.
 _COMMON = dict(
@@ -651,3 +653,37 @@ def test_pegasos_multiclass_on_image_segments():
     acc = _prequential_accuracy(model)
     print(f"PegasosMulticlass prequential accuracy on ImageSegments: {acc:.4f}")
     assert acc >= MC_MIN_ACCURACY
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pairs=st.lists(
+        st.tuples(st.sampled_from([-1.5, 0.0, 0.25, 2.0, 3.0, math.nan, -math.inf]), st.booleans()), max_size=40
+    )
+)
+def test_roc_auc_is_the_share_of_positive_negative_pairs_ranked_right(pairs):
+    """Exactly (ties, and NaN scores, which rank above every other and tie with none, in their order, count as a
+    stable sort places them): the fraction of positive-negative pairs the positive wins, a tie half."""
+    scores = [score for score, _ in pairs]
+    positives = [positive for _, positive in pairs]
+    rank = {
+        i: position
+        for position, i in enumerate(
+            sorted(
+                range(len(pairs)),
+                key=lambda i: (math.isnan(scores[i]), scores[i] if not math.isnan(scores[i]) else 0.0, i),
+            )
+        )
+    }
+
+    def wins(p: int, n: int) -> Fraction:
+        a, b = scores[p], scores[n]
+        if math.isnan(a) or math.isnan(b):
+            return Fraction(int(rank[p] > rank[n]))
+        return Fraction(1) if a > b else Fraction(1, 2) if a == b else Fraction(0)
+
+    pos = [i for i in range(len(pairs)) if positives[i]]
+    neg = [i for i in range(len(pairs)) if not positives[i]]
+    expected = sum((wins(p, n) for p in pos for n in neg), Fraction(0)) / (len(pos) * len(neg)) if pos and neg else None
+    got = roc_auc(np.array(scores), np.array(positives, dtype=bool))
+    assert (math.isnan(got) and expected is None) or got == float(expected)  # one division of exact integers

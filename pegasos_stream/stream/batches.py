@@ -46,12 +46,13 @@ class HashedNames:
     def __init__(self) -> None:
         self.column = np.zeros(0, dtype=np.int64)  # by entry (-1: not met yet)
         self.shared = np.zeros(0, dtype=bool)  # by entry
+        self.names = 0  # the entries numbered so far (the highest met, plus one)
         self._first: dict[int, int] = {}  # the entry of the first name met in each column
         self._entries: dict[str, int] = {}  # the entries numbered here (names without the table's)
 
     def full(self) -> bool:
         """Whether it holds more than ``MAX_HASHED_NAMES`` names."""
-        return len(self.column) > MAX_HASHED_NAMES
+        return self.names > MAX_HASHED_NAMES
 
     def number(self, keys: list[str]) -> np.ndarray:
         """Entries for names that have none from the JSON parser's table (svmlight names), numbered here."""
@@ -64,9 +65,11 @@ class HashedNames:
         """(hashed column, shares its column with another name met) of each of the names numbered ``entries``;
         ``names_of(js)`` gives the names of ``entries[js]``, asked for the names not met before."""
         size = int(entries.max(initial=-1)) + 1
-        if size > len(self.column):
-            self.column = np.concatenate([self.column, np.full(size - len(self.column), -1, dtype=np.int64)])
-            self.shared = np.concatenate([self.shared, np.zeros(size - len(self.shared), dtype=bool)])
+        self.names = max(self.names, size)
+        if size > len(self.column):  # room for twice as many names: each is copied once on average
+            more = max(size, 2 * len(self.column)) - len(self.column)
+            self.column = np.concatenate([self.column, np.full(more, -1, dtype=np.int64)])
+            self.shared = np.concatenate([self.shared, np.zeros(more, dtype=bool)])
         new = np.flatnonzero(self.column[entries] < 0).tolist()
         if new:
             mask, first = n_columns - 1, self._first

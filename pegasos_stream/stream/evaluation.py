@@ -12,7 +12,10 @@ import numpy as np
 def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequence[bool]) -> float:
     """Exact area under the ROC curve (ties count one half); nan without both classes.
 
-    Mann-Whitney: the sum of the positives' tie-averaged ranks, kept doubled so it is an exact integer.
+    Mann-Whitney: the sum of the positives' tie-averaged ranks, kept doubled so it is an exact integer. A
+    positive's tie group spans positions [left, right) of the sorted scores, so its doubled mean 1-based rank
+    is left + right + 1; a sorted copy of the scores and of the positives' are the memory it takes. A NaN score
+    ranks above every other and ties with none, in the order of the scores (as a stable sort leaves it).
     """
     score_array = np.asarray(scores, dtype=np.float64)
     is_positive = np.asarray(positives, dtype=bool)
@@ -20,12 +23,15 @@ def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequen
     n_neg = len(is_positive) - n_pos
     if not n_pos or not n_neg:
         return float("nan")
-    order = np.argsort(score_array, kind="stable")
-    ordered = score_array[order]
-    starts = np.concatenate(([0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1))
-    ends = np.concatenate((starts[1:], [len(ordered)]))
-    doubled_ranks = np.repeat(starts + ends + 1, ends - starts)  # 2 × (mean 1-based rank of the tie group)
-    doubled_sum = int(doubled_ranks[is_positive[order]].sum())
+    nan = np.isnan(score_array)
+    ordered = np.sort(score_array)  # (NaNs last)
+    positive_scores = np.sort(score_array[is_positive & ~nan])  # (sorted queries: each search starts from the last)
+    doubled = np.searchsorted(ordered, positive_scores, side="left")
+    doubled += np.searchsorted(ordered, positive_scores, side="right")
+    doubled_sum = int(doubled.sum()) + len(positive_scores)
+    if nan.any():
+        first = len(ordered) - int(np.count_nonzero(nan))
+        doubled_sum += int((2 * (first + np.flatnonzero(is_positive[nan])) + 2).sum())
     return (doubled_sum - n_pos * (n_pos + 1)) / (2.0 * n_pos * n_neg)
 
 

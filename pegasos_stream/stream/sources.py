@@ -32,8 +32,9 @@ __all__ = ["FileSource", "Source", "SourceError", "StdinReader", "StdinSource", 
 
 #: Bytes a file is read by: a system call per megabyte, not per 8 KiB, when replaying a large log.
 READ_BUFFER = 1 << 20
-#: A batch read from a file stops growing past this many bytes, whatever the number of records asked
-#: for, so that large records (e.g. whole emails) keep the memory a batch holds bounded.
+#: A batch read from a message file or Kafka stops growing past this many bytes, whatever the number of
+#: records asked for, so that large records (e.g. whole emails) keep the memory a batch holds bounded (a
+#: batch of a file's lines is bounded by the blocks it is read in: see ``FileSource``).
 BATCH_BYTES = 1 << 26
 #: Bytes standard input is read by.
 READ_CHUNK = 1 << 16
