@@ -8,14 +8,18 @@ from typing import Any
 
 import numpy as np
 
+#: Positives ranked at a time by ``roc_auc``.
+RANK_CHUNK = 1 << 16
+
 
 def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequence[bool]) -> float:
     """Exact area under the ROC curve (ties count one half); nan without both classes.
 
     Mann-Whitney: the sum of the positives' tie-averaged ranks, kept doubled so it is an exact integer. A
     positive's tie group spans positions [left, right) of the sorted scores, so its doubled mean 1-based rank
-    is left + right + 1; a sorted copy of the scores and of the positives' are the memory it takes. A NaN score
-    ranks above every other and ties with none, in the order of the scores (as a stable sort leaves it).
+    is left + right + 1; a sorted copy of the scores and of the positives' are the memory it takes (the ranks
+    are summed a chunk at a time). A NaN score ranks above every other and ties with none, in the order of
+    the scores (as a stable sort leaves it).
     """
     score_array = np.asarray(scores, dtype=np.float64)
     is_positive = np.asarray(positives, dtype=bool)
@@ -26,9 +30,11 @@ def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequen
     nan = np.isnan(score_array)
     ordered = np.sort(score_array)  # (NaNs last)
     positive_scores = np.sort(score_array[is_positive & ~nan])  # (sorted queries: each search starts from the last)
-    doubled = np.searchsorted(ordered, positive_scores, side="left")
-    doubled += np.searchsorted(ordered, positive_scores, side="right")
-    doubled_sum = int(doubled.sum()) + len(positive_scores)
+    doubled_sum = len(positive_scores)
+    for start in range(0, len(positive_scores), RANK_CHUNK):  # (a chunk at a time: no array of n ranks)
+        part = positive_scores[start : start + RANK_CHUNK]
+        doubled_sum += int(np.searchsorted(ordered, part, side="left").sum())
+        doubled_sum += int(np.searchsorted(ordered, part, side="right").sum())
     if nan.any():
         first = len(ordered) - int(np.count_nonzero(nan))
         doubled_sum += int((2 * (first + np.flatnonzero(is_positive[nan])) + 2).sum())
