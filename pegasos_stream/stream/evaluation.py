@@ -8,18 +8,17 @@ from typing import Any
 
 import numpy as np
 
-#: Positives ranked at a time by ``roc_auc``.
+#: Positives compared at a time by ``roc_auc``.
 RANK_CHUNK = 1 << 16
 
 
 def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequence[bool]) -> float:
     """Exact area under the ROC curve (ties count one half); nan without both classes.
 
-    Mann-Whitney: the sum of the positives' tie-averaged ranks, kept doubled so it is an exact integer. A
-    positive's tie group spans positions [left, right) of the sorted scores, so its doubled mean 1-based rank
-    is left + right + 1; a sorted copy of the scores and of the positives' are the memory it takes (the ranks
-    are summed a chunk at a time). A NaN score ranks above every other and ties with none, in the order of
-    the scores (as a stable sort leaves it).
+    Mann-Whitney: 2U counts, for each positive, twice the negatives below it and once those tied with it, an
+    exact integer: left + right of its place among the sorted negatives' scores (searched a chunk of
+    positives at a time, so a sorted copy of the negatives' scores is the memory it takes). A NaN score
+    ranks above every other and ties with none, in the order of the scores (as a stable sort leaves it).
     """
     score_array = np.asarray(scores, dtype=np.float64)
     is_positive = np.asarray(positives, dtype=bool)
@@ -28,17 +27,18 @@ def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequen
     if not n_pos or not n_neg:
         return float("nan")
     nan = np.isnan(score_array)
-    ordered = np.sort(score_array)  # (NaNs last)
-    positive_scores = np.sort(score_array[is_positive & ~nan])  # (sorted queries: each search starts from the last)
-    doubled_sum = len(positive_scores)
-    for start in range(0, len(positive_scores), RANK_CHUNK):  # (a chunk at a time: no array of n ranks)
-        part = positive_scores[start : start + RANK_CHUNK]
-        doubled_sum += int(np.searchsorted(ordered, part, side="left").sum())
-        doubled_sum += int(np.searchsorted(ordered, part, side="right").sum())
-    if nan.any():
-        first = len(ordered) - int(np.count_nonzero(nan))
-        doubled_sum += int((2 * (first + np.flatnonzero(is_positive[nan])) + 2).sum())
-    return (doubled_sum - n_pos * (n_pos + 1)) / (2.0 * n_pos * n_neg)
+    negatives = np.sort(score_array[~is_positive & ~nan])
+    doubled_u = 0
+    for start in range(0, len(score_array), RANK_CHUNK):
+        part = score_array[start : start + RANK_CHUNK][is_positive[start : start + RANK_CHUNK]]
+        part = np.sort(part[~np.isnan(part)])  # (sorted queries: each search starts from the last)
+        doubled_u += int(np.searchsorted(negatives, part, side="left").sum())
+        doubled_u += int(np.searchsorted(negatives, part, side="right").sum())
+    if nan.any():  # a NaN positive wins over every finite negative and the NaN negatives before it
+        positive_nan = is_positive[nan]
+        negatives_before = np.cumsum(~positive_nan) - ~positive_nan
+        doubled_u += 2 * int((len(negatives) + negatives_before[positive_nan]).sum())
+    return doubled_u / (2.0 * n_pos * n_neg)
 
 
 class ScoreLog:
