@@ -25,12 +25,12 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import import_module
 from pathlib import Path
 from typing import Any, cast
 
 import yaml
 
+from .. import learners
 from ..features import DictHasher, EmailFeatures
 from ..learners.validation import binary_sign
 from ..stream.parsing import MAIL_FORMATS
@@ -53,21 +53,21 @@ __all__ = [
     "without_secrets",
 ]
 
-#: The learner of each ``model.kind``: its module in ``pegasos_stream.learners`` and its class.
+#: The learner class of each ``model.kind``, by its name in ``pegasos_stream.learners``.
 LEARNERS = {
-    "linear": ("linear", "PegasosClassifier"),
-    "grid": ("grid", "PegasosGrid"),
-    "committee": ("committee", "PegasosCommittee"),
-    "adagrad": ("adagrad", "AdaGradLogistic"),
-    "multiclass": ("multiclass", "PegasosMulticlass"),
-    "kernel": ("kernel", "KernelPegasosClassifier"),
+    "linear": "PegasosClassifier",
+    "grid": "PegasosGrid",
+    "committee": "PegasosCommittee",
+    "adagrad": "AdaGradLogistic",
+    "multiclass": "PegasosMulticlass",
+    "kernel": "KernelPegasosClassifier",
 }
 
 
 def learner_class(kind: str) -> type:
-    """The class of ``model.kind`` (its module loaded on first use: a run imports its own learner only)."""
-    module, name = LEARNERS[kind]
-    return getattr(import_module(f"..learners.{module}", __package__), name)
+    """The class of ``model.kind`` (the learners package loads its module on first use: a run imports its own
+    learner only)."""
+    return getattr(learners, LEARNERS[kind])
 
 
 class ConfigError(ValueError):

@@ -259,10 +259,11 @@ class BatchParser:
         hashed: list[dict] = []
         for entry in labelled:
             x = entry[1].x
-            try:  # hashed features (a name or value the hasher refuses: rejected as one at a time)
-                hashed += [features.transform_one(x)] if isinstance(features, DictHasher) and x is not None else []
-            except ValueError:
-                x = None
+            if isinstance(features, DictHasher) and x is not None:
+                try:
+                    hashed.append(features.transform_one(x))
+                except ValueError:  # a name or value the hasher refuses: rejected as one at a time
+                    x = None
             if x is not None or texts:
                 rows.append(entry)
             else:
