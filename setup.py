@@ -24,8 +24,8 @@ MSVC_FLAGS = ["/O2", "/fp:precise"]
 
 #: The compiled inner loops of the batch replay path and of the "bytes" email reader.
 EXTENSIONS = [
-    Extension("pegasos_stream._fast", ["pegasos_stream/_fast.c"]),
-    Extension("pegasos_stream.features._text", ["pegasos_stream/features/_text.c"]),
+    Extension("pegasos_stream._fast", ["pegasos_stream/_fast.c"], depends=["pegasos_stream/crc32.h"]),
+    Extension("pegasos_stream.features._text", ["pegasos_stream/features/_text.c"], depends=["pegasos_stream/crc32.h"]),
 ]
 
 #: Why a build may fail for want of a working compiler: none found, one that cannot run, a compile or link error.

@@ -39,6 +39,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "crc32.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -1910,28 +1912,38 @@ static PyObject *scalar_object(const char *s, const Scalar *value) {
     }
 }
 
+/* feature_hash of the str of the ASCII bytes s[0:len]: zlib.crc32 of them. */
+static inline uint32_t feature_crc(const unsigned char *s, Py_ssize_t len) {
+    return ~crc_update(0xFFFFFFFFu, s, len);
+}
+
 /* The feature names seen so far, by their bytes, kept from call to call (in a capsule, see name_table):
  * an open-addressing table (linear probing, at most half full) of slots, each with a name's first 8
  * bytes (zero-padded), a check (high hash bits and the length, up to 255), the last row it appeared in
  * (its stamp), the low bits of its hash (to rehash), its entry (the names are numbered in first-seen
  * order, and the entry tells where the name sits in ``arena``, read only to compare names beyond 8
- * bytes), its str (made once, so that its hash is computed once and the learner's dict lookups match
- * it by identity), and its column in the batch of the call that last met it (``call``). */
+ * bytes), and either (a table that names its columns) its str (made once, so that its hash is computed
+ * once and the learner's dict lookups match it by identity) and its column in the batch of the call that
+ * last met it (``call``), or (a table that hashes, ``hash_bits`` > 0) its hashed column. */
 typedef struct {
     uint64_t head;
     uint32_t check, stamp;
     int64_t column;
     uint32_t hash;
-    int32_t entry;
-    PyObject *name;  /* NULL marks a free slot */
+    int32_t entry;  /* -1 marks a free slot */
+    PyObject *name;
     uint64_t call;
 } Slot;
 typedef struct { Py_ssize_t offset, len; } Spelling;
+/* A hashed column met in the row of stamp ``stamp``: the cells of row_collides' set. */
+typedef struct { uint32_t column, stamp; } Seen;
 typedef struct {
     Slot *slots;
     Py_ssize_t mask, used;
     Growing spellings, arena, pending;  /* pending: the names of the row being read */
-    Growing entries;  /* the entry of each column of the call's ``keys``, in their order */
+    Growing seen;  /* Seen cells (row_collides), a power of two of them */
+    Py_ssize_t columns;  /* the columns of the call's keys */
+    int hash_bits;  /* 0: a call's columns are its keys; else names are hashed to 2^hash_bits columns */
     uint64_t call;
     int busy;  /* a parse_json_events call is using the table */
     uint32_t row;  /* the stamp of the row being read: rows are numbered across calls */
@@ -1969,11 +1981,11 @@ static inline uint64_t name_hash(const char *s, Py_ssize_t len, uint64_t head) {
 static int names_resize(Names *t, Py_ssize_t size) {
     Slot *slots = PyMem_Malloc(size * sizeof(Slot));
     if (!slots) { PyErr_NoMemory(); return -1; }
-    for (Py_ssize_t i = 0; i < size; i++) slots[i].name = NULL;
+    for (Py_ssize_t i = 0; i < size; i++) slots[i] = (Slot){.entry = -1, .name = NULL};
     for (Py_ssize_t i = 0; t->slots && i <= t->mask; i++) {
-        if (!t->slots[i].name) continue;
+        if (t->slots[i].entry < 0) continue;
         Py_ssize_t j = t->slots[i].hash & (size - 1);
-        while (slots[j].name) j = (j + 1) & (size - 1);
+        while (slots[j].entry >= 0) j = (j + 1) & (size - 1);
         slots[j] = t->slots[i];
     }
     PyMem_Free(t->slots);
@@ -1992,15 +2004,15 @@ static inline void name_key(Pending *name, const char *s, const char *end) {
     name->check = ((uint32_t)(name->hash >> 32) & ~(uint32_t)0xff) | (uint32_t)(len < 255 ? len : 255);
 }
 
-/* The slot of this name (s[name->start:] its bytes), its column numbered in this call's ``keys`` (the names
- * of its columns) when first met in the call; NULL on error. */
+/* The slot of this name (s[name->start:] its bytes); unless the table hashes, its column numbered in this
+ * call's ``keys`` (the names of its columns) when first met in the call. NULL on error. */
 static inline Slot *name_slot(Names *t, PyObject *keys, const char *s, const Pending *name) {
     Py_ssize_t len = name->len, i = name->hash & t->mask;
     s += name->start;
     Slot *slot = NULL;
     for (;; i = (i + 1) & t->mask) {
         Slot *candidate = &t->slots[i];
-        if (!candidate->name) break;
+        if (candidate->entry < 0) break;
         if (candidate->head == name->head && candidate->check == name->check) {
             const Spelling *spelling = (const Spelling *)t->spellings.data + candidate->entry;
             if (len <= 8 || (spelling->len == len && !memcmp(t->arena.data + spelling->offset, s, len))) {
@@ -2019,18 +2031,20 @@ static inline Slot *name_slot(Names *t, PyObject *keys, const char *s, const Pen
             return NULL;
         }
         Spelling spelling = {t->arena.len, len};
-        PyObject *str = ascii_str(s, len);
-        if (!str || grow(&t->spellings, &spelling, sizeof spelling) < 0 || (len && grow(&t->arena, s, len) < 0)) {
+        PyObject *str = NULL;  /* a hashed name needs none */
+        int64_t column = -1;
+        if (t->hash_bits) column = feature_crc((const unsigned char *)s, len) & (0xFFFFFFFFu >> (32 - t->hash_bits));
+        else if (!(str = ascii_str(s, len))) return NULL;
+        if (grow(&t->spellings, &spelling, sizeof spelling) < 0 || (len && grow(&t->arena, s, len) < 0)) {
             Py_XDECREF(str);
             return NULL;
         }
         slot = &t->slots[i];
-        *slot = (Slot){name->head, name->check, 0, -1, (uint32_t)name->hash, (int32_t)t->used++, str, 0};
+        *slot = (Slot){name->head, name->check, 0, column, (uint32_t)name->hash, (int32_t)t->used++, str, 0};
     }
-    if (slot->call != t->call) {
-        slot->column = t->entries.len / 8;
-        int64_t entry = slot->entry;
-        if ((keys != Py_None && PyList_Append(keys, slot->name) < 0) || grow(&t->entries, &entry, 8) < 0) return NULL;
+    if (!t->hash_bits && slot->call != t->call) {
+        slot->column = t->columns++;
+        if (PyList_Append(keys, slot->name) < 0) return NULL;
         slot->call = t->call;
     }
     return slot;
@@ -2043,13 +2057,36 @@ static inline uint32_t next_row(Names *t) {
     return t->row;
 }
 
+/* Whether two of the hashed columns row[0:n] of the row of this stamp are one (-1 on error): a set of the
+ * columns met in the row, in ``seen``, whose cells of other rows' stamps count as free. */
+static int row_collides(Names *t, const int64_t *row, Py_ssize_t n, uint32_t stamp) {
+    if (n < 2) return 0;
+    Py_ssize_t size = 64;
+    while (size < 2 * n) size *= 2;
+    Growing *seen = &t->seen;
+    if (seen->len < size * (Py_ssize_t)sizeof(Seen)) {
+        if (reserve(seen, size * (Py_ssize_t)sizeof(Seen) - seen->len) < 0) return -1;
+        memset(seen->data + seen->len, 0, size * sizeof(Seen) - seen->len);  /* stamp 0: no row's */
+        seen->len = size * (Py_ssize_t)sizeof(Seen);
+    }
+    Seen *cells = (Seen *)seen->data;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        uint32_t column = (uint32_t)row[j];
+        Py_ssize_t i = (Py_ssize_t)(((uint64_t)column * 0x9e3779b97f4a7c15ULL) >> 40) & (size - 1);
+        for (; cells[i].stamp == stamp; i = (i + 1) & (size - 1))
+            if (cells[i].column == column) return 1;
+        cells[i] = (Seen){column, stamp};
+    }
+    return 0;
+}
+
 static void names_clear(Names *t) {
     for (Py_ssize_t i = 0; t->slots && i <= t->mask; i++) Py_XDECREF(t->slots[i].name);
     PyMem_Free(t->slots);
     PyMem_Free(t->spellings.data);
     PyMem_Free(t->arena.data);
     PyMem_Free(t->pending.data);
-    PyMem_Free(t->entries.data);
+    PyMem_Free(t->seen.data);
     PyMem_Free(t);
 }
 
@@ -2058,47 +2095,33 @@ static void names_free(PyObject *capsule) {
     if (t) names_clear(t);
 }
 
-/* name_table() -> a capsule of an empty Names table, to pass to every parse_json_events call of a run. */
-static PyObject *name_table(PyObject *self, PyObject *unused) {
+/* name_table(hash_bits) -> a capsule of an empty Names table, to pass to every parse_json_events call of a
+ * run: 0, the calls' columns are their keys; 1 to 32, names are hashed to 2^hash_bits columns. */
+static PyObject *name_table(PyObject *self, PyObject *args) {
+    int hash_bits;
+    if (!PyArg_ParseTuple(args, "i", &hash_bits)) return NULL;
+    if (hash_bits < 0 || hash_bits > 32) {
+        PyErr_Format(PyExc_ValueError, "name_table: hash_bits=%d: expected 0 to 32", hash_bits);
+        return NULL;
+    }
     Names *t = PyMem_Calloc(1, sizeof(Names));
     if (!t) return PyErr_NoMemory();
+    t->hash_bits = hash_bits;
     if (names_resize(t, 1024) < 0) { PyMem_Free(t); return NULL; }
     PyObject *capsule = PyCapsule_New(t, "pegasos_stream.names", names_free);
     if (!capsule) names_clear(t);
     return capsule;
 }
 
-/* name_spellings(names, entries) -> the names of these entries of a name_table() (new str objects). */
-static PyObject *name_spellings(PyObject *self, PyObject *args) {
-    PyObject *capsule, *given;
-    if (!PyArg_ParseTuple(args, "OO", &capsule, &given)) return NULL;
+/* name_count(names) -> the names a name_table() holds. */
+static PyObject *name_count(PyObject *self, PyObject *capsule) {
     Names *t = PyCapsule_GetPointer(capsule, "pegasos_stream.names");
-    if (!t) return NULL;
-    Buf b = {0};
-    if (get_buffer(given, &b, 0, I64, "name_spellings", "entries") < 0) {
-        release(&b, 1);
-        return NULL;
-    }
-    const int64_t *entries = b.view.buf;
-    PyObject *list = PyList_New(length(&b));
-    for (Py_ssize_t i = 0; list && i < length(&b); i++) {
-        if (entries[i] < 0 || entries[i] >= t->used) {
-            PyErr_Format(PyExc_ValueError, "name_spellings: entry %lld is not one of the table's %zd names",
-                         (long long)entries[i], t->used);
-            Py_CLEAR(list);
-            break;
-        }
-        const Spelling *spelling = (const Spelling *)t->spellings.data + entries[i];
-        PyObject *name = ascii_str(spelling->len ? t->arena.data + spelling->offset : "", spelling->len);
-        if (!name) Py_CLEAR(list);
-        else PyList_SET_ITEM(list, i, name);
-    }
-    release(&b, 1);
-    return list;
+    return t ? PyLong_FromSsize_t(t->used) : NULL;
 }
 
 /* The feature object at s[k] == '{' into the CSR buffers: the index past it; -1 if it is not an
- * object of distinct names and finite numbers in the plain grammar, or on error (with *error set).
+ * object of distinct names (whose hashed columns are distinct, when the table hashes) and finite numbers
+ * in the plain grammar, or on error (with *error set).
  * ``end`` bounds what may be read. The row is read first, fetching the table slot of each name, then
  * its names are looked up, so that the memory reads overlap. */
 static Py_ssize_t json_features(const char *s, Py_ssize_t k, const char *end, Names *names, PyObject *keys,
@@ -2137,6 +2160,13 @@ static Py_ssize_t json_features(const char *s, Py_ssize_t k, const char *end, Na
         if (slot->stamp == stamp) return -1;  /* a repeated name: the dict keeps the last value */
         slot->stamp = stamp;
         row[j] = slot->column;
+    }
+    if (names->hash_bits) {  /* names that share a column: the hasher sums their values, in Python */
+        int collides = row_collides(names, row, n, stamp);
+        if (collides) {
+            *error = collides < 0;
+            return -1;
+        }
     }
     indices->len += 8 * n;
     return k + 1;
@@ -2214,34 +2244,35 @@ python:
     return LINE_PYTHON;
 }
 
-/* parse_json_events(values, id_field, x_field, label_field, text_field, max_bytes, names, keys)
- * -> (status, indptr, indices, data, ids, labels, entries): status per value as bytes (0 row, 2 for the Python
- * parser); one CSR row, id (None when absent) and label per status-0 value. ``names`` is a name_table()
- * kept from call to call; the columns of this call are named by ``keys`` (filled in first-seen order; None: not
- * named), and ``entries`` (int64 bytes) numbers each as the table does (the names in the order the table first
- * met them; name_spellings gives them back). */
+/* parse_json_events(values, id_field, x_field, label_field, text_field, max_bytes, names, keys, with_ids)
+ * -> (status, indptr, indices, data, ids, labels): status per value as bytes (0 row, 2 for the Python
+ * parser); one CSR row, id (None when absent; ``ids`` is None without ``with_ids``) and label per status-0
+ * value. ``names`` is a name_table()
+ * kept from call to call: the columns of this call are named by ``keys`` (filled in first-seen order), or,
+ * when the table hashes (``keys`` None), are the names' hashed columns. */
 static PyObject *parse_json_events(PyObject *self, PyObject *args) {
     PyObject *values, *field_names[4], *capsule, *keys;
     Py_ssize_t max_bytes;
-    if (!PyArg_ParseTuple(args, "O!UUUUnOO", &PyList_Type, &values, &field_names[0], &field_names[1],
-                          &field_names[2], &field_names[3], &max_bytes, &capsule, &keys))
+    int with_ids;
+    if (!PyArg_ParseTuple(args, "O!UUUUnOOp", &PyList_Type, &values, &field_names[0], &field_names[1],
+                          &field_names[2], &field_names[3], &max_bytes, &capsule, &keys, &with_ids))
         return NULL;
-    if (keys != Py_None && !PyList_Check(keys)) {
-        PyErr_SetString(PyExc_TypeError, "parse_json_events: keys: expected a list, or None for no keys");
-        return NULL;
-    }
     Names *names = PyCapsule_GetPointer(capsule, "pegasos_stream.names");
     if (!names) return NULL;
+    if (names->hash_bits ? keys != Py_None : !PyList_Check(keys)) {
+        PyErr_SetString(PyExc_TypeError, "parse_json_events: keys: expected a list, or None with a table that hashes");
+        return NULL;
+    }
     if (names->busy) {  /* a finalizer run inside a call of the table's would see it half updated */
         PyErr_SetString(PyExc_RuntimeError, "parse_json_events: the name table is in use");
         return NULL;
     }
     names->call++;
-    names->entries.len = 0;
+    names->columns = 0;
     Field fields[4];  /* id, x, label, text */
     int distinct = read_fields(field_names, fields);
     Growing status = {.in_bytes = 1}, indptr = {.in_bytes = 1}, indices = {.in_bytes = 1}, data = {.in_bytes = 1};
-    PyObject *ids = PyList_New(0), *labels = PyList_New(0);
+    PyObject *ids = with_ids ? PyList_New(0) : Py_NewRef(Py_None), *labels = PyList_New(0);
     int64_t nnz = 0;
     Py_ssize_t n = PyList_GET_SIZE(values), size = 0;
     for (Py_ssize_t r = 0; r < n; r++) {
@@ -2272,9 +2303,9 @@ static PyObject *parse_json_events(PyObject *self, PyObject *args) {
         if (!failed && kind == LINE_ROW) {
             nnz = indices.len / 8;
             PyObject *id_object = NULL, *label_object = NULL;
-            failed = grow(&indptr, &nnz, 8) < 0 || !(id_object = scalar_object(s, &id))
-                || !(label_object = scalar_object(s, &label)) || PyList_Append(ids, id_object) < 0
-                || PyList_Append(labels, label_object) < 0;
+            failed = grow(&indptr, &nnz, 8) < 0
+                || (with_ids && (!(id_object = scalar_object(s, &id)) || PyList_Append(ids, id_object) < 0))
+                || !(label_object = scalar_object(s, &label)) || PyList_Append(labels, label_object) < 0;
             Py_XDECREF(id_object);
             Py_XDECREF(label_object);
         }
@@ -2282,9 +2313,8 @@ static PyObject *parse_json_events(PyObject *self, PyObject *args) {
         if (failed) goto fail;
     }
     names->busy = 0;
-    return Py_BuildValue("NNNNNNy#", take_bytes(&status), take_bytes(&indptr), take_bytes(&indices),
-                         take_bytes(&data), ids, labels, names->entries.data ? names->entries.data : "",
-                         names->entries.len);
+    return Py_BuildValue("NNNNNN", take_bytes(&status), take_bytes(&indptr), take_bytes(&indices),
+                         take_bytes(&data), ids, labels);
 fail:
     names->busy = 0;
     discard(&status);
@@ -2527,8 +2557,8 @@ static PyMethodDef methods[] = {
      "JSON feature events to (status, indptr, indices, data, ids, labels)."},
     {"parse_json_texts", parse_json_texts, METH_VARARGS,
      "Labelled JSON text events to (status, texts as UTF-8 bytes, ids, labels)."},
-    {"name_table", name_table, METH_NOARGS, "An empty table of feature names for parse_json_events."},
-    {"name_spellings", name_spellings, METH_VARARGS, "The names of entries of a name_table()."},
+    {"name_table", name_table, METH_VARARGS, "An empty table of feature names for parse_json_events."},
+    {"name_count", name_count, METH_O, "The names a name_table() holds."},
     {"sparse_dot", sparse_dot, METH_VARARGS, "<v, x> of two dicts, summed as sum() sums; None if not floats."},
     {"axpy_sq_norm", axpy_sq_norm, METH_VARARGS, "v += c*x in place; the change of the squared norm."},
     {"gather", gather, METH_VARARGS, "Values of keys from a weight dict into a buffer, with presence flags."},
@@ -2553,6 +2583,7 @@ static int add_names(PyObject *module, const char *attribute, const char *const 
 }
 
 PyMODINIT_FUNC PyInit__fast(void) {
+    crc_init();
     PyObject *m = PyModule_Create(&module);
     if (m && (add_names(m, "PARAMS", PARAMS_NAMES, N_PARAMS) < 0 || add_names(m, "STATE", STATE_NAMES, N_STATE) < 0
               || add_names(m, "ISTATE", ISTATE_NAMES, N_ISTATE) < 0))

@@ -21,12 +21,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pegasos_stream import PegasosClassifier, _compiled, cli
+from pegasos_stream.features import DictHasher, feature_hash
 from pegasos_stream.learners import weights
 from pegasos_stream.learners.calibration import squash
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.persist.checkpoint import checkpoints, model_digest, read_checkpoint
 from pegasos_stream.stream import fastparse, sources
-from pegasos_stream.stream.fastparse import name_table, parse_json_events, parse_json_texts, parse_svmlight
+from pegasos_stream.stream.fastparse import NameTable, parse_json_events, parse_json_texts, parse_svmlight
 from pegasos_stream.stream.parsing import BadRecord, EventParser
 from pegasos_stream.stream.records import Lines, Record
 
@@ -253,17 +254,47 @@ def test_svmlight_lines_left_in_their_block_parse_as_the_lines_themselves(lines,
     assert list(got[1].keys) == list(expected[1].keys)
 
 
-def test_unnamed_json_rows_name_their_columns_by_entries_of_the_table():
+def test_a_table_that_hashes_gives_the_hashed_columns_and_leaves_names_that_meet_in_a_row_to_python():
     fields = {"id": "id", "x": "x", "text": "text", "label": "label"}
-    lines = [b'{"x": {"b": 1.0, "a": 2.0}, "label": true}', b'{"x": {"a": 3.0, "c": 4.0}, "label": false}']
-    table = name_table()
-    named = parse_json_events(lines[:1], fields, 1000, table)
-    _, rows, _, _, entries = parse_json_events(lines, fields, 1000, table, named=False)
-    assert named[1].keys == ["b", "a"] and list(rows.keys) == [0, 1, 2]
-    assert fastparse.name_spellings(table, entries) == ["b", "a", "c"]
-    assert [rows.row(i) for i in range(2)] == [{0: 1.0, 1: 2.0}, {1: 3.0, 2: 4.0}]
-    with pytest.raises(ValueError, match="entry 3 is not one of the table's 3 names"):
-        fastparse.name_spellings(table, np.array([3]))
+    names = [f"f{i}" for i in range(40)]
+    columns = [feature_hash(name) % 8 for name in names]
+    apart = [names[columns.index(c)] for c in sorted(set(columns))]  # one name per column
+    together = [n for n in names if feature_hash(n) % 8 == feature_hash(names[0]) % 8][:2]
+    lines = [json.dumps({"x": dict.fromkeys(apart, 2.5), "label": True}).encode()]
+    lines += [json.dumps({"x": dict.fromkeys(together, 1.0), "label": False}).encode(), b'{"x": {}, "label": 1}']
+    table = NameTable(3)
+    status, rows, ids, labels = parse_json_events(lines, fields, 1000, table)
+    assert status.tolist() == [0, 2, 0] and labels == [True, 1] and ids == [None, None]
+    assert rows.keys == range(8) and rows.row(0) == DictHasher(3).transform_one(dict.fromkeys(apart, 2.5))
+    assert list(rows.row(0)) == [feature_hash(n) % 8 for n in apart] and rows.row(1) == {}
+    assert len(table) == len(set(apart) | set(together))
+    with pytest.raises(ValueError, match="hash_bits=33"):
+        NameTable(33)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), hash_bits=st.sampled_from([1, 3, 12, 32]))
+def test_hashed_json_rows_are_the_hashers_rows_of_the_named_ones(data, hash_bits):
+    """A table that hashes gives each plain value the named row through ``DictHasher.transform_one``, the same id
+    and label, and leaves to Python the values whose names share a column (and nothing else the named parse
+    takes), across calls that keep the table."""
+    fields = data.draw(JSON_FIELDS)
+    chunks = data.draw(st.lists(st.lists(_json_line(fields), max_size=4), max_size=4))
+    hasher, table = DictHasher(hash_bits), NameTable(hash_bits)
+    for lines in chunks:
+        named_status, named, named_ids, named_labels = parse_json_events(lines, fields, JSON_MAX_BYTES)
+        status, rows, ids, labels = parse_json_events(lines, fields, JSON_MAX_BYTES, table)
+        expected = [named.row(i) for i in range(len(named))]
+        meets = [len(hasher.transform_one(x)) < len(x) for x in expected]
+        kept = iter(meets)
+        assert status.tolist() == [2 if kind == 2 or next(kept) else 0 for kind in named_status.tolist()]
+        plain = [i for i, meet in enumerate(meets) if not meet]
+        assert [rows.row(i) for i in range(len(rows))] == [hasher.transform_one(expected[i]) for i in plain]
+        assert [list(rows.row(i).items()) for i in range(len(rows))] == [
+            list(hasher.transform_one(expected[i]).items()) for i in plain
+        ]
+        assert ids == [named_ids[i] for i in plain] and labels == [named_labels[i] for i in plain]
+        assert rows.keys == range(1 << hash_bits)
 
 
 def test_a_span_is_parsed_to_its_end_whatever_digits_follow_it():
@@ -397,7 +428,7 @@ def _same(a: object, b: object) -> bool:
 def test_the_c_json_parser_agrees_with_the_python_one(data):
     fields = data.draw(JSON_FIELDS)
     lines = data.draw(st.lists(_json_line(fields), max_size=6))
-    status, rows, ids, labels, _ = parse_json_events(lines, fields, JSON_MAX_BYTES)
+    status, rows, ids, labels = parse_json_events(lines, fields, JSON_MAX_BYTES)
     assert status.tolist() == [0 if _in_c_grammar(line, fields, JSON_MAX_BYTES) else 2 for line in lines]
     assert len(rows) == len(ids) == len(labels) == int((status == 0).sum())
     parser = EventParser("json", fields=fields, max_bytes=JSON_MAX_BYTES)
@@ -409,6 +440,11 @@ def test_the_c_json_parser_agrees_with_the_python_one(data):
         assert [float(v).hex() for v in x.values()] == [float(v).hex() for v in event.x.values()]
         assert _same("p:1" if ids[row] is None else ids[row], event.id)
         assert _same(labels[row], event.label) and event.text is None
+    # without ids, the same statuses, rows and labels
+    status_without, rows_without, no_ids, labels_without = parse_json_events(lines, fields, JSON_MAX_BYTES, ids=False)
+    assert no_ids is None and status_without.tolist() == status.tolist() and labels_without == labels
+    assert rows_without.keys == rows.keys and rows_without.indices.tolist() == rows.indices.tolist()
+    assert rows_without.indptr.tolist() == rows.indptr.tolist() and rows_without.data.tobytes() == rows.data.tobytes()
 
 
 @settings(max_examples=100, deadline=None)
@@ -418,7 +454,7 @@ def test_name_tables_kept_across_calls_change_nothing_but_identity(data):
     columns are those of a fresh table, and a name is one str object in every call."""
     fields = data.draw(JSON_FIELDS)
     chunks = data.draw(st.lists(st.lists(_json_line(fields), max_size=4), max_size=4))
-    table, seen, entries = name_table(), {}, {}
+    table, seen = NameTable(), {}
     for lines in chunks:
         kept = parse_json_events(lines, fields, JSON_MAX_BYTES, table)
         fresh = parse_json_events(lines, fields, JSON_MAX_BYTES)
@@ -428,10 +464,9 @@ def test_name_tables_kept_across_calls_change_nothing_but_identity(data):
         assert rows.indptr.tolist() == fresh_rows.indptr.tolist()
         assert rows.indices.tolist() == fresh_rows.indices.tolist()
         assert rows.data.tobytes() == fresh_rows.data.tobytes()
-        for key, entry in zip(rows.keys, kept[4].tolist(), strict=True):
+        for key in rows.keys:
             assert seen.setdefault(key, key) is key
-            assert entries.setdefault(key, entry) == entry  # a name's entry in the table is the same in every call
-        assert len(set(kept[4].tolist())) == len(rows.keys)
+    assert len(table) == len(seen)
     numbered = data.draw(st.lists(st.lists(st.integers(0, 40), min_size=1, max_size=5, unique=True), max_size=6))
     lines = [("1 " + " ".join(f"{j}:1.5" for j in row)).encode() for row in numbered]
     names, seen = [], {}
@@ -466,7 +501,7 @@ def test_name_tables_kept_across_calls_change_nothing_but_identity(data):
 def test_plain_json_events_take_the_compiled_path(fields, events, indent):
     objects = [{fields[k]: v for k, v in event.items()} for event in events]
     lines = [json.dumps(obj, indent=indent).encode() for obj in objects]
-    status, rows, ids, labels, _ = parse_json_events(lines, fields, 10_000)
+    status, rows, ids, labels = parse_json_events(lines, fields, 10_000)
     assert status.tolist() == [0] * len(lines)
     for row, event in enumerate(events):
         assert list(rows.row(row).items()) == [(k, float(v)) for k, v in event["x"].items()]
@@ -579,9 +614,7 @@ def test_the_c_json_parser_on_edge_cases():
         b'{"x": {"a": 1}, "label": 1, "text": "t"}',  # text beside the features: Python's
         b' {"label" :"ham","id":7,\n"x":{ }} ',
     ]
-    status, rows, ids, labels, _ = parse_json_events(
-        lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 1000
-    )
+    status, rows, ids, labels = parse_json_events(lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 1000)
     assert status.tolist() == [0, 2, 2, 2, 2, 0]
     assert rows.indptr.tolist() == [0, 3, 3] and rows.keys == ["a", "b", "c"]
     assert [v.hex() for v in rows.data.tolist()] == [(0.0).hex(), (1e-5).hex(), (123456789012345.0).hex()]
@@ -597,7 +630,7 @@ def test_many_names_grow_the_c_name_table():
     names = [f"n{i}" for i in range(3000)] + [f"a_long_feature_name_{i}" for i in range(3000)]
     lines = [json.dumps({"x": {n: i for i, n in enumerate(names[s::7])}, "label": True}).encode() for s in range(7)]
     lines += [json.dumps({"x": dict.fromkeys(names[::-3], 1.5), "label": False}).encode()]
-    status, rows, _, _, _ = parse_json_events(lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 10**6)
+    status, rows, _, _ = parse_json_events(lines, {"id": "id", "x": "x", "text": "text", "label": "label"}, 10**6)
     assert status.tolist() == [0] * 8 and sorted(rows.keys) == sorted(names)
     assert [list(rows.row(i).items()) for i in range(8)] == [
         [(k, float(v)) for k, v in json.loads(line)["x"].items()] for line in lines

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../crc32.h"
+
 /* -- growable byte buffers, and the writer of the reader's output ------------------------------ */
 
 /* A buffer that doubles as it fills: PyMem memory, or the inside of a bytes object (``bytes``), which buf_take
@@ -551,21 +553,6 @@ static int read_message(const unsigned char *raw, Py_ssize_t n, Writer *w) {
 }
 
 /* -- hashing, and the rows ---------------------------------------------------------------------- */
-
-static uint32_t CRC[256];
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        CRC[i] = c;
-    }
-}
-
-static inline uint32_t crc_update(uint32_t c, const unsigned char *s, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n; i++) c = CRC[(c ^ s[i]) & 0xFF] ^ (c >> 8);
-    return c;
-}
 
 /* CRC-32 of the n-grams without crc_update's chain of n dependent lookups. The update is affine over
  * GF(2) (CRC[a ^ b] = CRC[a] ^ CRC[b]), so for a fixed start state and length n,

@@ -8,7 +8,7 @@ a time, which gives the same event or the same error.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import TypeAlias, cast
 
@@ -17,7 +17,7 @@ import numpy as np
 from ..features import DictHasher, EmailFeatures, feature_hash
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
-from .fastparse import COMPILED, name_spellings, name_table, parse_json_events, parse_json_texts, parse_svmlight
+from .fastparse import COMPILED, NameTable, parse_json_events, parse_json_texts, parse_svmlight
 from .parsing import BadRecord, Event, EventParser
 from .records import Record, RecordBatch
 
@@ -25,8 +25,8 @@ __all__ = ["BatchParser", "Parsed", "ParsedBatch", "parse_record"]
 
 #: What a record parses to: an event, the error that makes it a bad record, or nothing (a comment).
 Parsed: TypeAlias = Event | BadRecord | None
-#: The feature names whose hashed columns a run keeps at most; past this many, it starts again from none (so
-#: does the compiled JSON parser's table of names), so that months of new names take bounded memory.
+#: The feature names whose hashed columns a run keeps at most (svmlight names here, JSON names in the compiled
+#: parser's table); past this many, it starts again from none, so that months of new names take bounded memory.
 MAX_HASHED_NAMES = 1 << 20
 
 
@@ -40,8 +40,8 @@ def parse_record(parser: EventParser, record: Record) -> Parsed:
 
 
 class HashedNames:
-    """The hashed column of each feature name a run met, by the name's entry (names numbered in the order first
-    met, by the JSON parser's table or here), and whether it shares its column with another name met."""
+    """The hashed column of each svmlight feature name a run met, by the name's entry (names numbered in the order
+    first met), and whether it shares its column with another name met."""
 
     def __init__(self) -> None:
         self.column = np.zeros(0, dtype=np.int64)  # by entry (-1: not met yet)
@@ -54,16 +54,10 @@ class HashedNames:
         """Whether it holds more than ``MAX_HASHED_NAMES`` names."""
         return self.names > MAX_HASHED_NAMES
 
-    def number(self, keys: list[str]) -> np.ndarray:
-        """Entries for names that have none from the JSON parser's table (svmlight names), numbered here."""
+    def of_names(self, keys: list[str], n_columns: int) -> tuple[np.ndarray, np.ndarray]:
+        """(hashed column, shares its column with another name met) of each of the names ``keys``."""
         numbered = self._entries
-        return np.array([numbered.setdefault(key, len(numbered)) for key in keys], dtype=np.int64)
-
-    def of_entries(
-        self, entries: np.ndarray, names_of: Callable[[list[int]], list[str]], n_columns: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(hashed column, shares its column with another name met) of each of the names numbered ``entries``;
-        ``names_of(js)`` gives the names of ``entries[js]``, asked for the names not met before."""
+        entries = np.array([numbered.setdefault(key, len(numbered)) for key in keys], dtype=np.int64)
         size = int(entries.max(initial=-1)) + 1
         self.names = max(self.names, size)
         if size > len(self.column):  # room for twice as many names: each is copied once on average
@@ -73,7 +67,7 @@ class HashedNames:
         new = np.flatnonzero(self.column[entries] < 0).tolist()
         if new:
             mask, first = n_columns - 1, self._first
-            columns = [feature_hash(name) & mask for name in names_of(new)]
+            columns = [feature_hash(keys[j]) & mask for j in new]
             new_entries = entries[new]
             self.column[new_entries] = columns
             for entry, column in zip(new_entries.tolist(), columns, strict=True):
@@ -85,16 +79,15 @@ class HashedNames:
 @dataclass
 class ParsedBatch:
     """A batch of records parsed: its labelled feature events as CSR ``rows`` with their label
-    ``signs``, the index of each row's record, each row's event id (None: the record's position),
-    and every other record's parse ({index: Event, BadRecord or None})."""
+    ``signs``, the index of each row's record, each row's event id (None: the record's position;
+    ``ids`` None: not asked for), and every other record's parse ({index: Event, BadRecord or None})."""
 
     records: RecordBatch
     rows: Rows
     signs: np.ndarray
     indices: list[int]
-    ids: list[Hashable | None]
+    ids: list[Hashable | None] | None
     others: dict[int, Parsed]
-    entries: np.ndarray | None = None  # the entry of each of the rows' keys in the JSON parser's table of names
 
 
 class BatchParser:
@@ -106,13 +99,16 @@ class BatchParser:
         parser: EventParser,
         features: EmailFeatures | DictHasher | None = None,
         hashed_columns: bool = False,
+        ids: bool = True,
     ) -> None:
         self.parser = parser
+        self.ids = ids  # the rows' event ids are asked for (the JSON feature parser makes none otherwise)
         self.features = features  # text events become rows of these (a batch's texts at once), or feature
         self.hashed_columns = hashed_columns  # ... events' rows are hashed; columns: a learner's weight arrays
         self._svmlight_names: list[str] = []  # the str of each numbered svmlight name, made once per run
-        self._json_names = name_table() if COMPILED else None  # the JSON feature names, likewise
-        self._hashed = HashedNames()  # the hashed column of each feature name met (with a DictHasher)
+        self._hash_bits = features.hash_bits if isinstance(features, DictHasher) else 0
+        self._json_names = NameTable(self._hash_bits) if COMPILED else None  # the JSON feature names (or columns)
+        self._hashed = HashedNames()  # the hashed column of each svmlight feature name met (with a DictHasher)
         self._label_signs = parser.label_signs()
 
     def parse(self, records: RecordBatch) -> ParsedBatch:
@@ -121,41 +117,29 @@ class BatchParser:
         if not COMPILED:
             return self._events(records)
         features = self.features
-        if isinstance(features, DictHasher) and self._hashed.full():  # (the JSON parser's names start again too)
-            self._json_names, self._hashed = name_table(), HashedNames()
+        if self._hash_bits and (self._hashed.full() or len(cast(NameTable, self._json_names)) > MAX_HASHED_NAMES):
+            self._json_names, self._hashed = NameTable(self._hash_bits), HashedNames()
         try:
             if parser.format == "svmlight" and not (parser.labels or parser.classes):
                 parsed: ParsedBatch | None = self._svmlight(records)
             elif parser.format != "json":
                 parsed = None
             elif not isinstance(features, EmailFeatures):
-                parsed = self._json(records)
+                parsed = self._json(records)  # (hashed by the parser, with a DictHasher)
             else:
                 parsed = self._texts(records, features) if features.compiled else None
-            if parsed is not None and isinstance(features, DictHasher):
-                parsed.rows = self._hash_rows(parsed.rows, features, parsed.entries)
+            if parsed is not None and isinstance(features, DictHasher) and parser.format == "svmlight":
+                parsed.rows = self._hash_rows(parsed.rows, features)
         except Exception:  # a C parser that failed on the batch (a MemoryError, say): each record in Python
             parsed = None
         return self._events(records) if parsed is None else parsed
 
-    def _hash_rows(self, rows: Rows, hasher: DictHasher, entries: np.ndarray | None) -> Rows:
+    def _hash_rows(self, rows: Rows, hasher: DictHasher) -> Rows:
         """``rows`` of named features (distinct in a row) as ``hasher.transform_one`` hashes each: their columns
-        hashed, and the values of names that share a column in a row summed in order (rare). ``entries`` numbers
-        the rows' columns as the JSON parser's table of names does (None: the rows' keys are the names)."""
+        hashed, and the values of names that share a column in a row summed in order (rare)."""
         n_columns = 1 << hasher.hash_bits
-        if entries is None:
-            keys = cast(list, rows.keys)
-            entries = self._hashed.number(keys)
-
-            def names_of(js: list[int]) -> list[str]:
-                return [keys[j] for j in js]
-        else:
-            table, numbered = self._json_names, entries
-
-            def names_of(js: list[int]) -> list[str]:
-                return name_spellings(table, numbered[js])
-
-        columns_of_keys, shared = self._hashed.of_entries(entries, names_of, n_columns)
+        keys = cast(list, rows.keys)
+        columns_of_keys, shared = self._hashed.of_names(keys, n_columns)
         columns = columns_of_keys[rows.indices]
         suspect = np.flatnonzero(shared[rows.indices])  # only the cells of such names can meet another in a row
         row_of = np.searchsorted(rows.indptr, suspect, side="right") - 1
@@ -170,7 +154,7 @@ class BatchParser:
             indices.append(columns[starts[last] : starts[row]])
             data.append(rows.data[starts[last] : starts[row]])
             a, b = starts[row], starts[row + 1]
-            x = hasher.transform_one(dict(zip(names_of(rows.indices[a:b].tolist()), rows.data[a:b].tolist())))
+            x = hasher.transform_one(dict(zip([keys[j] for j in rows.indices[a:b].tolist()], rows.data[a:b].tolist())))
             indices.append(np.fromiter(x, dtype=np.int64, count=len(x)))
             data.append(np.fromiter(x.values(), dtype=np.float64, count=len(x)))
             lengths[row] = len(x)
@@ -193,9 +177,8 @@ class BatchParser:
         """The batch through the C JSON parser; None when a row's label is not a binary class (rare:
         the Python parser then takes the whole batch, to reject those records as one at a time)."""
         parser = self.parser
-        named = not isinstance(self.features, DictHasher)  # (hashed names are looked up by their entries)
-        status, rows, ids, labels, entries = parse_json_events(
-            list(records.values), parser.fields, parser.max_bytes, self._json_names, named
+        status, rows, ids, labels = parse_json_events(
+            list(records.values), parser.fields, parser.max_bytes, self._json_names, self.ids
         )
         table = self._label_signs
         try:
@@ -203,7 +186,7 @@ class BatchParser:
         except KeyError:
             return None
         others = {i: parse_record(parser, records[i]) for i in np.flatnonzero(status == 2).tolist()}
-        return ParsedBatch(records, rows, signs, np.flatnonzero(status == 0).tolist(), ids, others, entries)
+        return ParsedBatch(records, rows, signs, np.flatnonzero(status == 0).tolist(), ids, others)
 
     def _texts(self, records: RecordBatch, features: EmailFeatures) -> ParsedBatch | None:
         """The batch through the C JSON text parser, the other records through `EventParser`; None when

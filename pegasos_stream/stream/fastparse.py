@@ -18,7 +18,7 @@ from .._compiled import FAST as _fast
 from ..learners.rows import Rows, int64_array
 from .records import Lines
 
-__all__ = ["COMPILED", "name_spellings", "name_table", "parse_json_events", "parse_json_texts", "parse_svmlight"]
+__all__ = ["COMPILED", "NameTable", "parse_json_events", "parse_json_texts", "parse_svmlight"]
 
 #: Whether the parsers of this module can run (the compiled module is in use).
 COMPILED = _fast is not None
@@ -89,30 +89,43 @@ def _joined(arrays: list[np.ndarray]) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
+class NameTable:
+    """The JSON feature names a run met, kept from one ``parse_json_events`` call to the next (so each str is
+    made and hashed once, and the learner's weight lookups match it by identity); with ``hash_bits``, the
+    names are hashed instead (``feature_hash(name) mod 2^hash_bits``, computed once per name) and no str is
+    made."""
+
+    def __init__(self, hash_bits: int = 0) -> None:
+        self.hash_bits = hash_bits
+        self.table = _fast.name_table(hash_bits)
+
+    def __len__(self) -> int:
+        """The names it holds."""
+        return int(_fast.name_count(self.table))
+
+
 def parse_json_events(
-    values: list[bytes], fields: Mapping[str, str], max_bytes: int, names: object = None, named: bool = True
-) -> tuple[np.ndarray, Rows, list, list, np.ndarray]:
-    """Labelled JSON feature events at C speed: (status of each value, the rows, their ids, their labels, the
-    entry of each of the rows' keys in ``names``).
+    values: list[bytes], fields: Mapping[str, str], max_bytes: int, names: NameTable | None = None, ids: bool = True
+) -> tuple[np.ndarray, Rows, list | None, list]:
+    """Labelled JSON feature events at C speed: (status of each value, the rows, their ids (None without
+    ``ids``: none is made), their labels).
 
     ``fields`` names the members, as ``EventParser.fields``. Status 0: the value is an object of the id
     (optional: None stands for the record's position), the features and the label in the plain ASCII
     grammar, and is the next row, with the id and label json gives; 2: anything else (text, unlabelled,
     escapes, repeated names, huge integers, too long...), for the Python parser to give the same event
-    or the same error. ``names``, a ``name_table()`` passed to every call of a run, keeps the feature
-    names from call to call, so each str is made and hashed once and the learner's weight lookups
-    match it by identity; it numbers the names in the order it first met them (their entries), so that
-    what a run keeps of each name can sit in an array. With ``named`` false, the rows' columns are left
-    unnamed (keys ``range(n)``; ``name_spellings`` gives the names of their entries), which spares a str
-    object's memory a visit for each name of a call.
+    or the same error. ``names`` is the run's `NameTable` (None: a fresh one). With a table that hashes,
+    the rows' columns are the hashed columns (keys ``range(2^hash_bits)``), as ``DictHasher.transform_one``
+    gives them, and a value whose names share a column (whose values the hasher sums) has status 2 too.
     """
-    keys: list | None = [] if named else None
-    status, indptr, indices, data, ids, labels, entries = _fast.parse_json_events(
-        values, fields["id"], fields["x"], fields["label"], fields["text"], max_bytes, names or name_table(), keys
+    names = NameTable() if names is None else names
+    keys: list | None = None if names.hash_bits else []
+    status, indptr, indices, data, id_list, labels = _fast.parse_json_events(
+        values, fields["id"], fields["x"], fields["label"], fields["text"], max_bytes, names.table, keys, ids
     )
-    columns = range(len(entries) // 8) if keys is None else keys
+    columns = range(1 << names.hash_bits) if keys is None else keys
     rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), columns, True)
-    return np.frombuffer(status, dtype=np.uint8), rows, ids, labels, int64_array(entries)
+    return np.frombuffer(status, dtype=np.uint8), rows, id_list, labels
 
 
 def parse_json_texts(
@@ -131,13 +144,3 @@ def parse_json_texts(
         values, fields["id"], fields["x"], fields["label"], fields["text"], max_bytes
     )
     return np.frombuffer(status, dtype=np.uint8), texts, ids, labels
-
-
-def name_table() -> object:
-    """An empty table of feature names, for the calls of ``parse_json_events`` of one run."""
-    return _fast.name_table()
-
-
-def name_spellings(names: object, entries: np.ndarray) -> list[str]:
-    """The feature names of ``entries`` in the ``name_table()`` ``names``."""
-    return _fast.name_spellings(names, entries)

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -276,7 +276,7 @@ class Runner:
         self._record_bytes = 0.0  # the mean size of the records of the last batch read
         self.stats = RunStats()
         self._emits = not isinstance(sink, NullSink)
-        self._batches = BatchParser(parser, features, takes_hashed_columns(model, features))
+        self._batches = BatchParser(parser, features, takes_hashed_columns(model, features), ids=self._emits)
         self.monitor: RunMonitor | None = None  # told of each round of the loop and each rejection (metrics)
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
@@ -385,7 +385,7 @@ class Runner:
         negative, positive = self.predictor.classes
         stop = start + len(decisions)
         for index, event_id, score, proba in zip(
-            batch.indices[start:stop], batch.ids[start:stop], decisions.tolist(), probas.tolist()
+            batch.indices[start:stop], cast(list, batch.ids)[start:stop], decisions.tolist(), probas.tolist()
         ):
             event_id = position(index) if event_id is None else event_id
             emit(prediction_output(event_id, positive if score > 0.0 else negative, score, proba))
