@@ -730,6 +730,8 @@ def test_svmlight_names_as_columns_of_weight_arrays_batch_as_one_at_a_time(tmp_p
     one = _eval(tmp_path, log, "svmlight", 0, "one", n_features=64)
     for size in (1 << 14, 50):
         assert _eval(tmp_path, log, "svmlight", size, f"b{size}", n_features=64) == one
+        with mock.patch.object(fastparse, "SPLIT_LINES", 2):  # each batch learned in the two parts parsed
+            assert _eval(tmp_path, log, "svmlight", size, f"p{size}", n_features=64) == one
     assert len(one[2]) == len(dicts[2]) + 4  # the four names that are no column; qid is no feature
     reasons = (tmp_path / "dead-one.jsonl").read_text()
     for name in ("'abc'", "'070'", "'64'", "'+5'"):

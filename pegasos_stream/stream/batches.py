@@ -17,7 +17,15 @@ import numpy as np
 from ..features import DictHasher, EmailFeatures, feature_hash
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
-from .fastparse import COMPILED, NameTable, parse_json_events, parse_json_texts, parse_svmlight
+from .fastparse import (
+    COMPILED,
+    NameTable,
+    ParsedLines,
+    parse_json_events,
+    parse_json_texts,
+    parse_svmlight,
+    svmlight_parts,
+)
 from .parsing import BadRecord, Event, EventParser
 from .records import Record, RecordBatch
 
@@ -111,6 +119,23 @@ class BatchParser:
         self._hashed = HashedNames()  # the hashed column of each svmlight feature name met (with a DictHasher)
         self._label_signs = parser.label_signs()
 
+    def pieces(self, records: RecordBatch) -> list[tuple[int, ParsedBatch]]:
+        """``parse`` of consecutive pieces of ``records`` (`RecordBatch.slice`), each with the index of its first
+        record: svmlight lines with int columns come in the parts `svmlight_parts` parsed them in (not joined), any
+        other batch in one piece."""
+        parser = self.parser
+        plain = parser.format == "svmlight" and not (parser.labels or parser.classes)
+        if not (COMPILED and plain and self.features is None and parser.columns is not None):
+            return [(0, self.parse(records))]
+        try:
+            parts = svmlight_parts(records.values, parser.max_bytes, parser.columns)
+        except Exception:  # a C parse that failed (a MemoryError, say): each record in Python
+            return [(0, self._events(records))]
+        return [
+            (start, self._svmlight(records if stop - start == len(records) else records.slice(start, stop), parsed))
+            for start, stop, parsed in parts
+        ]
+
     def parse(self, records: RecordBatch) -> ParsedBatch:
         """The rows of ``records``' labelled feature events with a binary label, and the rest."""
         parser = self.parser
@@ -164,10 +189,13 @@ class BatchParser:
         indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         return Rows(indptr, np.concatenate(indices), np.concatenate(data), range(n_columns), True)
 
-    def _svmlight(self, records: RecordBatch) -> ParsedBatch:
-        """The batch through the C svmlight parser (with ``parser.columns``, its names as the int columns)."""
+    def _svmlight(self, records: RecordBatch, parsed: ParsedLines | None = None) -> ParsedBatch:
+        """The batch through the C svmlight parser (with ``parser.columns``, its names as the int columns), or the
+        parse of it given."""
         parser = self.parser
-        status, rows, signs = parse_svmlight(records.values, parser.max_bytes, self._svmlight_names, parser.columns)
+        if parsed is None:
+            parsed = parse_svmlight(records.values, parser.max_bytes, self._svmlight_names, parser.columns)
+        status, rows, signs = parsed
         others: dict[int, Parsed] = dict.fromkeys(np.flatnonzero(status == 1).tolist())
         others.update((i, parse_record(parser, records[i])) for i in np.flatnonzero(status == 2).tolist())
         indices = np.flatnonzero(status == 0).tolist()

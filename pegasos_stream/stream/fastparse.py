@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeAlias
 
 import numpy as np
 
@@ -18,13 +19,24 @@ from .._compiled import FAST as _fast
 from ..learners.rows import Rows, int64_array
 from .records import Lines
 
-__all__ = ["COMPILED", "NameTable", "parse_json_events", "parse_json_texts", "parse_svmlight"]
+__all__ = [
+    "COMPILED",
+    "NameTable",
+    "ParsedLines",
+    "parse_json_events",
+    "parse_json_texts",
+    "parse_svmlight",
+    "svmlight_parts",
+]
 
 #: Whether the parsers of this module can run (the compiled module is in use).
 COMPILED = _fast is not None
 #: Lines of svmlight with int columns that a call parses on two threads at once, half each, when the process
 #: may run on more than one core (that parse runs without the GIL).
 SPLIT_LINES = 256
+
+#: What parse_svmlight gives: the status of each line, the rows, their labels as ±1.0.
+ParsedLines: TypeAlias = tuple[np.ndarray, Rows, np.ndarray]
 
 _helper: ThreadPoolExecutor | None = None  # the second thread of those parses, started on first use
 
@@ -40,7 +52,7 @@ def _second_thread() -> ThreadPoolExecutor | None:
 
 def parse_svmlight(
     values: list[bytes] | Lines, max_bytes: int, names: list | None = None, columns: int | None = None
-) -> tuple[np.ndarray, Rows, np.ndarray]:
+) -> ParsedLines:
     """svmlight lines (bytes, or `Lines` left in the block they were read in) at C speed: (status of each line,
     the rows, their labels as ±1.0).
 
@@ -54,7 +66,19 @@ def parse_svmlight(
     the GIL, a long batch in two halves on two threads.
     """
     if columns is not None:
-        return _parse_columns(values, max_bytes, columns)
+        parts = svmlight_parts(values, max_bytes, columns)
+        if len(parts) == 1:
+            return parts[0][2]
+        (_, _, (status, rows, labels)), (_, _, (more_status, more_rows, more_labels)) = parts
+        indptr = np.concatenate([rows.indptr, more_rows.indptr[1:] + rows.indptr[-1]])
+        joined = Rows(
+            indptr,
+            np.concatenate([rows.indices, more_rows.indices]),
+            np.concatenate([rows.data, more_rows.data]),
+            range(columns),
+            True,
+        )
+        return np.concatenate([status, more_status]), joined, np.concatenate([labels, more_labels])
     keys: list = []
     lines = values.spans() if isinstance(values, Lines) else values
     status, indptr, indices, data, labels = _fast.parse_svmlight(
@@ -64,29 +88,33 @@ def parse_svmlight(
     return np.frombuffer(status, dtype=np.uint8), rows, np.frombuffer(labels, dtype=np.float64)
 
 
-def _parse_columns(values: list[bytes] | Lines, max_bytes: int, columns: int) -> tuple[np.ndarray, Rows, np.ndarray]:
-    """``parse_svmlight`` with int columns: a long batch in two halves, the second on the helper thread."""
+def svmlight_parts(values: list[bytes] | Lines, max_bytes: int, columns: int) -> list[tuple[int, int, ParsedLines]]:
+    """``parse_svmlight(values, max_bytes, None, columns)`` in consecutive parts, each left as it was parsed: (start,
+    stop, the parse of ``values[start:stop]``). A long batch comes in two halves, the second parsed on the helper
+    thread while this one parses the first."""
     helper = _second_thread() if len(values) >= SPLIT_LINES else None
-    halves = [values] if helper is None else [values[: len(values) // 2], values[len(values) // 2 :]]
-    lines = [half.spans() if isinstance(half, Lines) else half for half in halves]
     if helper is None:
-        parts = [_fast.parse_svmlight(lines[0], {}, [], max_bytes, [], columns)]
-    else:
-        second = helper.submit(_fast.parse_svmlight, lines[1], {}, [], max_bytes, [], columns)
-        parts = [_fast.parse_svmlight(lines[0], {}, [], max_bytes, [], columns), second.result()]
+        return [
+            (0, len(values), _parsed(_fast.parse_svmlight(_lines(values), {}, [], max_bytes, [], columns), columns))
+        ]
+    half = len(values) // 2
+    second = helper.submit(_fast.parse_svmlight, _lines(values[half:]), {}, [], max_bytes, [], columns)
+    first = _fast.parse_svmlight(_lines(values[:half]), {}, [], max_bytes, [], columns)
+    return [(0, half, _parsed(first, columns)), (half, len(values), _parsed(second.result(), columns))]
+
+
+def _lines(values: list[bytes] | Lines) -> list[bytes] | tuple[bytes, np.ndarray, np.ndarray]:
+    """The lines as the compiled parser takes them."""
+    return values.spans() if isinstance(values, Lines) else values
+
+
+def _parsed(part: tuple, columns: int) -> ParsedLines:
+    """The parse of lines from what the compiled parser gives."""
     status, indptr, indices, data, labels = (
-        [np.frombuffer(part[k], dtype=dtype) for part in parts]
+        np.frombuffer(part[k], dtype=dtype)
         for k, dtype in enumerate((np.uint8, np.int64, np.int64, np.float64, np.float64))
     )
-    if len(parts) == 2:
-        indptr[1] = indptr[1][1:] + indptr[0][-1]
-    rows = Rows(_joined(indptr), _joined(indices), _joined(data), range(columns), True)
-    return _joined(status), rows, _joined(labels)
-
-
-def _joined(arrays: list[np.ndarray]) -> np.ndarray:
-    """The arrays one after the other (the array itself when there is one)."""
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+    return status, Rows(indptr, indices, data, range(columns), True), labels
 
 
 class NameTable:

@@ -342,7 +342,12 @@ class Runner:
                 self.process(records[index])
             return
         counted = self.stats.events  # the records before this batch
-        batch = self._batches.parse(records)
+        for start, batch in self._batches.pieces(records):
+            self._process_parsed(compiled, batch, counted + start)
+
+    def _process_parsed(self, compiled: _CompiledBinaryTask, batch: ParsedBatch, counted: int) -> None:
+        """``process_many`` of the records of a batch parsed, ``counted`` the records before them."""
+        records = batch.records
         learned = 0
         for before, index in enumerate(sorted(batch.others)):
             row = index - before  # the rows of the records before this one
