@@ -436,6 +436,30 @@ def test_a_file_is_read_in_records_as_its_lines_however_many_are_asked_for(
             assert rest == expected[k + 1 :]
 
 
+class _FailingOnce(io.BytesIO):
+    """A file whose second read fails."""
+
+    reads = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        self.reads += 1
+        if self.reads == 2:
+            raise OSError("the disk went away")
+        return super().read(size)
+
+
+def test_a_block_read_ahead_that_failed_fails_the_read_that_asks_for_it(monkeypatch):
+    monkeypatch.setattr(sources, "READ_BUFFER", 4)
+    blocks = sources._Blocks(_FailingOnce(b"abcdefgh"))
+    assert blocks.read() == b"abcd"  # (the next block is read meanwhile, on more than one core)
+    with pytest.raises(OSError, match="the disk went away"):
+        blocks.read()
+    assert blocks.read() == b"efgh"  # a read that failed moved nothing
+    assert blocks.read() == b""
+    blocks.settle()
+    blocks.settle()  # nothing being read: nothing to wait for
+
+
 def test_a_file_line_of_max_bytes_and_its_crlf_is_whole(tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_bytes(b"a" * 10 + b"\r\n" + b"b" * 11 + b"\r\n" + b"c" * 12 + b"\n")

@@ -12,6 +12,7 @@ before it is ready do not count as idle time.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -19,6 +20,7 @@ import selectors
 import sys
 from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -38,6 +40,48 @@ READ_BUFFER = 1 << 20
 BATCH_BYTES = 1 << 26
 #: Bytes standard input is read by.
 READ_CHUNK = 1 << 16
+
+
+_reading: ThreadPoolExecutor | None = None  # the thread that reads files' next blocks, started on first use
+
+
+def _reading_thread() -> ThreadPoolExecutor | None:
+    """The thread that reads a file's next block while the last is used, or None when this process has one core
+    to run on."""
+    global _reading
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if _reading is None and cores > 1:
+        _reading = ThreadPoolExecutor(1, thread_name_prefix="file-read")
+    return _reading
+
+
+class _Blocks:
+    """The blocks of ``READ_BUFFER`` bytes of a file, in order: on more than one core, each next one is read on the
+    reading thread (the read runs without the GIL) while the caller uses the last. The file is touched by one thread
+    at a time: ``settle`` before it is moved or closed."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file = file
+        self._next: Future[bytes] | None = None  # the next block, being read
+
+    def read(self) -> bytes:
+        """The next block (empty at the end of the file); a read's error is raised here."""
+        if self._next is None:
+            block = self.file.read(READ_BUFFER)
+        else:
+            upcoming, self._next = self._next, None
+            block = upcoming.result()
+        reading = _reading_thread()
+        if block and reading is not None:
+            self._next = reading.submit(self.file.read, READ_BUFFER)
+        return block
+
+    def settle(self) -> None:
+        """Wait for the block being read, and forget it (before the file is moved or closed)."""
+        if self._next is not None:
+            upcoming, self._next = self._next, None
+            with contextlib.suppress(Exception):  # (a read that failed fails again if it is asked for)
+                upcoming.result()
 
 
 class SourceError(RuntimeError):
@@ -96,8 +140,8 @@ class FileSource(Source):
     ``offset`` is the byte offset (in the decompressed stream) after the last record read and
     ``line`` its line number, so a reader can be reopened exactly where it stopped. A record's
     cursor is its (offset after it, line number); blank lines are counted and skipped. The file is
-    read a block of ``READ_BUFFER`` bytes at a time and a batch's records are left in their block
-    (`Lines`), none copied unless asked for. With ``max_bytes``, a longer line is never held whole: it
+    read a block of ``READ_BUFFER`` bytes at a time (the next one read ahead on another thread, see `_Blocks`)
+    and a batch's records are left in their block (`Lines`), none copied unless asked for. With ``max_bytes``, a longer line is never held whole: it
     is handed out cut to its first ``max_bytes + 1`` bytes (which the parser refuses), the rest of it
     skipped as it is read.
     """
@@ -108,6 +152,7 @@ class FileSource(Source):
         self._raw, self._file, self._size = open_input(self.path)
         if offset:
             self._file.seek(offset)
+        self._blocks = _Blocks(self._file)
         self.offset = offset
         self.line = line
         self.max_bytes = max_bytes
@@ -159,7 +204,7 @@ class FileSource(Source):
                 return
             rest = lines.block[begin : lines.used]
         while True:
-            block = self._file.read(READ_BUFFER)
+            block = self._blocks.read()
             if not block:  # the end of the file
                 self._ended = True
                 if not self._partial_size:
@@ -190,6 +235,7 @@ class FileSource(Source):
         """Back to the end of record ``done - 1`` of ``batch`` (the last read), or to where the batch
         was read from: the next read starts with record ``done``."""
         self.offset, self.line = batch.cursors[done - 1] if done else self._read_from
+        self._blocks.settle()
         self._file.seek(self.offset)
         self._lines, self._next = _BlockLines(b"", *_NO_SPANS), 0
         self._partial, self._partial_size = [], 0
@@ -199,6 +245,7 @@ class FileSource(Source):
         return f"{self.name}:{cursor[1]}"
 
     def close(self) -> None:
+        self._blocks.settle()
         self._file.close()
 
     def progress(self) -> tuple[int, int]:
