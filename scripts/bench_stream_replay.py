@@ -456,6 +456,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
         f"svmlight replay end to end, {shape['n'] / 1000:g}k lines (events/s, fastest of {args.repeat} paired passes,"
         f" weights in an array: --set model.n_features={args.features + 1}"
         + (f"; ours ÷ VW per round: {min_median(paired)}" if paired else "")
+        + (f", as fresh processes: {min_median(fresh)}" if fresh else "")
         + (f"; peak RSS {rss['ours']:.0f} MB, VW's {rss['vw']:.0f} MB)" if "vw" in rss else ")"),
         fmt(arrays.rate, ",.0f"),
         "Vowpal Wabbit (vw driver, no predictions written)",

@@ -43,13 +43,16 @@ TAIL_LINES = 20
 
 
 class Benchmark(NamedTuple):
-    """A benchmark script: its result file in ``reports/`` and its reduced-size options for ``--quick``."""
+    """A benchmark run: its result file in ``reports/``, its reduced-size options for ``--quick``, and, for a second
+    run of a script under another name, the script and the options of its full-size run."""
 
     out: str
     quick: dict[str, list[str]]
+    script: str | None = None  # (None: the benchmark's name)
+    full: tuple[tuple[str, list[str]], ...] = ()
 
 
-#: Benchmark scripts (``scripts/<name>.py``), in the order they run and appear in the report.
+#: Benchmark runs (``scripts/<name>.py``, or the script named), in the order they run and appear in the report.
 BENCHMARKS = {
     "bench_spam": Benchmark("spam.json", {"--limit": ["1500"], "--quick": []}),
     "models_spam": Benchmark("models.json", {"--limit": ["1500"]}),
@@ -62,6 +65,12 @@ BENCHMARKS = {
     "bench_stream_spam": Benchmark("stream_spam.json", {"--limit": ["1500"], "--repeat": ["1"]}),
     "bench_stream_replay": Benchmark(
         "stream_replay.json", {"--lines": ["20000"], "--sklearn-stream-lines": ["2000"], "--repeat": ["1"]}
+    ),
+    "bench_stream_replay_1m": Benchmark(
+        "stream_replay_1m.json",
+        {"--lines": ["40000"], "--sklearn-stream-lines": ["2000"], "--repeat": ["1"]},
+        script="bench_stream_replay",
+        full=(("--lines", ["1000000"]), ("--sklearn-stream-lines", ["20000"]), ("--repeat", ["3"])),
     ),
     "bench_stream_kafka": Benchmark("stream_kafka.json", {"--events": ["5000"], "--repeat": ["1"]}),
     "bench_cluster": Benchmark("cluster.json", {"--quick": []}),
@@ -87,7 +96,7 @@ def lists_option(help_text: str, option: str) -> bool:
 
 def run(name: str, benchmark: Benchmark, quick: bool) -> Outcome:
     """Run one benchmark script, streaming its output; stderr is also kept for the summary."""
-    script = f"scripts/{name}.py"
+    script = f"scripts/{benchmark.script or name}.py"
     if not (REPO / script).is_file():
         return Outcome(name, "skipped", f"{script} does not exist yet")
     helped = subprocess.run(
@@ -98,7 +107,7 @@ def run(name: str, benchmark: Benchmark, quick: bool) -> Outcome:
     if not lists_option(helped.stdout, "--out"):
         return Outcome(name, "skipped", f"{script} does not accept --out yet")
     arguments = [script, "--out", f"reports/{benchmark.out}"]
-    for option, values in (benchmark.quick if quick else {}).items():
+    for option, values in benchmark.quick.items() if quick else benchmark.full:
         if lists_option(helped.stdout, option):
             arguments += [option, *values]
         else:
