@@ -18,7 +18,6 @@ settings (``source.consumer``, ``output.producer``) are flat and bounded (`Setti
 from __future__ import annotations
 
 import copy
-import hashlib
 import inspect
 import json
 import math
@@ -891,8 +890,15 @@ def config_hash(config: dict) -> str:
         {section: value for section, value in public.items() if section not in (*_RUN_SECTIONS, "kafka")},
         _DEFAULTS,
     )
-    canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return _sha256_hex(json.dumps(job, sort_keys=True, separators=(",", ":"), default=str))
+
+
+def _sha256_hex(text: str) -> str:
+    """The SHA-256 of ``text`` in UTF-8, in hex (hashlib, which loads OpenSSL, imported only when a hash is asked
+    for: a run without checkpoints never asks)."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def learning_hash(config: dict) -> str:
@@ -907,8 +913,7 @@ def learning_hash(config: dict) -> str:
         "source": {key: source.get(key) for key in ("format", "fields", "labels", "label")},
         "merge": config["cluster"]["merge"],
     }
-    canonical = json.dumps(job, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return _sha256_hex(json.dumps(job, sort_keys=True, separators=(",", ":"), default=str))
 
 
 def without_secrets(config: dict) -> dict:

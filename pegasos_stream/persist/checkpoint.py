@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import hashlib
 import io
 import json
 import logging
@@ -25,10 +24,8 @@ import os
 import re
 import shutil
 import socket
-import tempfile
 import time
 import weakref
-import zipfile
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -84,10 +81,18 @@ def _canonical(tree: Any, arrays: dict[str, np.ndarray]) -> bytes:
     return b"\x00".join(parts)
 
 
+def _sha256(data: bytes) -> Any:
+    """``hashlib.sha256(data)``. hashlib (and tempfile, zipfile below) are imported where used: hashlib loads
+    OpenSSL, about 4 MB, which a run that writes and reads no checkpoint never needs, nor their import time."""
+    import hashlib
+
+    return hashlib.sha256(data)
+
+
 def model_digest(model: Any) -> str:
     """SHA-256 of the canonical serialisation of a learner's state."""
     _learners()
-    return hashlib.sha256(_canonical(*encode(model))).hexdigest()
+    return _sha256(_canonical(*encode(model))).hexdigest()
 
 
 def _payload(manifest: dict, arrays: dict[str, np.ndarray]) -> bytes:
@@ -104,7 +109,7 @@ def checkpoint_bytes(state: dict[str, Any], extra: dict | None = None) -> bytes:
     tree, arrays = encode(state)
     manifest = {"format": "pegasos-stream checkpoint", "version": FORMAT_VERSION, "state": tree, **(extra or {})}
     payload = _payload(manifest, arrays)
-    return MAGIC + hashlib.sha256(payload).digest() + payload
+    return MAGIC + _sha256(payload).digest() + payload
 
 
 def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None = None) -> bytes:
@@ -115,6 +120,8 @@ def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None
     over ``path``; the directory is fsynced after, so the checkpoint survives a crash whole or not
     at all.
     """
+    import tempfile
+
     path = Path(path)
     data = checkpoint_bytes(state, extra)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pgs")
@@ -152,7 +159,7 @@ def read_checkpoint_bytes(data: bytes, path: str) -> tuple[dict[str, Any], dict]
     if len(data) < header or not data.startswith(MAGIC):
         raise CheckpointError(f"{path}: not a pegasos-stream checkpoint (or truncated before its header)")
     payload = data[header:]
-    if hashlib.sha256(payload).digest() != data[len(MAGIC) : header]:
+    if _sha256(payload).digest() != data[len(MAGIC) : header]:
         raise CheckpointError(f"{path}: checksum mismatch: the file is truncated or corrupted")
     try:
         _check_members(payload)
@@ -193,6 +200,8 @@ def _check_members(payload: bytes) -> None:
     """Refuse (CheckpointError) an archive whose members declare, together, more bytes than the
     payload holds (the writer stores them uncompressed: more is a zip bomb), or whose array headers
     disagree with their member's size; nothing but the headers is read."""
+    import zipfile
+
     with zipfile.ZipFile(io.BytesIO(payload)) as archive:
         members = archive.infolist()
         declared = sum(member.file_size for member in members)

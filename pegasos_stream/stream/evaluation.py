@@ -27,7 +27,11 @@ def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequen
     if not n_pos or not n_neg:
         return float("nan")
     nan = np.isnan(score_array)
-    negatives = np.sort(score_array[~is_positive & ~nan])
+    finite_negative = np.logical_or(is_positive, nan)
+    np.logical_not(finite_negative, out=finite_negative)
+    negatives = score_array[finite_negative]
+    negatives.sort()  # (in place: the copy is the one array of the negatives' scores)
+    del finite_negative
     doubled_u = 0
     for start in range(0, len(score_array), RANK_CHUNK):
         part = score_array[start : start + RANK_CHUNK][is_positive[start : start + RANK_CHUNK]]

@@ -140,10 +140,10 @@ class FileSource(Source):
     ``offset`` is the byte offset (in the decompressed stream) after the last record read and
     ``line`` its line number, so a reader can be reopened exactly where it stopped. A record's
     cursor is its (offset after it, line number); blank lines are counted and skipped. The file is
-    read a block of ``READ_BUFFER`` bytes at a time (the next one read ahead on another thread, see `_Blocks`)
-    and a batch's records are left in their block (`Lines`), none copied unless asked for. With ``max_bytes``, a longer line is never held whole: it
-    is handed out cut to its first ``max_bytes + 1`` bytes (which the parser refuses), the rest of it
-    skipped as it is read.
+    read a block of ``READ_BUFFER`` bytes at a time (the next one read ahead on another thread, see
+    `_Blocks`) and a batch's records are left in their block (`Lines`), none copied unless asked for.
+    With ``max_bytes``, a longer line is never held whole: it is handed out cut to its first
+    ``max_bytes + 1`` bytes (which the parser refuses), the rest of it skipped as it is read.
     """
 
     def __init__(self, path: str | Path, offset: int = 0, line: int = 0, max_bytes: int | None = None) -> None:
