@@ -2247,9 +2247,8 @@ python:
 /* parse_json_events(values, id_field, x_field, label_field, text_field, max_bytes, names, keys, with_ids)
  * -> (status, indptr, indices, data, ids, labels): status per value as bytes (0 row, 2 for the Python
  * parser); one CSR row, id (None when absent; ``ids`` is None without ``with_ids``) and label per status-0
- * value. ``names`` is a name_table()
- * kept from call to call: the columns of this call are named by ``keys`` (filled in first-seen order), or,
- * when the table hashes (``keys`` None), are the names' hashed columns. */
+ * value. ``names`` is a name_table() kept from call to call: the columns of this call are named by ``keys``
+ * (filled in first-seen order), or, when the table hashes (``keys`` None), are the names' hashed columns. */
 static PyObject *parse_json_events(PyObject *self, PyObject *args) {
     PyObject *values, *field_names[4], *capsule, *keys;
     Py_ssize_t max_bytes;

@@ -128,13 +128,12 @@ class BatchParser:
         if not (COMPILED and plain and self.features is None and parser.columns is not None):
             return [(0, self.parse(records))]
         try:
-            parts = svmlight_parts(records.values, parser.max_bytes, parser.columns)
+            return [
+                (start, self._svmlight(records if stop - start == len(records) else records.slice(start, stop), part))
+                for start, stop, part in svmlight_parts(records.values, parser.max_bytes, parser.columns)
+            ]
         except Exception:  # a C parse that failed (a MemoryError, say): each record in Python
             return [(0, self._events(records))]
-        return [
-            (start, self._svmlight(records if stop - start == len(records) else records.slice(start, stop), parsed))
-            for start, stop, parsed in parts
-        ]
 
     def parse(self, records: RecordBatch) -> ParsedBatch:
         """The rows of ``records``' labelled feature events with a binary label, and the rest."""
