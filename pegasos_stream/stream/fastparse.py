@@ -8,9 +8,7 @@ module (`COMPILED` false; see `pegasos_stream._compiled`), the Python parser tak
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import TypeAlias
 
 import numpy as np
@@ -18,6 +16,7 @@ import numpy as np
 from .._compiled import FAST as _fast
 from ..learners.rows import Rows, int64_array
 from .records import Lines
+from .threads import helper_thread
 
 __all__ = [
     "COMPILED",
@@ -37,17 +36,6 @@ SPLIT_LINES = 256
 
 #: What parse_svmlight gives: the status of each line, the rows, their labels as ±1.0.
 ParsedLines: TypeAlias = tuple[np.ndarray, Rows, np.ndarray]
-
-_helper: ThreadPoolExecutor | None = None  # the second thread of those parses, started on first use
-
-
-def _second_thread() -> ThreadPoolExecutor | None:
-    """The thread that parses the second half of a batch, or None when this process has one core to run on."""
-    global _helper
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if _helper is None and cores > 1:
-        _helper = ThreadPoolExecutor(1, thread_name_prefix="svmlight-parse")
-    return _helper
 
 
 def parse_svmlight(
@@ -92,7 +80,7 @@ def svmlight_parts(values: list[bytes] | Lines, max_bytes: int, columns: int) ->
     """``parse_svmlight(values, max_bytes, None, columns)`` in consecutive parts, each left as it was parsed: (start,
     stop, the parse of ``values[start:stop]``). A long batch comes in two halves, the second parsed on the helper
     thread while this one parses the first."""
-    helper = _second_thread() if len(values) >= SPLIT_LINES else None
+    helper = helper_thread("svmlight-parse") if len(values) >= SPLIT_LINES else None
     if helper is None:
         return [
             (0, len(values), _parsed(_fast.parse_svmlight(_lines(values), {}, [], max_bytes, [], columns), columns))

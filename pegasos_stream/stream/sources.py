@@ -20,7 +20,7 @@ import selectors
 import sys
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from itertools import islice
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -29,6 +29,7 @@ import numpy as np
 
 from .._compiled import FAST as _fast
 from .records import Cursors, Lines, Record, RecordBatch
+from .threads import helper_thread
 
 __all__ = ["FileSource", "Source", "SourceError", "StdinReader", "StdinSource", "open_input"]
 
@@ -40,19 +41,6 @@ READ_BUFFER = 1 << 20
 BATCH_BYTES = 1 << 26
 #: Bytes standard input is read by.
 READ_CHUNK = 1 << 16
-
-
-_reading: ThreadPoolExecutor | None = None  # the thread that reads files' next blocks, started on first use
-
-
-def _reading_thread() -> ThreadPoolExecutor | None:
-    """The thread that reads a file's next block while the last is used, or None when this process has one core
-    to run on."""
-    global _reading
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    if _reading is None and cores > 1:
-        _reading = ThreadPoolExecutor(1, thread_name_prefix="file-read")
-    return _reading
 
 
 class _Blocks:
@@ -71,7 +59,7 @@ class _Blocks:
         else:
             upcoming, self._next = self._next, None
             block = upcoming.result()
-        reading = _reading_thread()
+        reading = helper_thread("file-read")
         if block and reading is not None:
             self._next = reading.submit(self.file.read, READ_BUFFER)
         return block
