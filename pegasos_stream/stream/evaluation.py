@@ -34,8 +34,8 @@ def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequen
     del finite_negative
     doubled_u = 0
     for start in range(0, len(score_array), RANK_CHUNK):
-        part = score_array[start : start + RANK_CHUNK][is_positive[start : start + RANK_CHUNK]]
-        part = np.sort(part[~np.isnan(part)])  # (sorted queries: each search starts from the last)
+        chunk = slice(start, start + RANK_CHUNK)
+        part = np.sort(score_array[chunk][is_positive[chunk] & ~nan[chunk]])  # (sorted: each search starts on)
         doubled_u += int(np.searchsorted(negatives, part, side="left").sum())
         doubled_u += int(np.searchsorted(negatives, part, side="right").sum())
     if nan.any():  # a NaN positive wins over every finite negative and the NaN negatives before it
