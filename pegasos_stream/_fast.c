@@ -26,6 +26,8 @@
  *     marked for the Python parser.
  * parse_json_texts: labelled JSON text events ({id, text, label} and members of plain values) to their texts
  *     in UTF-8, ids and labels; any other value is marked for the Python parser.
+ * keep_freed_memory: glibc's malloc keeps freed blocks below a size in the heap, for reuse, instead of
+ *     returning their pages to the system (which the next block of that size touches again, page by page).
  *
  * The one-example passes and rows_from_dicts only take dicts whose keys are exact str or int and whose
  * values are exact float, exact int or bool: hashing, comparing and converting those runs no Python code.
@@ -39,6 +41,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "crc32.h"
 #if defined(__SSE2__)
@@ -2537,8 +2542,27 @@ fail:
     return NULL;
 }
 
+/* keep_freed_memory(block, slack) -> whether the process's malloc now serves blocks under ``block`` bytes
+ * from its heap (M_MMAP_THRESHOLD) and keeps up to ``slack`` free bytes at the heap's top (M_TRIM_THRESHOLD):
+ * True with glibc, False elsewhere (nothing changed). Each must be in [0, 2**25]: glibc's limit of the first. */
+static PyObject *keep_freed_memory(PyObject *self, PyObject *args) {
+    Py_ssize_t block, slack;
+    if (!PyArg_ParseTuple(args, "nn", &block, &slack)) return NULL;
+    if (block < 0 || block > (1 << 25) || slack < 0 || slack > (1 << 25)) {
+        PyErr_SetString(PyExc_ValueError, "keep_freed_memory: block and slack must be in [0, 2**25] bytes");
+        return NULL;
+    }
+#ifdef __GLIBC__
+    return PyBool_FromLong(mallopt(M_MMAP_THRESHOLD, (int)block) && mallopt(M_TRIM_THRESHOLD, (int)slack));
+#else
+    Py_RETURN_FALSE;
+#endif
+}
+
 static PyMethodDef methods[] = {
     {"learn_rows", learn_rows, METH_VARARGS, "PegasosClassifier.learn_one over CSR rows; returns the stop row."},
+    {"keep_freed_memory", keep_freed_memory, METH_VARARGS,
+     "Keep freed blocks under a size in malloc's heap, for reuse (glibc); whether it was set."},
     {"learn_logistic_rows", learn_logistic_rows, METH_VARARGS,
      "AdaGradLogistic.learn_one over CSR rows; returns (stop row, columns first written)."},
     {"platt_rows", platt_rows, METH_VARARGS, "OnlinePlatt over a run of margins: probabilities, then updates."},

@@ -158,15 +158,17 @@ def test_the_top_level_package_loads_no_subpackage_until_asked():
     assert json.loads(out) == []
 
 
-def test_a_run_that_writes_no_checkpoint_imports_no_hashing_nor_archive_module(tmp_path):
-    """hashlib (it loads OpenSSL, about 4 MB), tempfile and zipfile serve checkpoints and configuration hashes:
-    an eval that writes no checkpoint runs without importing them."""
+def test_a_run_that_writes_no_checkpoint_reads_no_mail_and_joins_no_group_imports_none_of_their_modules(tmp_path):
+    """hashlib (it loads OpenSSL, about 4 MB), tempfile and zipfile serve checkpoints and configuration hashes, the
+    email package the reading of messages, socket and uuid a cluster's names and checkpoint locks: an eval of
+    feature events that writes no checkpoint runs without importing them."""
     (tmp_path / "events.jsonl").write_bytes(b'{"x": {"a": 1.0}, "label": true}\n{"x": {"a": -1.0}, "label": false}\n')
     job = tmp_path / "job.yaml"
     job.write_text('{"model": {"lambda_": 0.01}, "source": {"type": "file", "path": "events.jsonl"}}', encoding="utf-8")
     code = (
         "import sys\nfrom pegasos_stream.cli.main import main\ntry:\n    main(sys.argv[1:])\nfinally:\n"
-        "    print(sorted(m for m in ('hashlib', 'tempfile', 'zipfile') if m in sys.modules), file=sys.stderr)"
+        "    modules = ('hashlib', 'tempfile', 'zipfile', 'email', 'socket', 'uuid')\n"
+        "    print(sorted(m for m in modules if m in sys.modules), file=sys.stderr)"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, "eval", "--config", str(job), "--json"],

@@ -10,7 +10,9 @@ it was.
 from __future__ import annotations
 
 import math
+import os
 import pickle
+import platform
 from collections.abc import Callable
 from itertools import repeat
 from operator import add, mul
@@ -19,6 +21,7 @@ import numpy as np
 import pytest
 
 from pegasos_stream import AdaGradLogistic, PegasosClassifier, _compiled
+from pegasos_stream.cli.main import HEAP_BLOCK, HEAP_SLACK
 from pegasos_stream.learners import compiled, weights
 from pegasos_stream.learners.rows import Rows
 
@@ -614,3 +617,14 @@ def test_gather_refuses_a_key_list_shortened_by_a_lookup():
     values, present = np.empty(4), np.empty(4, dtype=bool)
     with pytest.raises(RuntimeError, match=r"^gather: the list of keys changed size$"):
         _fast.gather({"a": 1.0, "b": 2.0}, keys, values, present)
+
+
+@pytest.mark.parametrize("sizes", [(-1, 0), (0, -1), (2**25 + 1, 0), (0, 2**25 + 1)])
+def test_keep_freed_memory_refuses_sizes_outside_what_malloc_takes(sizes):
+    with pytest.raises(ValueError, match=r"^keep_freed_memory: block and slack must be in \[0, 2\*\*25\] bytes$"):
+        _fast.keep_freed_memory(*sizes)
+
+
+def test_keep_freed_memory_takes_the_sizes_a_run_sets_where_malloc_is_glibcs():
+    glibc_malloc = platform.libc_ver()[0] == "glibc" and not os.environ.get("LD_PRELOAD")  # (not a sanitizer's)
+    assert _fast.keep_freed_memory(HEAP_BLOCK, HEAP_SLACK) is glibc_malloc

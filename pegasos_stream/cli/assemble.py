@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import socket
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -188,6 +186,9 @@ def build_cluster(config: dict) -> tuple[ClusterSync, list[Callable[[], object]]
     checkpoints and whose recorder it learns with, and what closes it, in order. It starts from the newest snapshot
     of ``publish.topic`` when there is one, else from a new model, folds the delta log from there, and publishes
     snapshots of the cluster's model to ``publish.topic`` when it is set. ``attach`` it to the source."""
+    import socket
+    import uuid
+
     from ..learners.steps import StepRecorder
     from ..stream.cluster import ClusterState, ClusterSync, SnapshotPublisher
     from ..stream.delta_topic import DeltaTopic

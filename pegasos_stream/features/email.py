@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import email
-import email.policy
-import html
 import math
 import re
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from email.header import decode_header, make_header
-from email.message import Message
-from typing import NamedTuple, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 from river import base
@@ -20,6 +15,9 @@ from river import base
 from .._compiled import load
 from .hashing import check_hash_bits, feature_hash
 from .mime import message_bytes
+
+if TYPE_CHECKING:
+    from email.message import Message
 
 #: The compiled reader and hashing of ``reader="bytes"`` (``_text.c``); None when not in use
 #: (`EmailFeatures.transform_texts` then builds its rows in Python).
@@ -61,6 +59,8 @@ def _decoded_payload(part: Message) -> str:
 
 def _header(message: Message, name: str) -> str:
     """A header's value with RFC 2047 encoded words decoded (``=?utf-8?q?...?=``)."""
+    from email.header import decode_header, make_header
+
     value = message.get(name, "")
     try:
         return str(make_header(decode_header(value)))
@@ -73,8 +73,13 @@ def message_text(raw: str, headers: tuple[str, ...] = ("subject", "from")) -> st
 
     An mbox envelope line (``From sender date``) before the headers is skipped. A text that is not
     a message (an SMS, a bare body, even one that starts with "Word:") is returned as it is. HTML
-    parts are reduced to their text; attachments that are not text are skipped.
+    parts are reduced to their text; attachments that are not text are skipped. The email package is
+    imported here, on first use: a run whose features are not read by it never loads it.
     """
+    import email
+    import email.policy
+    import html
+
     body = raw[raw.find("\n") + 1 :] if raw.startswith("From ") else raw
     if not _HEADER_LINE.match(body):
         return raw

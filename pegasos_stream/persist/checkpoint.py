@@ -23,11 +23,9 @@ import math
 import os
 import re
 import shutil
-import socket
 import time
 import weakref
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
@@ -82,8 +80,9 @@ def _canonical(tree: Any, arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def _sha256(data: bytes) -> Any:
-    """``hashlib.sha256(data)``. hashlib (and tempfile, zipfile below) are imported where used: hashlib loads
-    OpenSSL, about 4 MB, which a run that writes and reads no checkpoint never needs, nor their import time."""
+    """``hashlib.sha256(data)``. hashlib (and tempfile, zipfile, socket, datetime below) are imported
+    where used: hashlib loads OpenSSL, about 4 MB, which a run that writes and reads no checkpoint never needs,
+    nor their import time."""
     import hashlib
 
     return hashlib.sha256(data)
@@ -427,6 +426,9 @@ def _lock(directory: Path) -> IO[str]:
         _log.warning(
             "checkpoint directory %s: taking over the lock left by %s, which is gone", directory, _holder(left)
         )
+    import socket
+    from datetime import datetime, timezone
+
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     handle.seek(0)
     handle.truncate()
@@ -453,6 +455,8 @@ def _holder(record: str) -> str:
 def _gone(record: str) -> bool:
     """Whether the process a lock file's record names has ended (a record from this process, or
     one naming a live process, is not a stale lock: its handle was dropped without ``close``)."""
+    import socket
+
     try:
         holder = json.loads(record)
         pid = int(holder["pid"])
