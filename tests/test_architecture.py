@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,21 @@ def test_a_run_that_writes_no_checkpoint_reads_no_mail_and_joins_no_group_import
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["events"] == 2
     assert done.stderr.splitlines()[-1] == "[]"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+@pytest.mark.parametrize("given", [None, "2"])
+def test_the_command_line_runs_one_blas_thread_unless_the_environment_says(given):
+    """OpenBLAS reads ``OPENBLAS_NUM_THREADS`` when numpy loads; the command line sets it to 1 unless it is set."""
+    env = {name: value for name, value in os.environ.items() if name != "OPENBLAS_NUM_THREADS"}
+    if given:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = (
+        "import os\nimport pegasos_stream.cli\nimport numpy\n"
+        "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    value, threads = out.split()
+    assert value == (given or "1")
+    if not given:
+        assert threads == "1"  # numpy loaded, and no thread of OpenBLAS's started
