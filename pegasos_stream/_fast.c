@@ -19,6 +19,7 @@
  * rows_from_dicts: feature dicts to CSR columns, naming columns through a dict key -> column.
  * parse_svmlight: svmlight lines to CSR rows at C speed; any line outside the plain ASCII grammar is
  *     marked for the Python parser, which gives the same event or the same error message.
+ * read_block: a block of a file read in after the bytes carried from the last, ending after a line where it can;
  * split_lines: a block of a file to the spans of its lines, for parse_svmlight to read in place;
  *     span_list: the spans as bytes objects, for the parsers that take those.
  * parse_json_events: labelled JSON feature events ({id, x, label} in the plain grammar: ASCII, no escapes,
@@ -1745,6 +1746,65 @@ static PyObject *split_lines(PyObject *self, PyObject *args) {
                          start);
 }
 
+/* read_block(file, carry, size, max_carry) -> (block, carry): a block of ``size`` bytes (fewer at the end of the file),
+ * ``carry`` and then the bytes of ``file`` read in after it (readinto, nothing copied); and, when the block is whole,
+ * its end after its last "\n" if that is at most ``max_carry`` bytes (else b""), to carry to the start of the next
+ * block. The block keeps that end too: every block is ``size`` bytes, so that each one freed can hold the next. */
+static PyObject *read_block(PyObject *self, PyObject *args) {
+    PyObject *file, *carry;
+    Py_ssize_t size, max_carry;
+    if (!PyArg_ParseTuple(args, "OO!nn", &file, &PyBytes_Type, &carry, &size, &max_carry)) return NULL;
+    Py_ssize_t kept = PyBytes_GET_SIZE(carry);
+    if (max_carry < 0 || kept > size) {
+        PyErr_SetString(PyExc_ValueError, "read_block: expected 0 <= max_carry and a carry of at most size bytes");
+        return NULL;
+    }
+    PyObject *block = PyBytes_FromStringAndSize(NULL, size);
+    if (!block) return NULL;
+    char *s = PyBytes_AS_STRING(block);
+    memcpy(s, PyBytes_AS_STRING(carry), kept);
+    Py_ssize_t end = kept;
+    while (end < size) {
+        PyObject *view = PyMemoryView_FromMemory(s + end, size - end, PyBUF_WRITE);
+        if (!view) goto fail;
+        PyObject *n = PyObject_CallMethod(file, "readinto", "O", view), *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);  /* (readinto's error, raised after the view is released) */
+        PyObject *released = PyObject_CallMethod(view, "release", NULL);  /* (an export kept by the file refuses) */
+        Py_DECREF(view);
+        if (!released) {
+            Py_XDECREF(n);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+            goto fail;
+        }
+        Py_DECREF(released);
+        PyErr_Restore(type, value, traceback);
+        if (!n) goto fail;
+        Py_ssize_t got = n == Py_None ? -1 : PyLong_AsSsize_t(n);
+        Py_DECREF(n);
+        if (got == -1 && PyErr_Occurred()) goto fail;
+        if (got < 0 || got > size - end) {
+            PyErr_SetString(PyExc_ValueError, "read_block: readinto returned no byte count within the buffer");
+            goto fail;
+        }
+        if (got == 0) break;
+        end += got;
+    }
+    Py_ssize_t cut = end;  /* the start of the end carried: after the last "\n" within reach */
+    if (end == size)
+        for (Py_ssize_t k = end; k >= 1 && end - k <= max_carry; k--)
+            if (s[k - 1] == '\n') {
+                cut = k;
+                break;
+            }
+    if (end < size && _PyBytes_Resize(&block, end) < 0) return NULL;  /* the end of the file: no carry */
+    return Py_BuildValue("(Ny#)", block, end < size ? "" : s + cut, end < size ? (Py_ssize_t)0 : end - cut);
+fail:
+    Py_DECREF(block);
+    return NULL;
+}
+
 /* parse_svmlight(lines, vocabulary, keys, max_bytes, names[, columns]) -> (status, indptr, indices, data, labels)
  * as bytes: status per line (0 row, 1 nothing, 2 for the Python parser); one CSR row and label per status-0
  * line. ``lines``: a list of bytes, or a tuple (bytes, starts, ends) of spans (see LineSet). ``names`` keeps the str of each numbered name from call to call (see numbered_name). With ``columns``
@@ -2574,6 +2634,7 @@ static PyMethodDef methods[] = {
     {"check_rows", check_rows, METH_VARARGS, "Check CSR rows (bounds, columns, no repeat), naming columns by keys."},
     {"rows_from_dicts", rows_from_dicts, METH_VARARGS, "Feature dicts to CSR bytes (indptr, indices, data)."},
     {"parse_svmlight", parse_svmlight, METH_VARARGS, "svmlight lines to (status, indptr, indices, data, labels)."},
+    {"read_block", read_block, METH_VARARGS, "A file's next block after the bytes carried: (block, carry)."},
     {"split_lines", split_lines, METH_VARARGS, "A block's lines as spans: (starts, ends, sizes, blank, used)."},
     {"span_list", span_list, METH_VARARGS, "The spans of a block as a list of bytes."},
     {"parse_json_events", parse_json_events, METH_VARARGS,

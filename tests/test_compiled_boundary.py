@@ -9,6 +9,7 @@ it was.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import pickle
@@ -16,14 +17,18 @@ import platform
 from collections.abc import Callable
 from itertools import repeat
 from operator import add, mul
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pegasos_stream import AdaGradLogistic, PegasosClassifier, _compiled
 from pegasos_stream.cli.main import HEAP_BLOCK, HEAP_SLACK
 from pegasos_stream.learners import compiled, weights
 from pegasos_stream.learners.rows import Rows
+from pegasos_stream.stream import sources
 
 if _compiled.FAST is None:
     pytest.skip(
@@ -628,3 +633,58 @@ def test_keep_freed_memory_refuses_sizes_outside_what_malloc_takes(sizes):
 def test_keep_freed_memory_takes_the_sizes_a_run_sets_where_malloc_is_glibcs():
     glibc_malloc = platform.libc_ver()[0] == "glibc" and not os.environ.get("LD_PRELOAD")  # (not a sanitizer's)
     assert _fast.keep_freed_memory(HEAP_BLOCK, HEAP_SLACK) is glibc_malloc
+
+
+# -- reading a file in blocks --------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    content=st.lists(st.sampled_from([b"ab", b"c", b"\n", b"\n\n", b"defgh"]), max_size=30).map(b"".join),
+    block=st.integers(1, 9),
+    carry=st.integers(0, 9),
+)
+def test_the_compiled_block_reader_reads_what_the_python_one_reads(content, block, carry):
+    """Blocks of ``block`` bytes, each starting with the carry of the one before: the compiled reader gives the
+    Python one's blocks and carries; a block whole has its size, a carry is the block's end after its last line end,
+    at most ``carry`` bytes, and the blocks less their carries are the file."""
+    with mock.patch.object(sources, "READ_BUFFER", block), mock.patch.object(sources, "MAX_CARRY", carry):
+        file, python_file = io.BytesIO(content), io.BytesIO(content)
+        rest, text = b"", b""
+        while True:
+            piece, next_rest = _fast.read_block(file, rest, block, carry)
+            with mock.patch.object(sources, "_fast", None):
+                assert sources._read_block(python_file, rest) == (piece, next_rest)
+            if not piece:
+                break
+            assert piece.startswith(rest) and (len(piece) == block or file.tell() == len(content))
+            assert len(next_rest) <= carry and b"\n" not in next_rest and piece.endswith(next_rest)
+            assert not next_rest or piece[: len(piece) - len(next_rest)].endswith(b"\n")
+            text += piece[len(rest) :]
+            rest = next_rest
+        assert text == content and not rest
+
+
+class _Counting(io.BytesIO):
+    """A file whose readinto says it read ``said`` bytes."""
+
+    def __init__(self, content: bytes, said: object) -> None:
+        super().__init__(content)
+        self.said = said
+
+    def readinto(self, buffer) -> object:  # type: ignore[override]
+        super().readinto(buffer)
+        return self.said
+
+
+@pytest.mark.parametrize("said", [-1, 5, None, "3"])
+def test_the_compiled_block_reader_refuses_a_file_that_miscounts(said):
+    with pytest.raises((ValueError, TypeError)):
+        _fast.read_block(_Counting(b"abcd", said), b"", 4, 2)
+
+
+def test_the_compiled_block_reader_refuses_a_carry_longer_than_its_block():
+    refusal = r"^read_block: expected 0 <= max_carry and a carry of at most size bytes$"
+    for carry, max_carry in ((b"abcde", 2), (b"ab", -1)):
+        with pytest.raises(ValueError, match=refusal):
+            _fast.read_block(io.BytesIO(b"xyz"), carry, 4, max_carry)

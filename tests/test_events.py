@@ -403,18 +403,20 @@ def _file_records(content: bytes, max_bytes: int | None) -> list[tuple[bytes, tu
     reads=st.lists(st.integers(1, 5), min_size=1, max_size=4),
     resume=st.integers(0, 20),
     block=st.sampled_from([2, 3, 5, 8, 1 << 20]),
+    carry=st.sampled_from([0, 1, 3, 1 << 16]),
     compiled=st.booleans(),
 )
 def test_a_file_is_read_in_records_as_its_lines_however_many_are_asked_for(
-    content, max_bytes, reads, resume, block, compiled
+    content, max_bytes, reads, resume, block, carry, compiled
 ):
-    """However many records each read asks for, and wherever the blocks the file is read by end, the records and
-    cursors are the lines of the whole file, the blocks split into lines compiled or in Python; a source opened at a
-    record's cursor reads on from the next."""
+    """However many records each read asks for, wherever the blocks the file is read by end and however much of a
+    line they carry to the next, the records and cursors are the lines of the whole file, the blocks read and split
+    into lines compiled or in Python; a source opened at a record's cursor reads on from the next."""
     expected = _file_records(content, max_bytes)
     with (
         tempfile.TemporaryDirectory() as directory,
         mock.patch.object(sources, "READ_BUFFER", block),
+        mock.patch.object(sources, "MAX_CARRY", carry),
         mock.patch.object(sources, "_fast", sources._fast if compiled else None),
     ):
         path = Path(directory) / "events.jsonl"
@@ -437,15 +439,22 @@ def test_a_file_is_read_in_records_as_its_lines_however_many_are_asked_for(
 
 
 class _FailingOnce(io.BytesIO):
-    """A file whose second read fails."""
+    """A file whose second read (``read`` or ``readinto``) fails."""
 
     reads = 0
 
-    def read(self, size: int | None = -1) -> bytes:
+    def _count(self) -> None:
         self.reads += 1
         if self.reads == 2:
             raise OSError("the disk went away")
+
+    def read(self, size: int | None = -1) -> bytes:
+        self._count()
         return super().read(size)
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        self._count()
+        return super().readinto(buffer)
 
 
 def test_a_block_read_ahead_that_failed_fails_the_read_that_asks_for_it(monkeypatch):

@@ -35,6 +35,9 @@ __all__ = ["FileSource", "Source", "SourceError", "StdinReader", "StdinSource", 
 
 #: Bytes a file is read by: a system call per megabyte, not per 8 KiB, when replaying a large log.
 READ_BUFFER = 1 << 20
+#: The longest end of a block after its last line that also starts the next block, read in after it: the block then
+#: needs no copy to be joined to the rest of its last line (see `_read_block`).
+MAX_CARRY = 1 << 16
 #: A batch read from a message file or Kafka stops growing past this many bytes, whatever the number of
 #: records asked for, so that large records (e.g. whole emails) keep the memory a batch holds bounded (a
 #: batch of a file's lines is bounded by the blocks it is read in: see ``FileSource``).
@@ -43,33 +46,51 @@ BATCH_BYTES = 1 << 26
 READ_CHUNK = 1 << 16
 
 
+def _read_block(file: BinaryIO, carry: bytes) -> tuple[bytes, bytes]:
+    """The next block of ``READ_BUFFER`` bytes (fewer at the end of the file), ``carry`` and then the bytes of
+    ``file`` after it; and, when the block is whole, its end after its last "\\n" if that is at most ``MAX_CARRY``
+    bytes (else b""), to carry to the start of the next block: (the block, that end). Compiled, what is read is read
+    in after the carry, nothing copied, and every block whole has the same size, so that one freed holds the next."""
+    if _fast is not None:
+        return _fast.read_block(file, carry, READ_BUFFER, MAX_CARRY)
+    block = carry + file.read(READ_BUFFER - len(carry))
+    if len(block) < READ_BUFFER:
+        return block, b""
+    cut = block.rfind(b"\n", max(len(block) - MAX_CARRY - 1, 0)) + 1
+    return block, block[cut:] if cut else b""
+
+
 class _Blocks:
-    """The blocks of ``READ_BUFFER`` bytes of a file, in order: on more than one core, each next one is read on the
-    reading thread (the read runs without the GIL) while the caller uses the last. The file is touched by one thread
-    at a time: ``settle`` before it is moved or closed."""
+    """The file in blocks of ``READ_BUFFER`` bytes, in order, each one after the first starting with the end of the one
+    before it after its last line end, when that is at most ``MAX_CARRY`` bytes (``carry``; `_read_block`): its
+    reader leaves that end to the next block, instead of joining it to the rest of its line in a copy. On more than
+    one core, each next block is read on the reading thread (the read runs without the GIL) while the caller uses the
+    last. The file is touched by one thread at a time: ``settle`` before it is moved or closed."""
 
     def __init__(self, file: BinaryIO) -> None:
         self.file = file
-        self._next: Future[bytes] | None = None  # the next block, being read
+        self.carry = b""  # the end of the last block, after its last line end, which starts the next
+        self._next: Future[tuple[bytes, bytes]] | None = None  # the next block and its carry, being read
 
     def read(self) -> bytes:
         """The next block (empty at the end of the file); a read's error is raised here."""
         if self._next is None:
-            block = self.file.read(READ_BUFFER)
+            block, self.carry = _read_block(self.file, self.carry)
         else:
             upcoming, self._next = self._next, None
-            block = upcoming.result()
+            block, self.carry = upcoming.result()
         reading = helper_thread("file-read")
         if block and reading is not None:
-            self._next = reading.submit(self.file.read, READ_BUFFER)
+            self._next = reading.submit(_read_block, self.file, self.carry)
         return block
 
     def settle(self) -> None:
-        """Wait for the block being read, and forget it (before the file is moved or closed)."""
+        """Wait for the block being read, and forget it and the carry (before the file is moved or closed)."""
         if self._next is not None:
             upcoming, self._next = self._next, None
             with contextlib.suppress(Exception):  # (a read that failed fails again if it is asked for)
                 upcoming.result()
+        self.carry = b""
 
 
 class SourceError(RuntimeError):
@@ -129,7 +150,8 @@ class FileSource(Source):
     ``line`` its line number, so a reader can be reopened exactly where it stopped. A record's
     cursor is its (offset after it, line number); blank lines are counted and skipped. The file is
     read a block of ``READ_BUFFER`` bytes at a time (the next one read ahead on another thread, see
-    `_Blocks`) and a batch's records are left in their block (`Lines`), none copied unless asked for.
+    `_Blocks`) and a batch's records are left in their block (`Lines`), none copied unless asked for: a batch
+    holds the lines of one block at most.
     With ``max_bytes``, a longer line is never held whole: it is handed out cut to its first
     ``max_bytes + 1`` bytes (which the parser refuses), the rest of it skipped as it is read.
     """
@@ -150,7 +172,6 @@ class FileSource(Source):
         self._next = 0  # ... and the first of them not handed out yet
         self._partial: list[bytes] = []  # the kept pieces of a line that goes on in the next block
         self._partial_size = 0  # the bytes of that line read so far
-        self._cut_at = -1  # the line of the last block whose text is not all in it (a cut line), if any
         self._ended = False  # whether the file has been read to its end
         self._read_from = (offset, line)  # the position before the last batch read
 
@@ -158,7 +179,7 @@ class FileSource(Source):
         self._read_from = (self.offset, self.line)
         n = max(n, 1)
         while True:
-            if len(self._lines.sizes) - self._next < n and not self._ended:
+            if len(self._lines.sizes) == self._next and not self._ended:
                 self._fill()
             lines, start = self._lines, self._next
             if start == len(lines.sizes):
@@ -180,17 +201,9 @@ class FileSource(Source):
                 return batch.keep(np.flatnonzero(~blank).tolist())
 
     def _fill(self) -> None:
-        """Read on to the next block with a line end: its lines, after those of the last block not handed out
-        yet (whose text is copied again, unless it is more than a block: they are then handed out first), and
-        with the rest of the line the last block ended in. At the end of the file, a last line without a line
-        end; nothing more."""
-        lines, first = self._lines, self._next
-        rest = b""
-        if first < len(lines.sizes):
-            begin = int(lines.starts[first])
-            if lines.used - begin > READ_BUFFER or self._cut_at >= first:
-                return
-            rest = lines.block[begin : lines.used]
+        """Read on to the next block with a line end: its lines, the first with the rest of the line the last block
+        ended in (unless that block carried it to this one, see `_Blocks`). At the end of the file, a last line
+        without a line end; nothing more."""
         while True:
             block = self._blocks.read()
             if not block:  # the end of the file
@@ -202,14 +215,13 @@ class FileSource(Source):
             if b"\n" in block:
                 break
             self._add_partial(block)
-        head = len(lines.sizes) - first if rest else 0  # the line the last block ended in, after those carried
         extra = self._partial_size - sum(map(len, self._partial))  # bytes of that line not kept
-        buffer = b"".join([rest, *self._partial, block])
+        buffer = b"".join([*self._partial, block])  # (the block itself when there is no partial line: no copy)
         lines = _split_lines(buffer, self._keep)
-        lines.sizes[head] += extra
-        self._cut_at = head if extra > 0 else -1
+        lines.sizes[0] += extra
         self._partial, self._partial_size = [], 0
-        self._add_partial(buffer[lines.used :])
+        if not self._blocks.carry:  # (a carry is the end of the last line, and starts the next block)
+            self._add_partial(buffer[lines.used :])
         self._lines, self._next = lines, 0
 
     def _add_partial(self, piece: bytes) -> None:
@@ -227,7 +239,7 @@ class FileSource(Source):
         self._file.seek(self.offset)
         self._lines, self._next = _BlockLines(b"", *_NO_SPANS), 0
         self._partial, self._partial_size = [], 0
-        self._cut_at, self._ended = -1, False
+        self._ended = False
 
     def _position(self, cursor: tuple[int, int]) -> str:
         return f"{self.name}:{cursor[1]}"
