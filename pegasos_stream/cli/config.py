@@ -325,7 +325,8 @@ SCHEMA: dict = {
         "max_events": _integer(None, 0),
         "stop_when_idle": _number(None),
         "batch_size": _integer(65536, 0),  # most records per compiled batch (0: one at a time)
-        "batch_bytes": _integer(1 << 20, 1),  # about the most bytes of records per batch
+        # about the most bytes of records per batch: more than a file's block, so a batch of lines takes it whole
+        "batch_bytes": _integer(2 << 20, 1),
     },
     "checkpoint": {
         "dir": _text(None, "a directory path"),
