@@ -19,7 +19,7 @@
  * rows_from_dicts: feature dicts to CSR columns, naming columns through a dict key -> column.
  * parse_svmlight: svmlight lines to CSR rows at C speed; any line outside the plain ASCII grammar is
  *     marked for the Python parser, which gives the same event or the same error message.
- * read_block: a block of a file read in after the bytes carried from the last, ending after a line where it can;
+ * read_block: a file's next block, read in (not copied) after the end of the last block's last line, carried;
  * split_lines: a block of a file to the spans of its lines, for parse_svmlight to read in place;
  *     span_list: the spans as bytes objects, for the parsers that take those.
  * parse_json_events: labelled JSON feature events ({id, x, label} in the plain grammar: ASCII, no escapes,

@@ -48,8 +48,8 @@ YOUNG_COLLECTION = 20_000
 #: From a run on, malloc (glibc's) serves blocks under ``HEAP_BLOCK`` bytes from its heap and keeps up to
 #: ``HEAP_SLACK`` freed bytes there; by default a block from 128 KiB up may be mapped afresh and unmapped when
 #: freed, and freed memory over 128 KiB at the heap's top is handed back. The blocks a stream reads and the
-#: arrays of its batches then reuse memory instead of faulting in new pages (a third of the page faults of an
-#: svmlight replay).
+#: arrays of its batches then reuse memory instead of faulting in new pages (a replay of 200k svmlight lines:
+#: 10k page faults instead of 29k).
 HEAP_BLOCK = 4 << 20
 HEAP_SLACK = 32 << 20
 
