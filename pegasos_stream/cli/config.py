@@ -32,6 +32,7 @@ import yaml
 from .. import learners
 from ..features import DictHasher, EmailFeatures
 from ..learners.validation import binary_sign
+from ..persist.checkpoint import sha256
 from ..stream.parsing import MAIL_FORMATS
 
 __all__ = [
@@ -891,15 +892,12 @@ def config_hash(config: dict) -> str:
         {section: value for section, value in public.items() if section not in (*_RUN_SECTIONS, "kafka")},
         _DEFAULTS,
     )
-    return _sha256_hex(json.dumps(job, sort_keys=True, separators=(",", ":"), default=str))
+    return _digest(job)
 
 
-def _sha256_hex(text: str) -> str:
-    """The SHA-256 of ``text`` in UTF-8, in hex (hashlib, which loads OpenSSL, imported only when a hash is asked
-    for: a run without checkpoints never asks)."""
-    import hashlib
-
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def _digest(job: dict) -> str:
+    """The SHA-256 of ``job`` as canonical JSON (sorted keys, no spaces), in hex."""
+    return sha256(json.dumps(job, sort_keys=True, separators=(",", ":"), default=str).encode("utf-8")).hexdigest()
 
 
 def learning_hash(config: dict) -> str:
@@ -914,7 +912,7 @@ def learning_hash(config: dict) -> str:
         "source": {key: source.get(key) for key in ("format", "fields", "labels", "label")},
         "merge": config["cluster"]["merge"],
     }
-    return _sha256_hex(json.dumps(job, sort_keys=True, separators=(",", ":"), default=str))
+    return _digest(job)
 
 
 def without_secrets(config: dict) -> dict:

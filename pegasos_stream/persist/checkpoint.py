@@ -47,6 +47,7 @@ __all__ = [
     "model_digest",
     "read_checkpoint",
     "read_checkpoint_bytes",
+    "sha256",
     "write_checkpoint",
 ]
 
@@ -79,10 +80,10 @@ def _canonical(tree: Any, arrays: dict[str, np.ndarray]) -> bytes:
     return b"\x00".join(parts)
 
 
-def _sha256(data: bytes) -> Any:
-    """``hashlib.sha256(data)``. hashlib (and tempfile, zipfile, socket, datetime below) are imported
-    where used: hashlib loads OpenSSL, about 4 MB, which a run that writes and reads no checkpoint never needs,
-    nor their import time."""
+def sha256(data: bytes) -> Any:
+    """``hashlib.sha256(data)``, for checkpoints and configuration hashes. hashlib (and tempfile, zipfile, socket,
+    datetime below) are imported where used: hashlib loads OpenSSL, about 4 MB, which a run that writes and reads
+    no checkpoint never needs, nor their import time."""
     import hashlib
 
     return hashlib.sha256(data)
@@ -91,7 +92,7 @@ def _sha256(data: bytes) -> Any:
 def model_digest(model: Any) -> str:
     """SHA-256 of the canonical serialisation of a learner's state."""
     _learners()
-    return _sha256(_canonical(*encode(model))).hexdigest()
+    return sha256(_canonical(*encode(model))).hexdigest()
 
 
 def _payload(manifest: dict, arrays: dict[str, np.ndarray]) -> bytes:
@@ -108,7 +109,7 @@ def checkpoint_bytes(state: dict[str, Any], extra: dict | None = None) -> bytes:
     tree, arrays = encode(state)
     manifest = {"format": "pegasos-stream checkpoint", "version": FORMAT_VERSION, "state": tree, **(extra or {})}
     payload = _payload(manifest, arrays)
-    return MAGIC + _sha256(payload).digest() + payload
+    return MAGIC + sha256(payload).digest() + payload
 
 
 def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None = None) -> bytes:
@@ -158,7 +159,7 @@ def read_checkpoint_bytes(data: bytes, path: str) -> tuple[dict[str, Any], dict]
     if len(data) < header or not data.startswith(MAGIC):
         raise CheckpointError(f"{path}: not a pegasos-stream checkpoint (or truncated before its header)")
     payload = data[header:]
-    if _sha256(payload).digest() != data[len(MAGIC) : header]:
+    if sha256(payload).digest() != data[len(MAGIC) : header]:
         raise CheckpointError(f"{path}: checksum mismatch: the file is truncated or corrupted")
     try:
         _check_members(payload)
