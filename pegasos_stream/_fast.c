@@ -1882,10 +1882,31 @@ static inline Py_ssize_t skip_space(const char *s, Py_ssize_t k) {
     return k;
 }
 
+#define BYTES_OF(c) (0x0101010101010101ULL * (uint64_t)(c))
+
+/* The bytes of x that equal c: 0x80 in the lowest of them (above it, a byte may be marked that is not). */
+static inline uint64_t bytes_equal(uint64_t x, unsigned char c) {
+    uint64_t v = x ^ BYTES_OF(c);
+    return (v - BYTES_OF(1)) & ~v & BYTES_OF(0x80);
+}
+
 /* The string at s[k] == '"' if it holds printable ASCII only (no escape): the index past its closing
- * quote; -1 otherwise. */
-static inline Py_ssize_t json_string(const char *s, Py_ssize_t k) {
-    for (k++;; k++) {
+ * quote; -1 otherwise. ``end`` bounds what may be read: eight bytes at a time where they can be, the
+ * first byte that is a quote, a backslash or not printable ASCII found without a branch per byte. */
+static inline Py_ssize_t json_string(const char *s, Py_ssize_t k, const char *end) {
+    k++;
+#if PY_LITTLE_ENDIAN && defined(__GNUC__)
+    for (; end - (s + k) >= 8; k += 8) {
+        uint64_t x = load8(s + k);
+        uint64_t stop = bytes_equal(x, '"') | bytes_equal(x, '\\') | bytes_equal(x, 0x7f)
+                        | ((((x - BYTES_OF(0x20)) & ~x) | x) & BYTES_OF(0x80));  /* below 0x20, or above 0x7f */
+        if (stop) {
+            k += __builtin_ctzll(stop) / 8;
+            return s[k] == '"' ? k + 1 : -1;
+        }
+    }
+#endif
+    for (;; k++) {
         unsigned char c = (unsigned char)s[k];
         if (c == '"') return k + 1;
         if (c < 0x20 || c >= 0x7f || c == '\\') return -1;
@@ -1945,7 +1966,7 @@ static Py_ssize_t json_scalar(const char *s, Py_ssize_t k, const char *end, Scal
     case '"':
         value->kind = V_STRING;
         value->start = k + 1;
-        k = json_string(s, k);
+        k = json_string(s, k, end);
         value->end = k - 1;
         return k;
     case 't':
@@ -1977,19 +1998,15 @@ static PyObject *scalar_object(const char *s, const Scalar *value) {
     }
 }
 
-/* feature_hash of the str of the ASCII bytes s[0:len]: zlib.crc32 of them. */
-static inline uint32_t feature_crc(const unsigned char *s, Py_ssize_t len) {
-    return ~crc_update(0xFFFFFFFFu, s, len);
-}
-
 /* The feature names seen so far, by their bytes, kept from call to call (in a capsule, see name_table):
  * an open-addressing table (linear probing, at most half full) of slots, each with a name's first 8
  * bytes (zero-padded), a check (high hash bits and the length, up to 255), the last row it appeared in
  * (its stamp), the low bits of its hash (to rehash), its entry (the names are numbered in first-seen
  * order, and the entry tells where the name sits in ``arena``, read only to compare names beyond 8
- * bytes), and either (a table that names its columns) its str (made once, so that its hash is computed
- * once and the learner's dict lookups match it by identity) and its column in the batch of the call that
- * last met it (``call``), or (a table that hashes, ``hash_bits`` > 0) its hashed column. */
+ * bytes), its str (made once, so that its hash is computed once and the learner's dict lookups match it by
+ * identity) and its column in the batch of the call that last met it (``call``). A table that hashes
+ * (``hash_bits`` > 0) keeps no name: a name's column is computed from its bytes (json_hashed_features), and
+ * the table holds the set that finds the names of a row that share a column. */
 typedef struct {
     uint64_t head;
     uint32_t check, stamp;
@@ -2027,6 +2044,14 @@ static inline uint64_t name_head(const char *s, Py_ssize_t len, const char *end)
 #endif
     }
     return head;
+}
+
+/* feature_hash of the str of the ASCII bytes s[0:len]: zlib.crc32 of them; ``end`` bounds what may be read. */
+static inline uint32_t feature_crc(const char *s, Py_ssize_t len, const char *end) {
+#if PY_LITTLE_ENDIAN
+    if (len <= 8) return crc_of_word(name_head(s, len, end), (int)len);
+#endif
+    return ~crc_update(0xFFFFFFFFu, (const unsigned char *)s, len);
 }
 
 /* A hash of the name s[0:len] with this head (words of 8 bytes, mixed by MurmurHash3's finalizer). */
@@ -2069,8 +2094,8 @@ static inline void name_key(Pending *name, const char *s, const char *end) {
     name->check = ((uint32_t)(name->hash >> 32) & ~(uint32_t)0xff) | (uint32_t)(len < 255 ? len : 255);
 }
 
-/* The slot of this name (s[name->start:] its bytes); unless the table hashes, its column numbered in this
- * call's ``keys`` (the names of its columns) when first met in the call. NULL on error. */
+/* The slot of this name (s[name->start:] its bytes), its column numbered in this call's ``keys`` (the names of
+ * its columns) when first met in the call. NULL on error. */
 static inline Slot *name_slot(Names *t, PyObject *keys, const char *s, const Pending *name) {
     Py_ssize_t len = name->len, i = name->hash & t->mask;
     s += name->start;
@@ -2096,18 +2121,16 @@ static inline Slot *name_slot(Names *t, PyObject *keys, const char *s, const Pen
             return NULL;
         }
         Spelling spelling = {t->arena.len, len};
-        PyObject *str = NULL;  /* a hashed name needs none */
-        int64_t column = -1;
-        if (t->hash_bits) column = feature_crc((const unsigned char *)s, len) & (0xFFFFFFFFu >> (32 - t->hash_bits));
-        else if (!(str = ascii_str(s, len))) return NULL;
+        PyObject *str = ascii_str(s, len);
+        if (!str) return NULL;
         if (grow(&t->spellings, &spelling, sizeof spelling) < 0 || (len && grow(&t->arena, s, len) < 0)) {
-            Py_XDECREF(str);
+            Py_DECREF(str);
             return NULL;
         }
         slot = &t->slots[i];
-        *slot = (Slot){name->head, name->check, 0, column, (uint32_t)name->hash, (int32_t)t->used++, str, 0};
+        *slot = (Slot){name->head, name->check, 0, -1, (uint32_t)name->hash, (int32_t)t->used++, str, 0};
     }
-    if (!t->hash_bits && slot->call != t->call) {
+    if (slot->call != t->call) {
         slot->column = t->columns++;
         if (PyList_Append(keys, slot->name) < 0) return NULL;
         slot->call = t->call;
@@ -2172,44 +2195,93 @@ static PyObject *name_table(PyObject *self, PyObject *args) {
     Names *t = PyMem_Calloc(1, sizeof(Names));
     if (!t) return PyErr_NoMemory();
     t->hash_bits = hash_bits;
-    if (names_resize(t, 1024) < 0) { PyMem_Free(t); return NULL; }
+    if (!hash_bits && names_resize(t, 1024) < 0) { PyMem_Free(t); return NULL; }
     PyObject *capsule = PyCapsule_New(t, "pegasos_stream.names", names_free);
     if (!capsule) names_clear(t);
     return capsule;
 }
 
-/* name_count(names) -> the names a name_table() holds. */
+/* name_count(names) -> the names a name_table() holds (none when it hashes). */
 static PyObject *name_count(PyObject *self, PyObject *capsule) {
     Names *t = PyCapsule_GetPointer(capsule, "pegasos_stream.names");
     return t ? PyLong_FromSsize_t(t->used) : NULL;
+}
+
+/* The member name at s[k], a plain string (see json_string) and a colon: its start and length into *start and
+ * *len; the index of the member's value, or -1. */
+static inline Py_ssize_t member_name(const char *s, Py_ssize_t k, const char *end, Py_ssize_t *start,
+                                     Py_ssize_t *len) {
+    if (s[k] != '"') return -1;
+    *start = k + 1;
+    k = json_string(s, k, end);
+    if (k < 0) return -1;
+    *len = k - 1 - *start;
+    k = skip_space(s, k);
+    return s[k] == ':' ? skip_space(s, k + 1) : -1;
+}
+
+/* The number of a feature at s[k] (a finite float, or an int of at most 15 digits) into *number: the index past
+ * it; -1 for anything else. */
+static inline Py_ssize_t json_feature_value(const char *s, Py_ssize_t k, const char *end, double *number) {
+    Scalar value;
+    k = json_number(s, k, end, 15, &value);
+    *number = value.kind == V_INT ? (double)value.integer : value.real;
+    return k;
+}
+
+/* json_features with a table that hashes: each name's column is its feature_hash modulo 2^hash_bits,
+ * computed from its bytes (no name is kept), and a row whose names share a column (a repeated name
+ * included) is the Python parser's, whose hasher sums their values. */
+static Py_ssize_t json_hashed_features(const char *s, Py_ssize_t k, const char *end, Names *names, Growing *indices,
+                                       Growing *data, uint32_t stamp, int *error) {
+    uint32_t mask = 0xFFFFFFFFu >> (32 - names->hash_bits);
+    Py_ssize_t first = indices->len;
+    k = skip_space(s, k + 1);
+    if (s[k] == '}') return k + 1;
+    for (;;) {
+        Py_ssize_t start, len;
+        double number;
+        k = member_name(s, k, end, &start, &len);
+        if (k < 0) return -1;
+        int64_t column = feature_crc(s + start, len, end) & mask;
+        k = json_feature_value(s, k, end, &number);
+        if (k < 0) return -1;
+        if (grow(indices, &column, 8) < 0 || grow(data, &number, 8) < 0) { *error = 1; return -1; }
+        k = skip_space(s, k);
+        if (s[k] == '}') break;
+        if (s[k] != ',') return -1;
+        k = skip_space(s, k + 1);
+    }
+    int collides = row_collides(names, (const int64_t *)(indices->data + first), (indices->len - first) / 8, stamp);
+    if (collides) {
+        *error = collides < 0;
+        return -1;
+    }
+    return k + 1;
 }
 
 /* The feature object at s[k] == '{' into the CSR buffers: the index past it; -1 if it is not an
  * object of distinct names (whose hashed columns are distinct, when the table hashes) and finite numbers
  * in the plain grammar, or on error (with *error set).
  * ``end`` bounds what may be read. The row is read first, fetching the table slot of each name, then
- * its names are looked up, so that the memory reads overlap. */
+ * its names are looked up, so that the memory reads overlap; a table that hashes takes
+ * json_hashed_features. */
 static Py_ssize_t json_features(const char *s, Py_ssize_t k, const char *end, Names *names, PyObject *keys,
                                 Growing *indices, Growing *data, uint32_t stamp, int *error) {
+    if (names->hash_bits) return json_hashed_features(s, k, end, names, indices, data, stamp, error);
     Growing *pending = &names->pending;
     pending->len = 0;
     k = skip_space(s, k + 1);
     if (s[k] == '}') return k + 1;
     for (;;) {
-        if (s[k] != '"') return -1;
         Pending name;
-        name.start = k + 1;
-        k = json_string(s, k);
+        double number;
+        k = member_name(s, k, end, &name.start, &name.len);
         if (k < 0) return -1;
-        name.len = k - 1 - name.start;
         name_key(&name, s + name.start, end);
         PREFETCH(&names->slots[name.hash & names->mask]);
-        k = skip_space(s, k);
-        if (s[k] != ':') return -1;
-        Scalar value;
-        k = json_number(s, skip_space(s, k + 1), end, 15, &value);
+        k = json_feature_value(s, k, end, &number);
         if (k < 0) return -1;
-        double number = value.kind == V_INT ? (double)value.integer : value.real;
         if (grow(pending, &name, sizeof name) < 0 || grow(data, &number, 8) < 0) { *error = 1; return -1; }
         k = skip_space(s, k);
         if (s[k] == '}') break;
@@ -2226,13 +2298,6 @@ static Py_ssize_t json_features(const char *s, Py_ssize_t k, const char *end, Na
         slot->stamp = stamp;
         row[j] = slot->column;
     }
-    if (names->hash_bits) {  /* names that share a column: the hasher sums their values, in Python */
-        int collides = row_collides(names, row, n, stamp);
-        if (collides) {
-            *error = collides < 0;
-            return -1;
-        }
-    }
     indices->len += 8 * n;
     return k + 1;
 }
@@ -2241,18 +2306,6 @@ typedef struct { const char *name; Py_ssize_t len; } Field;
 
 static inline int is_field(const char *s, Py_ssize_t len, const Field *field) {
     return len == field->len && !memcmp(s, field->name, len);
-}
-
-/* The member name at s[k], a plain string (see json_string) and a colon: its start and length into *start and
- * *len; the index of the member's value, or -1. */
-static inline Py_ssize_t member_name(const char *s, Py_ssize_t k, Py_ssize_t *start, Py_ssize_t *len) {
-    if (s[k] != '"') return -1;
-    *start = k + 1;
-    k = json_string(s, k);
-    if (k < 0) return -1;
-    *len = k - 1 - *start;
-    k = skip_space(s, k);
-    return s[k] == ':' ? skip_space(s, k + 1) : -1;
 }
 
 /* The UTF-8 spelling of the four member names (id, x, label, text) into ``fields``; whether they are distinct. */
@@ -2281,7 +2334,7 @@ static int json_line(const char *s, Py_ssize_t len, const Field *fields, Names *
     k = skip_space(s, k + 1);
     for (;;) {
         Py_ssize_t start, name_len;
-        k = member_name(s, k, &start, &name_len);
+        k = member_name(s, k, s + len + 1, &start, &name_len);
         if (k < 0) goto python;
         if (is_field(s + start, name_len, &fields[1])) {
             if (has_x || s[k] != '{') goto python;
@@ -2522,7 +2575,7 @@ static int json_text_line(const char *s, Py_ssize_t len, const Field *fields, Gr
     k = skip_space(s, k + 1);
     for (;;) {
         Py_ssize_t start, name_len;
-        k = member_name(s, k, &start, &name_len);
+        k = member_name(s, k, s + len + 1, &start, &name_len);
         if (k < 0) return LINE_PYTHON;
         if (is_field(s + start, name_len, &fields[3])) {
             if (has_text || s[k] != '"') return LINE_PYTHON;

@@ -267,7 +267,7 @@ def test_a_table_that_hashes_gives_the_hashed_columns_and_leaves_names_that_meet
     assert status.tolist() == [0, 2, 0] and labels == [True, 1] and ids == [None, None]
     assert rows.keys == range(8) and rows.row(0) == DictHasher(3).transform_one(dict.fromkeys(apart, 2.5))
     assert list(rows.row(0)) == [feature_hash(n) % 8 for n in apart] and rows.row(1) == {}
-    assert len(table) == len(set(apart) | set(together))
+    assert len(table) == 0  # the columns come from the names' bytes: a table that hashes keeps no name
     with pytest.raises(ValueError, match="hash_bits=33"):
         NameTable(33)
 
@@ -603,6 +603,38 @@ def test_the_c_json_text_parser_leaves_every_odd_line_to_python():
     assert status.tolist() == [0] and texts == ["\u00e9\n\u00e9\U0001f600".encode()] and ids == ["a/1"]
     assert labels == ["spam"]
     assert parse_json_texts(plain, fields, len(plain[0]) - 1)[0].tolist() == [2]  # too long: Python's error
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_hashed_json_names_of_every_length_get_zlibs_crc32(last):
+    """A name's hashed column is ``zlib.crc32`` of its bytes modulo 2^hash_bits at every length: up to eight bytes
+    at once (and read within the value's bytes when the name ends it, ``last``), longer names eight at a time."""
+    fields = {"id": "id", "x": "x", "text": "text", "label": "label"}
+    rng = random.Random(7)
+    alphabet = [chr(c) for c in range(0x20, 0x7F) if chr(c) not in '"\\']
+    names = ["".join(rng.choice(alphabet) for _ in range(n)) for n in range(41) for _ in range(5)]
+    order = ('{{"label": 1, "x": {{{}: 2}}}}' if last else '{{"x": {{{}: 2}}, "label": 1}}').format
+    lines = [order(json.dumps(name)).encode() for name in names]
+    status, rows, _, _ = parse_json_events(lines, fields, 1000, NameTable(32))
+    assert status.tolist() == [0] * len(names)
+    assert rows.indices.tolist() == [feature_hash(name) for name in names]
+
+
+@pytest.mark.parametrize("length", range(1, 20))
+def test_a_string_with_a_byte_outside_the_plain_grammar_at_any_place_is_left_to_python(length):
+    """The string scan looks at eight bytes at once: a backslash, a control character, DEL or a non-ASCII byte
+    at any place of a name (first, inside a word of eight, last) sends the value to the Python parser."""
+    fields = {"id": "id", "x": "x", "text": "text", "label": "label"}
+    for odd in (b"\\n", b"\x01", b"\x1f", b"\x7f", b"\xc3\xa9"):
+        for place in range(length):
+            name = b"n" * place + odd + b"n" * (length - place - 1)
+            lines = [b'{"x": {"' + name + b'": 1}, "label": 1}', b'{"id": "' + name + b'", "x": {}, "label": 1}']
+            status, *_ = parse_json_events(lines, fields, 1000, NameTable(8))
+            assert status.tolist() == [2, 2], (name, status)
+    status, rows, ids, _ = parse_json_events(
+        [b'{"id": "' + b"i" * length + b'", "x": {"' + b"~" * length + b'": 1}, "label": 1}'], fields, 1000
+    )
+    assert status.tolist() == [0] and rows.keys == ["~" * length] and ids == ["i" * length]
 
 
 def test_the_c_json_parser_on_edge_cases():

@@ -33,8 +33,8 @@ __all__ = ["BatchParser", "Parsed", "ParsedBatch", "parse_record"]
 
 #: What a record parses to: an event, the error that makes it a bad record, or nothing (a comment).
 Parsed: TypeAlias = Event | BadRecord | None
-#: The feature names whose hashed columns a run keeps at most (svmlight names here, JSON names in the compiled
-#: parser's table); past this many, it starts again from none, so that months of new names take bounded memory.
+#: The svmlight feature names whose hashed columns a run keeps at most; past this many, it starts again from none,
+#: so that months of new names take bounded memory (the compiled JSON parser keeps no hashed name).
 MAX_HASHED_NAMES = 1 << 20
 
 
@@ -141,8 +141,8 @@ class BatchParser:
         if not COMPILED:
             return self._events(records)
         features = self.features
-        if self._hash_bits and (self._hashed.full() or len(cast(NameTable, self._json_names)) > MAX_HASHED_NAMES):
-            self._json_names, self._hashed = NameTable(self._hash_bits), HashedNames()
+        if self._hash_bits and self._hashed.full():
+            self._hashed = HashedNames()
         try:
             if parser.format == "svmlight" and not (parser.labels or parser.classes):
                 parsed: ParsedBatch | None = self._svmlight(records)

@@ -108,15 +108,15 @@ def _parsed(part: tuple, columns: int) -> ParsedLines:
 class NameTable:
     """The JSON feature names a run met, kept from one ``parse_json_events`` call to the next (so each str is
     made and hashed once, and the learner's weight lookups match it by identity); with ``hash_bits``, the
-    names are hashed instead (``feature_hash(name) mod 2^hash_bits``, computed once per name) and no str is
-    made."""
+    names are hashed instead (``feature_hash(name) mod 2^hash_bits``, computed from the name's bytes where it
+    appears): the table keeps no name, and no str is made."""
 
     def __init__(self, hash_bits: int = 0) -> None:
         self.hash_bits = hash_bits
         self.table = _fast.name_table(hash_bits)
 
     def __len__(self) -> int:
-        """The names it holds."""
+        """The names it holds (none when it hashes)."""
         return int(_fast.name_count(self.table))
 
 
