@@ -22,7 +22,9 @@ start counts every event from the start (before the consumer is made) to the las
 Each pass runs, for each client in turn, (a) then (b), each time in a fresh consumer group; the
 ratio (b)/(a) of the steady rates is taken within the pass (paired), and its minimum and median over
 the ``--repeat`` passes are reported with the machine's CPU count and load average. Target: (b) ≥ 70%
-of (a). Skipped with a reason if the broker is missing or fails.
+of (a). The CPU time of each call is noted too (this thread's, where the consumer is polled and the runner
+learns; this process's, the client's own threads included; the broker's), to show which side a free core
+would help. Skipped with a reason if the broker is missing or fails.
 
 Usage: ``python scripts/bench_stream_kafka.py [--events 200000] [--repeat 7] [--nnz 20] [--idle 2]
 [--out reports/stream_kafka.json]``
@@ -37,12 +39,15 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Generator
+from collections.abc import Callable, Generator
+from functools import partial
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 from _harness import add_out_argument, fmt, prepare_timing, section, write_results
@@ -292,6 +297,30 @@ def passes(args: argparse.Namespace, tmp: Path, clients: list[str]) -> dict:
         broker.stop()
 
 
+def broker_cpu_seconds(broker: TansuBroker) -> float | None:
+    """The CPU time the broker's process has used (user + system, from /proc); None where that is not known."""
+    try:
+        fields = Path(f"/proc/{cast(subprocess.Popen, broker.process).pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, AttributeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def with_cpu(measure_one: Callable[[], dict], broker: TansuBroker) -> dict:
+    """``measure_one()``'s measurements with the CPU time the call took (whole call: group join and idle wait
+    included): this thread's (where the consumer is polled and the runner learns), this process's (the client's
+    own threads too) and the broker's."""
+    thread, process, served = time.thread_time(), time.process_time(), broker_cpu_seconds(broker)
+    measured = measure_one()
+    served_after = broker_cpu_seconds(broker)
+    measured["cpu_seconds"] = {
+        "thread": time.thread_time() - thread,
+        "process": time.process_time() - process,
+        "broker": None if served is None or served_after is None else served_after - served,
+    }
+    return measured
+
+
 def measured_passes(args: argparse.Namespace, broker: TansuBroker, tmp: Path, clients: list[str]) -> dict:
     """Produce the events to a fresh topic, then ``--repeat`` passes of, for each client, raw consume and
     the runner."""
@@ -308,9 +337,10 @@ def measured_passes(args: argparse.Namespace, broker: TansuBroker, tmp: Path, cl
     loads = [os.getloadavg()]
     for _ in range(args.repeat):  # interleaved, so that a slow spell of the machine hits every side
         for client in clients:
-            raws[client].append(raw_consume(client, broker.address, topic, len(events)))
+            raws[client].append(with_cpu(partial(raw_consume, client, broker.address, topic, len(events)), broker))
             source = kafka_source_config(broker.address, topic, f"bench-run-{uuid.uuid4().hex[:8]}", client)
-            runs[client].append(runner_consume(job_config(tmp / "kafka-run.yaml", source), args.idle))
+            config = job_config(tmp / "kafka-run.yaml", source)
+            runs[client].append(with_cpu(partial(runner_consume, config, args.idle), broker))
             if runs[client][-1]["events"] != len(events):
                 raise RuntimeError(f"the {client} runner read {runs[client][-1]['events']} of {len(events)} events")
             print(
@@ -369,7 +399,13 @@ def measure(args: argparse.Namespace) -> tuple[dict, dict, list[list[str]]]:
             f"Run's prequential accuracy {fmt(learn.get('accuracy'), '.4f')}, "
             f"(1−ROCA)% {fmt(learn.get('one_minus_roca_pct'), '.3f')}."
         )
+        cpu = {side: cpu_per_event(measurements) for side, measurements in (("raw", raws), ("run", runs))}
+        notes.append(
+            f"{client}: CPU time an event, median of the passes (whole call: group join and idle wait included): "
+            f"raw consume {_cpu(cpu['raw'])}; runner {_cpu(cpu['run'])}."
+        )
         per_client[client] = {
+            "cpu_us_per_event": cpu,
             "raw_events_per_s": [rate(m) for m in raws],
             "run_events_per_s": [rate(m) for m in runs],
             "ratios": ratios,
@@ -417,6 +453,24 @@ def measure(args: argparse.Namespace) -> tuple[dict, dict, list[list[str]]]:
     }
     title = f"{title} ({measured['mean_nnz']:.1f} non-zeros, {measured['mean_bytes']:.0f} bytes each)"
     return section(title, COLUMNS, table, notes), results, headline
+
+
+def cpu_per_event(measurements: list[dict]) -> dict[str, float | None]:
+    """The median over passes of each CPU time of `with_cpu`, in µs an event."""
+    return {
+        kind: statistics.median(values) if len(values) == len(measurements) else None
+        for kind in ("thread", "process", "broker")
+        for values in [
+            [1e6 * m["cpu_seconds"][kind] / m["events"] for m in measurements if m["cpu_seconds"][kind] is not None]
+        ]
+    }
+
+
+def _cpu(cpu: dict[str, float | None]) -> str:
+    return (
+        f"its thread {fmt(cpu['thread'], '.2f')} µs, its process {fmt(cpu['process'], '.2f')} µs, "
+        f"the broker {fmt(cpu['broker'], '.2f')} µs"
+    )
 
 
 def _loads(load: tuple[float, float, float]) -> str:
