@@ -279,8 +279,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> tuple[dict, dict, list[str]]
         else []
     )
     timed_eval = "whole command in-process: config, read + svmlight parsing, learning, exact AUC"
-    batch_size = load_config(SVMLIGHT_CONFIG)["run"]["batch_size"]
-    runner = eval_row("pegasos-stream eval", f"{timed_eval} (batches of {batch_size:,} lines)", timings["eval"])
+    run = load_config(SVMLIGHT_CONFIG)["run"]
+    batches = f"batches of {run['batch_size']:,} lines and {run['batch_bytes'] / 2**20:g} MiB at most"
+    runner = eval_row("pegasos-stream eval", f"{timed_eval} ({batches})", timings["eval"])
     record_by_record = eval_row(
         "pegasos-stream eval, record by record (--set run.batch_size=0)", timed_eval, timings["eval_one_at_a_time"]
     )
