@@ -35,6 +35,23 @@ static inline uint32_t crc_slice(uint32_t c, const unsigned char *s, Py_ssize_t 
     return after;
 }
 
+/* crc_update(start, s, n) for 1 <= n <= 8, given ``after``, the state from ``start`` after n zero bytes: the cases
+ * fall through, a lookup a byte, no loop (for a start used again and again, as the n-grams of a text use theirs). */
+static inline uint32_t crc_after_zeros(uint32_t after, const unsigned char *s, int n) {
+    const uint32_t(*last)[256] = &CRC_AFTER[n - 1];  /* byte i is carried through the n - 1 - i after it */
+    switch (n) {
+    case 8: after ^= last[-7][s[7]]; /* fall through */
+    case 7: after ^= last[-6][s[6]]; /* fall through */
+    case 6: after ^= last[-5][s[5]]; /* fall through */
+    case 5: after ^= last[-4][s[4]]; /* fall through */
+    case 4: after ^= last[-3][s[3]]; /* fall through */
+    case 3: after ^= last[-2][s[2]]; /* fall through */
+    case 2: after ^= last[-1][s[1]]; /* fall through */
+    case 1: after ^= last[0][s[0]];
+    }
+    return after;
+}
+
 /* The CRC state c after the bytes s[0:n] (zlib.crc32 of them is ~crc_update(0xFFFFFFFF, s, n)). */
 static inline uint32_t crc_update(uint32_t c, const unsigned char *s, Py_ssize_t n) {
     for (; n > 8; s += 8, n -= 8) c = crc_slice(c, s, 8);

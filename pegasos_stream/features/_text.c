@@ -554,46 +554,9 @@ static int read_message(const unsigned char *raw, Py_ssize_t n, Writer *w) {
 
 /* -- hashing, and the rows ---------------------------------------------------------------------- */
 
-/* CRC-32 of the n-grams without crc_update's chain of n dependent lookups. The update is affine over
- * GF(2) (CRC[a ^ b] = CRC[a] ^ CRC[b]), so for a fixed start state and length n,
- *     crc_update(start, b0..b(n-1)) = K ^ T0[b0] ^ T1[b1] ^ ... ^ T(n-1)[b(n-1)],
- * K = crc_update(start, n zero bytes), T_i[b] = crc_update(0, n zero bytes but b at position i): CRC[b]
- * carried through the n-1-i zero bytes after it. The n lookups of a gram wait on nothing but its bytes. */
-#define GRAM_TABLES 8  /* the longest n-gram hashed by the tables; a longer one goes through crc_update */
-
-typedef struct {
-    uint32_t start;  /* K */
-    uint32_t table[GRAM_TABLES][256];
-} Grams;
-
-static void grams_init(Grams *g, uint32_t start, int n) {
-    static const unsigned char zeros[GRAM_TABLES];
-    g->start = crc_update(start, zeros, n);
-    for (int b = 0; b < 256; b++) {
-        uint32_t c = CRC[b];  /* T(n-1)[b]: b last, no zero byte after it */
-        for (int i = n - 1; i >= 0; i--) {
-            g->table[i][b] = c;
-            c = CRC[c & 0xFF] ^ (c >> 8);  /* one more zero byte after b */
-        }
-    }
-}
-
-/* crc_update(start, s, n) for 1 <= n <= GRAM_TABLES: the cases fall through, a lookup a byte and no loop
- * (a loop over the n bytes took 1.7 times as long). */
-static inline uint32_t grams_crc(const Grams *g, const unsigned char *s, int n) {
-    uint32_t c = g->start;
-    switch (n) {
-    case 8: c ^= g->table[7][s[7]]; /* fall through */
-    case 7: c ^= g->table[6][s[6]]; /* fall through */
-    case 6: c ^= g->table[5][s[5]]; /* fall through */
-    case 5: c ^= g->table[4][s[4]]; /* fall through */
-    case 4: c ^= g->table[3][s[3]]; /* fall through */
-    case 3: c ^= g->table[2][s[2]]; /* fall through */
-    case 2: c ^= g->table[1][s[1]]; /* fall through */
-    case 1: c ^= g->table[0][s[0]];
-    }
-    return c;
-}
+/* The longest n-gram hashed by crc_after_zeros, from the state of "c:" after n zero bytes; a longer one goes through
+ * crc_update. */
+#define SHORT_GRAM 8
 
 /* An open-addressing map from a column to a slot number (first appearance), and a count per slot. */
 typedef struct {
@@ -676,7 +639,7 @@ typedef struct {
     int parse, n, words, binary, normalize, hashed;
     Py_ssize_t max_bytes;
     uint32_t mask;
-    Grams grams;  /* the tables of the n-grams "c:" + n bytes, when n <= GRAM_TABLES */
+    uint32_t grams_start;  /* the state after "c:" and n zero bytes, when n <= SHORT_GRAM */
 } Options;
 
 typedef struct {
@@ -784,7 +747,7 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
     uint32_t start_c = crc_update(0xFFFFFFFFu, (const unsigned char *)"c:", 2);
     uint32_t start_w = crc_update(0xFFFFFFFFu, (const unsigned char *)"w:", 2);
     for (Py_ssize_t i = 0; o->n && i + o->n <= len; i++) {
-        uint32_t crc = o->n <= GRAM_TABLES ? grams_crc(&o->grams, t + i, o->n) : crc_update(start_c, t + i, o->n);
+        uint32_t crc = o->n <= SHORT_GRAM ? crc_after_zeros(o->grams_start, t + i, o->n) : crc_update(start_c, t + i, o->n);
         if (add_column(&r, (~crc) & o->mask) < 0) return -1;
     }
     if (o->words) {
@@ -841,7 +804,10 @@ static PyObject *rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     o.mask = hash_bits == 32 ? 0xFFFFFFFFu : (uint32_t)((1u << hash_bits) - 1);
-    if (o.n <= GRAM_TABLES) grams_init(&o.grams, crc_update(0xFFFFFFFFu, (const unsigned char *)"c:", 2), o.n);
+    if (o.n <= SHORT_GRAM) {
+        static const unsigned char zeros[SHORT_GRAM];
+        o.grams_start = crc_update(crc_update(0xFFFFFFFFu, (const unsigned char *)"c:", 2), zeros, o.n);
+    }
     Batch batch = {{0}, {0}, {0}, NULL, NULL, {0}, NULL};
     Map row = {0};
     uint64_t *columns = NULL;
