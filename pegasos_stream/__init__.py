@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         PegasosClassifier,
         PegasosCommittee,
         PegasosGrid,
+        PegasosMixture,
         PegasosMulticlass,
     )
     from .persist import load, save
@@ -26,6 +27,7 @@ __all__ = [
     "PegasosClassifier",
     "PegasosCommittee",
     "PegasosGrid",
+    "PegasosMixture",
     "PegasosMulticlass",
     "compiled_available",
     "load",
@@ -40,6 +42,7 @@ _WHERE = {
     "PegasosClassifier": ".learners",
     "PegasosCommittee": ".learners",
     "PegasosGrid": ".learners",
+    "PegasosMixture": ".learners",
     "PegasosMulticlass": ".learners",
     "load": ".persist",
     "save": ".persist",

@@ -206,6 +206,11 @@ def river_pass(path: Path, limit: int | None) -> Pass:
     return time.perf_counter() - start, {"scores": scores, "positives": positives}
 
 
+def svm_lambda(model: dict) -> float:
+    """The configured SVM's λ: a linear model's or a committee's ``lambda_``, a mixture's smallest."""
+    return model["lambda_"] if "lambda_" in model else min(model["lambdas"])
+
+
 def sklearn_pass(path: Path, alpha: float, limit: int | None) -> Pass:
     """HashingVectorizer(char 4-grams of the first 3,000 raw characters) + SGDClassifier.partial_fit, over the
     file (its first ``limit`` messages)."""
@@ -358,7 +363,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
             "scikit-learn HashingVectorizer(char 4-grams) + SGDClassifier(hinge)",
             "gzip + JSON, transform + decision_function + partial_fit per message",
             fastest(
-                args.peer_repeat, with_cpu(lambda: sklearn_pass(args.data, config["model"]["lambda_"], args.limit))
+                args.peer_repeat, with_cpu(lambda: sklearn_pass(args.data, svm_lambda(config["model"]), args.limit))
             ),
             positives,
         ),

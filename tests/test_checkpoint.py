@@ -874,6 +874,25 @@ def test_inspect_prints_the_summary_of_a_file_and_of_a_directory(tmp_path, capsy
         assert label in rows
 
 
+@pytest.mark.parametrize(
+    "model, learners",
+    [({"kind": "committee", "lambda_": 0.01}, 2), ({"kind": "mixture", "lambdas": [0.01, 0.1]}, 3)],
+    ids=["committee", "mixture"],
+)
+def test_inspect_counts_the_weights_of_every_learner_of_a_committee_or_a_mixture(tmp_path, capsys, model, learners):
+    directory, _ = _tiny_run(tmp_path, model)
+    capsys.readouterr()
+    assert cli.main(["inspect", str(directory), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["t"] == 120 and summary["weights"] == 2 * learners  # features "a" and "b" in each learner
+    if model["kind"] == "mixture":
+        members = summary["member_weights"]
+        assert list(members) == ["svm(0.01)+logistic", "svm(0.01)", "svm(0.1)+logistic", "svm(0.1)"]
+        assert sum(members.values()) == pytest.approx(1.0)
+    else:
+        assert "member_weights" not in summary
+
+
 def test_inspect_counts_support_vectors_of_a_kernel_model(tmp_path, capsys):
     directory, _ = _tiny_run(tmp_path, {"kind": "kernel", "gamma": 0.5, "lambda_": 0.01, "budget": 7})
     capsys.readouterr()

@@ -280,9 +280,14 @@ def test_a_saved_committee_loads_bit_for_bit_and_learns_on_alike(tmp_path, n_fea
     assert model_digest(loaded) == model_digest(committee)
 
 
+#: The committee of the spam configuration's first λ (the configuration mixes it with more).
+COMMITTEE = {"kind": "committee", "lambda_": 1e-5, "t0": 30000, "learning_rate": 0.7, "initial_accumulator": 1e-6}
+
+
 def _spam_job(tmp_path: Path, **model) -> Path:
+    """The spam configuration with this committee for its model."""
     job = yaml.safe_load(SPAM.read_text(encoding="utf-8"))
-    job["model"].update(model)
+    job["model"] = {**COMMITTEE, "n_features": job["model"]["n_features"], **model}
     path = tmp_path / "committee.yaml"
     path.write_text(yaml.safe_dump(job), encoding="utf-8")
     return path

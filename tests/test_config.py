@@ -86,9 +86,9 @@ def test_spam_config_points_at_the_bundled_sample():
     assert Path(config["source"]["path"]).is_absolute()
     assert config["source"]["labels"] == {"positive": "spam", "negative": "ham"}
     assert config["model"] == {
-        "kind": "committee",
-        "lambda_": 1e-5,
-        "t0": 30000,
+        "kind": "mixture",
+        "lambdas": [1e-5, 1e-3],
+        "lambda_t0": 0.3,
         "learning_rate": 0.7,
         "n_features": 2**20,
         "initial_accumulator": 1e-6,
@@ -97,6 +97,8 @@ def test_spam_config_points_at_the_bundled_sample():
         "type": "email",
         "reader": "bytes",
         "char_ngram": 4,
+        "words": True,
+        "shapes": True,
         "max_chars": 3000,
         "binary": True,
         "normalize": True,
@@ -148,7 +150,11 @@ REFUSED = [
     ({"source": {"fields": "id"}}, "source.fields", "a mapping"),
     ({"evaluation": {"stats_every_seconds": -1}}, "evaluation.stats_every_seconds", "a number >= 0"),
     ({"model": {"lambda_": -1}}, "model.lambda_", "> 0"),
-    ({"model": {"kind": "forest"}}, "model.kind", "linear | grid | committee | adagrad | multiclass | kernel"),
+    (
+        {"model": {"kind": "forest"}},
+        "model.kind",
+        "linear | grid | committee | mixture | adagrad | multiclass | kernel",
+    ),
     ({"features": {"type": "email", "char_ngram": "x"}}, "features.char_ngram", "an integer >= 0"),
     ({"metrics": {"port": 0}}, "metrics.port", "a port number (1 to 65535), got 0"),
     ({"metrics": {"port": 65536}}, "metrics.port", "a port number (1 to 65535), got 65536"),
@@ -738,6 +744,7 @@ def test_hash_bits_accepted_for_dict_features():
     [
         (["features.hash_bits=8"], 256),  # hashed features: weight arrays of their columns by themselves
         (["features.hash_bits=22", "model.kind=committee"], 1 << 22),
+        (["features.hash_bits=9", "model.kind=mixture"], 512),
         (["features.hash_bits=8", "model.kind=adagrad"], 256),
         (["features.hash_bits=23"], None),  # beyond ARRAY_COLUMNS: dicts, which hold only the columns seen
         (["features.hash_bits=8", "model.n_features=1024"], 1024),  # as told

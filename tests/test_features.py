@@ -450,3 +450,12 @@ def test_river_dataset_checks_through_a_pipeline():
         check.func(model.clone(), dataset=dataset)
         ran += 1
     assert ran >= 8
+
+
+def test_shape_tokens_give_case_amounts_runs_and_links():
+    features = EmailFeatures(parse=False, char_ngram=0, shapes=True, normalize=False)
+    text = "Hello FREE!!!!! $1,000.00 0800123456 https://Spam.example x" + "y" * 44
+    # "x" and 39 "y" make a token of 40 bytes, the 5 "y" left another: both are "aaa", one feature
+    assert list(features.transform_one(text)) == ["s:Aaaa", "s:AAA!!!", "s:$9,999.99", "s:999", "s:url", "s:aaa"]
+    bytes_reader = EmailFeatures(parse=False, char_ngram=0, shapes=True, normalize=False, reader="bytes")
+    assert bytes_reader.transform_one(text) == features.transform_one(text)  # ASCII: the same names

@@ -227,6 +227,24 @@ def test_the_rate_covers_the_last_minute_and_the_figures_are_worked_out_when_due
     source.close()
 
 
+def test_a_mixture_shows_its_members_weights_and_a_mail_run_its_empty_bodies(tmp_path):
+    mail = tmp_path / "mail.jsonl"
+    texts = ["Subject: headers only\n\n", "Subject: s\n\nbuy now", "Subject: re : x\nthanks"]
+    mail.write_text("".join(json.dumps({"text": t, "label": "ham"}) + "\n" for t in texts), encoding="utf-8")
+    config = load_config(ROOT / "configs" / "spam.yaml", [f"source.path={mail}", "output.type=none"])
+    runner = build_runner(config)
+    source = FileSource(mail)
+    metrics = RunMetrics(runner, source, clock=lambda: 0.0)
+    runner.monitor = metrics
+    runner.run(source)
+    source.close()
+    samples = _samples(generate_latest(metrics.registry).decode())
+    assert _value(samples, "empty_bodies_total") == 1
+    weights = {labels: value for (name, labels), value in samples.items() if name == "pegasos_stream_member_weight"}
+    assert weights == {(("member", name),): weight for name, weight in runner.model.member_weights.items()}
+    assert len(weights) == 4
+
+
 # -- the Kafka lag per partition ------------------------------------------------------------
 
 

@@ -86,7 +86,7 @@ def test_numeric_entities_that_name_no_character_become_a_space_and_unknown_name
     assert message_bytes(message) == b"subject: x a " + "é".encode() + b"&copy;<"
 
 
-def test_multipart_nesting_is_read_to_a_bounded_depth():
+def test_multipart_nesting_is_read_to_a_bounded_depth_and_deeper_entities_as_text():
     def nest(depth: int) -> bytes:
         if depth == 0:
             return b"Content-Type: text/plain\n\ndeep text\n"
@@ -104,7 +104,10 @@ def test_multipart_nesting_is_read_to_a_bounded_depth():
         )
 
     assert message_bytes(b"Subject: s\n" + nest(MAX_DEPTH)) == b"subject: s deep text"
-    assert message_bytes(b"Subject: s\n" + nest(MAX_DEPTH + 1)) == b"subject: s"
+    assert (
+        message_bytes(b"Subject: s\n" + nest(MAX_DEPTH + 1))
+        == b"subject: s --b1 Content-Type: text/plain deep text --b1--"
+    )
 
 
 @settings(max_examples=300, deadline=None)

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 from river import checks, compose, feature_extraction, multiclass, preprocessing
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosCommittee, PegasosGrid, PegasosMulticlass
+from pegasos_stream import (
+    AdaGradLogistic,
+    PegasosClassifier,
+    PegasosCommittee,
+    PegasosGrid,
+    PegasosMixture,
+    PegasosMulticlass,
+)
 from pegasos_stream.features import DictHasher
 
 SAMPLE = Path(__file__).resolve().parents[1] / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
@@ -24,11 +31,14 @@ def _variants():
         yield PegasosGrid(**params)
     for params in PegasosCommittee._unit_test_params():
         yield PegasosCommittee(**params)
+    for params in PegasosMixture._unit_test_params():
+        yield PegasosMixture(**params)
     for params in AdaGradLogistic._unit_test_params():
         yield AdaGradLogistic(**params)
     yield preprocessing.StandardScaler() | PegasosClassifier()
     yield DictHasher(10) | PegasosCommittee(n_features=2**10)  # weights in arrays need int columns
     yield DictHasher(10) | AdaGradLogistic(n_features=2**10)
+    yield DictHasher(10) | PegasosMixture(n_features=2**10)
     yield multiclass.OneVsRestClassifier(PegasosClassifier())
 
 

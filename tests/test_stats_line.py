@@ -14,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMAND = [sys.executable, "-m", "pegasos_stream.cli"]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
 STATS = re.compile(
-    r"cumulative: events=(\d+) learned=\d+ rejected=\d+ accuracy=\S+ t=\d+; "
-    r"last ([\d.]+) s: events=(\d+) rate=\d+/s; last \d+ scores: roc_auc=\S+; now: pending=\d+( norm=\S+)?"
+    r"cumulative: events=(\d+) learned=\d+ rejected=\d+( empty_bodies=\d+)? accuracy=\S+ t=\d+; "
+    r"last ([\d.]+) s: events=(\d+) rate=\d+/s; last \d+ scores: roc_auc=\S+; now: pending=\d+"
+    r"( members=(?:[^ :,]+:[\d.]+,?)+)?( norm=\S+)?"
 )
 
 #: Writes ``count`` binary events to standard output, one every ``pause`` seconds.
@@ -32,7 +33,7 @@ def _stats_lines(stderr: str) -> list[tuple[int, float, int]]:
     """(cumulative events, seconds since the previous line, events in them) of each statistics line."""
     found = [STATS.fullmatch(line) for line in stderr.splitlines() if line.startswith("cumulative: ")]
     assert all(found), stderr
-    return [(int(m[1]), float(m[2]), int(m[3])) for m in found if m]
+    return [(int(m[1]), float(m[3]), int(m[4])) for m in found if m]
 
 
 def _check_intervals(lines: list[tuple[int, float, int]], interval: float, total: int) -> None:
@@ -78,3 +79,5 @@ def test_the_stats_line_comes_at_its_interval_when_a_file_is_read_in_long_batche
     assert total == 3 * 404
     lines = _stats_lines(done.stderr.decode())
     _check_intervals(lines, 0.25, total)
+    mixture = [line for line in done.stderr.decode().splitlines() if line.startswith("cumulative: ")][-1]
+    assert re.search(r" empty_bodies=\d+ ", mixture) and " members=svm(1e-05)+logistic:" in mixture  # spam.yaml's

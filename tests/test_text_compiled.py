@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pegasos_stream import _compiled
 from pegasos_stream.features import EmailFeatures, email
 from pegasos_stream.features.email import rows_of
-from pegasos_stream.features.mime import message_bytes
+from pegasos_stream.features.mime import message_bytes, read_message
 
 _text = _compiled.load("pegasos_stream.features._text")
 if _text is None:
@@ -66,15 +66,15 @@ _MESSAGES = st.lists(st.one_of(_PIECES, st.binary(max_size=12)), max_size=40).ma
 @given(_MESSAGES, st.integers(1, 400))
 def test_the_compiled_reader_reads_what_message_bytes_reads(message, max_bytes):
     expected = message_bytes(message)
-    assert _text.message(message, 10**6) == expected
-    assert _text.message(message, max_bytes) == expected[:max_bytes]
+    assert _text.message(message, 10**6)[0] == expected
+    assert _text.message(message, max_bytes)[0] == expected[:max_bytes]
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300))
 def test_the_compiled_reader_reads_any_bytes_as_message_bytes_does(data):
     for raw in (data, b"Subject: s\n" + data, b"Subject: s\nContent-Type: text/html\n\n" + data):
-        assert _text.message(raw, 10**6) == message_bytes(raw)
+        assert _text.message(raw, 10**6) == read_message(raw)
 
 
 _HTML = b"Subject: s\nContent-Type: text/html\n\n"
@@ -90,12 +90,19 @@ _EDGES = [
     b"From nobody\nSubject: enveloped\n\nbody",
     b"Subject: s\r\n\r\nCRLF body\r\n",
     b"Subject: s\nContent-Type: multipart/mixed; boundary=b\n\n--b",
+    b"Subject: s\rFrom x\rTo: t\rno blank line\r=3D body",  # lone CR line ends, a From line among the headers
+    b"Subject: s\nContent-Type: multipart/mixed; boundary=b\n\n--bb\nnot a part\n--b-- \t\nepilogue",
+    b"Subject: s\nContent-Type: multipart/mixed; boundary=b\n\nno boundary line: read as text",
+    b"Subject: s\nContent-Type: message/rfc822\n\nSubject: inner\nContent-Type: text/html\n\n<b>forwarded</b>",
+    b"Subject: s\nContent-Type: message/delivery-status\n\nStatus: 5.0.0",
+    b"Subject: s\nContent-Type: text\nContent-Transfer-Encoding: base64\n\naW52YWxpZCB0eXBl",
+    b"Subject: =?utf-8?Q?a?= \t =?utf-8?B?Yg==?= c =?utf-8?Q?d?=",
 ]
 
 
 @pytest.mark.parametrize("message", _EDGES)
 def test_the_compiled_reader_on_the_edges_of_each_rule(message):
-    assert _text.message(message, 10**6) == message_bytes(message)
+    assert _text.message(message, 10**6) == read_message(message)
 
 
 def _assert_same_rows(features: EmailFeatures, texts: list) -> None:
@@ -112,12 +119,13 @@ _OPTIONS = st.fixed_dictionaries(
         "parse": st.booleans(),
         "char_ngram": st.integers(0, 6),
         "words": st.booleans(),
+        "shapes": st.booleans(),
         "max_chars": st.integers(1, 300),
         "hash_bits": st.integers(1, 32),
         "binary": st.booleans(),
         "normalize": st.booleans(),
     }
-).filter(lambda options: options["char_ngram"] or options["words"])
+).filter(lambda options: options["char_ngram"] or options["words"] or options["shapes"])
 
 
 @settings(max_examples=300, deadline=None)
@@ -156,12 +164,18 @@ def test_rows_over_hashed_columns_are_the_dicts_of_transform_one(options, texts)
     _assert_hashed_rows(EmailFeatures(reader="bytes", **options), texts)
 
 
+_SHAPES = "WIN $1,000,000.00!!!! call 0800-123-4567 HtTpS://x.y www.Z.com naïve " + "x" * 45 + " ww. http:/ é"
+
+
 @pytest.mark.parametrize("binary", [True, False])
 @pytest.mark.parametrize("words", [True, False])
+@pytest.mark.parametrize("shapes", [True, False])
 @pytest.mark.parametrize("hash_bits", [4, 12, 20, 24, 25, 32])
-def test_rows_over_hashed_columns_of_the_edges(binary, words, hash_bits):
-    features = EmailFeatures(reader="bytes", words=words, hash_bits=hash_bits, binary=binary, normalize=not binary)
-    _assert_hashed_rows(features, [*_EDGES, "Subject: one\n\nbody body body", ""])
+def test_rows_over_hashed_columns_of_the_edges(binary, words, shapes, hash_bits):
+    features = EmailFeatures(
+        reader="bytes", words=words, shapes=shapes, hash_bits=hash_bits, binary=binary, normalize=not binary
+    )
+    _assert_hashed_rows(features, [*_EDGES, "Subject: one\n\nbody body body", "", _SHAPES])
 
 
 @pytest.mark.parametrize("n", range(1, 13))
@@ -193,6 +207,6 @@ def test_every_spamassassin_message_reads_and_hashes_as_the_reference():
         texts = [json.loads(line)["text"] for line in lines]
     for text in texts:
         raw = text.encode("utf-8", "surrogatepass")
-        assert _text.message(raw, 10**9) == message_bytes(raw)
+        assert _text.message(raw, 10**9)[0] == message_bytes(raw)
     _assert_same_rows(EmailFeatures(reader="bytes", hash_bits=20), texts[:1500])
     _assert_hashed_rows(EmailFeatures(reader="bytes", hash_bits=20), texts[:300])

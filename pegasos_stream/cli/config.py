@@ -58,6 +58,7 @@ LEARNERS = {
     "linear": "PegasosClassifier",
     "grid": "PegasosGrid",
     "committee": "PegasosCommittee",
+    "mixture": "PegasosMixture",
     "adagrad": "AdaGradLogistic",
     "multiclass": "PegasosMulticlass",
     "kernel": "KernelPegasosClassifier",

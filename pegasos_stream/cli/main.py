@@ -313,6 +313,7 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         "events": stats.events,
         "learned": stats.learned,
         "rejected": stats.rejected,
+        "empty_bodies": runner.empty_bodies,
         "pending": len(runner.pending),
         "expired": runner.pending.expired + runner.pending.dropped,
         "unmatched_labels": runner.pending.unmatched,

@@ -1,13 +1,15 @@
 /* The compiled twin of EmailFeatures(reader="bytes", hash_bits=...) over a batch of texts.
  *
- * rows(texts, parse, n, words, max_bytes, hash_bits, binary, normalize, hashed) reads each text
+ * rows(texts, parse, n, words, shapes, max_bytes, hash_bits, binary, normalize, hashed) reads each text
  * (bytes) as pegasos_stream.features.mime.message_bytes does (when parse), keeps its first max_bytes
- * bytes, and hashes its byte n-grams ("c:" + n bytes) and ASCII words ("w:" + word) to CRC-32 mod
+ * bytes, and hashes its byte n-grams ("c:" + n bytes), ASCII words ("w:" + word) and shapes ("s:" + shape) to CRC-32 mod
  * 2^hash_bits, exactly as EmailFeatures.transform_one; it returns the batch as CSR rows over
  * columns numbered by first appearance: (indptr bytes of int64, indices bytes of int64, data bytes
- * of float64, keys: list of the hashed columns), the rows Rows.from_dicts makes of the dicts. With
- * hashed, the columns are the hashed columns themselves, and keys is None.
- * Every step is the one of features/mime.py, on bytes; tests/test_text_compiled.py holds them equal.
+ * of float64, keys: list of the hashed columns, empty_bodies: how many texts kept no body text in their
+ * first max_bytes), the rows Rows.from_dicts makes of the dicts. With hashed, the columns are the hashed
+ * columns themselves, and keys is None.
+ * Every step is the one of features/mime.py, on bytes; tests/test_text_compiled.py and tests/test_mime_rule.py
+ * hold them equal.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -96,6 +98,7 @@ typedef struct {
     unsigned char *out;
     Py_ssize_t len, max;
     int space, texts;
+    Py_ssize_t body; /* where the text of the body starts in out */
 } Writer;
 
 static void w_put(Writer *w, const unsigned char *s, Py_ssize_t n) {
@@ -116,6 +119,13 @@ static void w_text(Writer *w, const unsigned char *s, Py_ssize_t n) {
 }
 
 static int w_full(const Writer *w) { return w->len >= w->max; }
+
+/* Whether s[0:n] holds a byte that is not white space. */
+static int has_text(const unsigned char *s, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!is_space(s[i])) return 1;
+    return 0;
+}
 
 /* -- header fields ------------------------------------------------------------------------------ */
 
@@ -145,6 +155,30 @@ static void strip(const unsigned char **s, Py_ssize_t *n) {
 
 static unsigned char lower(unsigned char c) { return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c; }
 
+/* The lines of d[0:n], each ended by CRLF, CR or LF: next_line gives data[*start:*end], the line end left out.
+ * ``lf`` remembers the next LF, so that a text of lone CRs is read in one pass. */
+typedef struct {
+    const unsigned char *d;
+    Py_ssize_t n, next, lf; /* lf: where the next LF at or after ``next`` is (n: none), -1 before the first look */
+} Lines;
+
+static Lines lines_of(const unsigned char *d, Py_ssize_t n) { return (Lines){d, n, 0, -1}; }
+
+static int next_line(Lines *it, Py_ssize_t *start, Py_ssize_t *end) {
+    if (it->next >= it->n) return 0;
+    *start = it->next;
+    if (it->lf < it->next) {
+        const unsigned char *lf = memchr(it->d + it->next, '\n', (size_t)(it->n - it->next));
+        it->lf = lf ? lf - it->d : it->n;
+    }
+    const unsigned char *cr = memchr(it->d + it->next, '\r', (size_t)(it->lf - it->next));
+    *end = cr ? cr - it->d : it->lf;
+    if (*end == it->n) it->next = it->n;
+    else if (cr && *end + 1 < it->n && it->d[*end + 1] == '\n') it->next = *end + 2;
+    else it->next = *end + 1;
+    return 1;
+}
+
 static int field_index(const unsigned char *name, Py_ssize_t n) {
     for (int i = 0; i < N_FIELDS; i++) {
         const char *known = FIELD_NAMES[i];
@@ -156,20 +190,18 @@ static int field_index(const unsigned char *name, Py_ssize_t n) {
     return -1;
 }
 
-/* The header fields of data[0:n] (first of each name, unfolded) and where its body starts. */
+/* The header fields of data[0:n] (first of each name, unfolded) and where its body starts: after the empty
+ * line that ends the header block, or at the first line that is neither a field nor a continuation. */
 static int split(const unsigned char *data, Py_ssize_t n, Fields *f, Py_ssize_t *body) {
     memset(f, 0, sizeof(*f));
     int current = -1;
-    Py_ssize_t start = 0;
-    while (start < n) {
-        const unsigned char *nl = memchr(data + start, '\n', (size_t)(n - start));
-        Py_ssize_t end = nl ? nl - data : n;
+    Lines lines = lines_of(data, n);
+    Py_ssize_t start, end;
+    while (next_line(&lines, &start, &end)) {
         const unsigned char *line = data + start;
         Py_ssize_t len = end - start;
-        start = end + 1;
-        if (len && line[len - 1] == '\r') len--;
         if (!len) {
-            *body = start < n ? start : n;
+            *body = lines.next;
             return 0;
         }
         if (line[0] == ' ' || line[0] == '\t') {
@@ -180,11 +212,14 @@ static int split(const unsigned char *data, Py_ssize_t n, Fields *f, Py_ssize_t 
             continue;
         }
         current = -1;
+        if (len >= 5 && memcmp(line, "From ", 5) == 0) continue; /* a misplaced envelope line, skipped */
         const unsigned char *colon = memchr(line, ':', (size_t)len);
-        if (!colon || colon == line) continue;
-        Py_ssize_t name_len = colon - line, k = 0;
+        Py_ssize_t name_len = colon ? colon - line : 0, k = 0;
         while (k < name_len && name_byte(line[k])) k++;
-        if (k < name_len) continue;
+        if (!colon || k < name_len) {
+            *body = start;
+            return 0;
+        }
         int index = field_index(line, name_len);
         if (index < 0 || f->present[index]) continue;
         const unsigned char *value = colon + 1;
@@ -250,7 +285,7 @@ static int quoted_printable(const unsigned char *s, Py_ssize_t n, int underscore
         unsigned char c = s[i];
         if (c == '=') {
             if (i + 2 < n && s[i + 1] == '\r' && s[i + 2] == '\n') { i += 2; continue; }
-            if (i + 1 < n && s[i + 1] == '\n') { i += 1; continue; }
+            if (i + 1 < n && (s[i + 1] == '\n' || s[i + 1] == '\r')) { i += 1; continue; }
             if (i + 2 < n && hex_value(s[i + 1]) >= 0 && hex_value(s[i + 2]) >= 0) {
                 out->p[out->len++] = (unsigned char)(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
                 i += 2;
@@ -269,19 +304,24 @@ static Py_ssize_t word_run(const unsigned char *s, Py_ssize_t n, Py_ssize_t limi
     return k;
 }
 
-/* A header value with its RFC 2047 encoded words =?charset?B|Q?text?= decoded (charset not applied). */
+/* A header value with its RFC 2047 encoded words =?charset?B|Q?text?= decoded (charset not applied), the
+ * white space between two encoded words dropped. */
 static int decode_words(const unsigned char *v, Py_ssize_t n, Buf *out) {
-    Py_ssize_t i = 0;
+    Py_ssize_t i = 0, word_end = -1, out_end = 0; /* where the last encoded word ended, in v and in out */
     while (i < n) {
         if (v[i] == '=' && i + 1 < n && v[i + 1] == '?') {
             Py_ssize_t cs = word_run(v + i + 2, n - i - 2, 40), k = i + 2 + cs;
             if (cs >= 1 && cs <= 40 && k + 2 < n && v[k] == '?' && strchr("bBqQ", v[k + 1]) && v[k + 1] && v[k + 2] == '?') {
                 Py_ssize_t t0 = k + 3, tl = word_run(v + t0, n - t0, 1000), e = t0 + tl;
                 if (tl <= 1000 && e + 1 < n && v[e] == '?' && v[e + 1] == '=') {
+                    Py_ssize_t k2 = word_end;
+                    while (k2 >= 0 && k2 < i && is_space(v[k2])) k2++;
+                    if (k2 == i) out->len = out_end; /* only white space since the last encoded word */
                     int r = (v[k + 1] == 'b' || v[k + 1] == 'B') ? base64(v + t0, tl, out)
                                                                    : quoted_printable(v + t0, tl, 1, out);
                     if (r < 0) return -1;
-                    i = e + 2;
+                    i = word_end = e + 2;
+                    out_end = out->len;
                     continue;
                 }
             }
@@ -429,10 +469,6 @@ static void boundary_of(const unsigned char *v, Py_ssize_t n, const unsigned cha
 
 static int collect(const unsigned char *data, Py_ssize_t n, const Fields *f, Py_ssize_t body, int depth, Writer *w);
 
-static int starts_with(const unsigned char *s, Py_ssize_t n, const unsigned char *prefix, Py_ssize_t m) {
-    return n >= m && memcmp(s, prefix, (size_t)m) == 0;
-}
-
 /* One part of a multipart body (part[0:n], its own headers and body), read at depth. */
 static int read_part(const unsigned char *part, Py_ssize_t n, int depth, Writer *w) {
     Fields inner;
@@ -443,23 +479,37 @@ static int read_part(const unsigned char *part, Py_ssize_t n, int depth, Writer 
     return r;
 }
 
-/* The parts of a multipart body (between the lines starting with "--" + boundary), each read. */
-static int parts(const unsigned char *body, Py_ssize_t n, const unsigned char *b, Py_ssize_t bn, int depth, Writer *w) {
-    Py_ssize_t part = -1, start = 0;  /* where the part being read starts; -1 before the first */
-    for (;;) {
-        const unsigned char *nl = start <= n ? memchr(body + start, '\n', (size_t)(n - start)) : NULL;
-        Py_ssize_t end = nl ? nl - body : n;
-        const unsigned char *line = body + start;
-        Py_ssize_t len = end - start;
-        if (len >= bn + 2 && line[0] == '-' && line[1] == '-' && starts_with(line + 2, len - 2, b, bn)) {
-            Py_ssize_t stop = start - 1 > part ? start - 1 : part;  /* the part's last newline left out */
+/* Whether line[0:len] is a boundary line: "--" + boundary, "--" when it is the closing one (*closing), then
+ * only spaces or tabs. */
+static int is_boundary(const unsigned char *line, Py_ssize_t len, const unsigned char *b, Py_ssize_t bn, int *closing) {
+    if (len < bn + 2 || line[0] != '-' || line[1] != '-' || memcmp(line + 2, b, (size_t)bn) != 0) return 0;
+    Py_ssize_t k = bn + 2;
+    *closing = len >= k + 2 && line[k] == '-' && line[k + 1] == '-';
+    for (k += 2 * *closing; k < len; k++)
+        if (line[k] != ' ' && line[k] != '\t') return 0;
+    return 1;
+}
+
+/* The parts of a multipart body (between its boundary lines, the line end before each left out), each read;
+ * *found tells whether any line is a boundary line. */
+static int parts(const unsigned char *body, Py_ssize_t n, const unsigned char *b, Py_ssize_t bn, int depth, Writer *w,
+                 int *found) {
+    Py_ssize_t part = -1, last_end = 0, start, end; /* part: where the part being read starts; -1 before the first */
+    Lines lines = lines_of(body, n);
+    int closing = 0;
+    while (next_line(&lines, &start, &end)) {
+        if (is_boundary(body + start, end - start, b, bn, &closing)) {
+            Py_ssize_t stop = last_end > part ? last_end : part;
             if (part >= 0 && read_part(body + part, stop - part, depth + 1, w) < 0) return -1;
-            if (len >= bn + 4 && line[bn + 2] == '-' && line[bn + 3] == '-') return 0;
-            part = end + 1 < n ? end + 1 : n;
+            if (closing) {
+                *found = 1;
+                return 0;
+            }
+            part = lines.next;
         }
-        if (!nl) break;
-        start = end + 1;
+        last_end = end;
     }
+    *found = part >= 0;
     return part >= 0 ? read_part(body + part, n - part, depth + 1, w) : 0;
 }
 
@@ -470,14 +520,27 @@ static int collect(const unsigned char *data, Py_ssize_t n, const Fields *f, Py_
     const unsigned char *kind = ct;
     Py_ssize_t kind_len = semi ? semi - ct : ct_len;
     strip(&kind, &kind_len);
-    if (kind_len >= 10 && equals_lower(kind, 10, "multipart/")) {
+    Py_ssize_t slashes = 0;
+    for (Py_ssize_t k = 0; k < kind_len; k++) slashes += kind[k] == '/';
+    if (slashes != 1) { /* no type, or one that names no single "/": plain text */
+        kind = (const unsigned char *)"text/plain";
+        kind_len = 10;
+    }
+    int multipart = kind_len >= 10 && equals_lower(kind, 10, "multipart/");
+    int message = kind_len >= 8 && equals_lower(kind, 8, "message/") && !equals_lower(kind, kind_len, "message/delivery-status");
+    if (depth < MAX_DEPTH && multipart) {
         const unsigned char *b;
         Py_ssize_t bn;
         boundary_of(ct, ct_len, &b, &bn);
-        if (bn && depth < MAX_DEPTH) return parts(data + body, n - body, b, bn, depth, w);
-        return 0;
+        int found = 0;
+        if (bn) {
+            int r = parts(data + body, n - body, b, bn, depth, w, &found);
+            if (r < 0 || found) return r;
+        }
+    } else if (depth < MAX_DEPTH && message) {
+        return read_part(data + body, n - body, depth + 1, w);
     }
-    if (kind_len && !(kind_len >= 5 && equals_lower(kind, 5, "text/"))) return 0;
+    if (!multipart && !message && !(kind_len >= 5 && equals_lower(kind, 5, "text/"))) return 0;
     const unsigned char *cte = f->value[F_CTE].p;
     Py_ssize_t cte_len = f->value[F_CTE].len;
     if (cte) strip(&cte, &cte_len);
@@ -512,9 +575,11 @@ static int read_message(const unsigned char *raw, Py_ssize_t n, Writer *w) {
     const unsigned char *data = raw;
     Py_ssize_t len = n;
     if (n >= 5 && memcmp(raw, "From ", 5) == 0) {
-        const unsigned char *nl = memchr(raw, '\n', (size_t)n);
-        data = nl ? nl + 1 : raw;
-        len = n - (data - raw);
+        Lines lines = lines_of(raw, n);
+        Py_ssize_t start, end;
+        next_line(&lines, &start, &end);
+        data = raw + lines.next;
+        len = n - lines.next;
     }
     Py_ssize_t k = 0;
     while (k < len && name_byte(data[k])) k++;
@@ -547,6 +612,7 @@ static int read_message(const unsigned char *raw, Py_ssize_t n, Writer *w) {
         }
         buf_free(&value);
     }
+    w->body = w->len;
     if (r == 0 && !w_full(w)) r = collect(data, len, &f, body, 0, w);
     fields_free(&f);
     return r;
@@ -636,7 +702,7 @@ static int map_grow(Map *m) {
 }
 
 typedef struct {
-    int parse, n, words, binary, normalize, hashed;
+    int parse, n, words, shapes, binary, normalize, hashed;
     Py_ssize_t max_bytes;
     uint32_t mask;
     uint32_t grams_start;  /* the state after "c:" and n zero bytes, when n <= SHORT_GRAM */
@@ -728,10 +794,52 @@ static inline int add_column(RowState *r, uint64_t column) {
     return 0;
 }
 
+/* Each byte as a word takes it (lower case, for a letter or a digit; 0 for any other byte), as a shape takes it (its
+ * class: A upper case, a lower case, 9 digit, x 8-bit, any other byte itself), and whether it is white space. */
+static unsigned char WORD_BYTE[256], SHAPE_CLASS[256], SPACE[256];
+
+static void byte_tables_init(void) {
+    for (int c = 0; c < 256; c++) {
+        unsigned char low = lower((unsigned char)c);
+        WORD_BYTE[c] = ((low >= 'a' && low <= 'z') || (low >= '0' && low <= '9')) ? low : 0;
+        SHAPE_CLASS[c] = (c >= 'A' && c <= 'Z') ? 'A' : (c >= 'a' && c <= 'z') ? 'a' : (c >= '0' && c <= '9') ? '9'
+                         : c >= 128 ? 'x' : (unsigned char)c;
+        SPACE[c] = (unsigned char)is_space((unsigned char)c);
+    }
+}
+
+/* Whether token[0:n] starts with a link's start: http://, https:// or www. (any case). */
+static int is_link(const unsigned char *token, Py_ssize_t n) {
+    unsigned char first = lower(token[0]);
+    if (first == 'w') return n >= 4 && equals_lower(token, 4, "www.");
+    if (first != 'h') return 0;
+    return (n >= 7 && equals_lower(token, 7, "http://")) || (n >= 8 && equals_lower(token, 8, "https://"));
+}
+
+/* The shape of token[0:n] (n <= 40) into shape, its length returned: "url" for a link, else each byte's class,
+ * a run of one class cut to three. */
+static Py_ssize_t shape_of(const unsigned char *token, Py_ssize_t n, unsigned char *shape) {
+    if (is_link(token, n)) {
+        memcpy(shape, "url", 3);
+        return 3;
+    }
+    Py_ssize_t len = 0, run = 0;
+    unsigned char last = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        unsigned char c = SHAPE_CLASS[token[k]];
+        run = k && c == last ? run + 1 : 1;
+        last = c;
+        shape[len] = c;
+        len += run <= 3;
+    }
+    return len;
+}
+
 /* The features of one text (its distinct columns, first appearance first, with their counts) into the batch. */
 static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ssize_t len, Map *row, uint8_t *bits,
                    uint64_t **columns, Py_ssize_t **counts, Py_ssize_t *capacity) {
-    Py_ssize_t tokens = (o->n && len >= o->n ? len - o->n + 1 : 0) + (o->words ? len / 2 + 1 : 0);
+    Py_ssize_t tokens = (o->n && len >= o->n ? len - o->n + 1 : 0) + (o->words ? len / 2 + 1 : 0)
+                        + (o->shapes ? len / 2 + 1 : 0);
     if (tokens > *capacity) {
         uint64_t *c = PyMem_Realloc(*columns, (size_t)tokens * sizeof(uint64_t));
         if (c) *columns = c;
@@ -755,13 +863,23 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
         Py_ssize_t i = 0;
         while (i < len) {
             Py_ssize_t k = 0;
-            while (i + k < len && k < 30) {
-                unsigned char c = lower(t[i + k]);
-                if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) break;
-                word[k++] = c;
-            }
+            unsigned char c;
+            while (i + k < len && k < 30 && (c = WORD_BYTE[t[i + k]])) word[k++] = c;
             if (k >= 2 && add_column(&r, (~crc_update(start_w, word, k)) & o->mask) < 0) return -1;
             i += k ? k : 1;
+        }
+    }
+    if (o->shapes) {
+        uint32_t start_s = crc_update(0xFFFFFFFFu, (const unsigned char *)"s:", 2);
+        Py_ssize_t i = 0;
+        while (i < len) {
+            if (SPACE[t[i]]) { i++; continue; }
+            Py_ssize_t k = 1;
+            while (i + k < len && k < 40 && !SPACE[t[i + k]]) k++;
+            unsigned char shape[40];
+            Py_ssize_t m = shape_of(t + i, k, shape);
+            if (add_column(&r, (~crc_update(start_s, shape, m)) & o->mask) < 0) return -1;
+            i += k;
         }
     }
     Py_ssize_t distinct = r.used;
@@ -796,11 +914,11 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     Options o;
     int hash_bits;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!pipnippp:rows", &PyList_Type, &texts, &o.parse, &o.n, &o.words, &o.max_bytes,
-                          &hash_bits, &o.binary, &o.normalize, &o.hashed))
+    if (!PyArg_ParseTuple(args, "O!pippnippp:rows", &PyList_Type, &texts, &o.parse, &o.n, &o.words, &o.shapes,
+                          &o.max_bytes, &hash_bits, &o.binary, &o.normalize, &o.hashed))
         return NULL;
-    if (o.n < 0 || o.max_bytes < 1 || hash_bits < 1 || hash_bits > 32 || (!o.n && !o.words)) {
-        PyErr_SetString(PyExc_ValueError, "rows: n >= 0, max_bytes >= 1, 1 <= hash_bits <= 32, and n or words");
+    if (o.n < 0 || o.max_bytes < 1 || hash_bits < 1 || hash_bits > 32 || (!o.n && !o.words && !o.shapes)) {
+        PyErr_SetString(PyExc_ValueError, "rows: n >= 0, max_bytes >= 1, 1 <= hash_bits <= 32, and n, words or shapes");
         return NULL;
     }
     o.mask = hash_bits == 32 ? 0xFFFFFFFFu : (uint32_t)((1u << hash_bits) - 1);
@@ -815,7 +933,7 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     unsigned char *out = PyMem_Malloc((size_t)o.max_bytes);
     PyObject *result = NULL;
     int64_t zero = 0;
-    Py_ssize_t count = PyList_GET_SIZE(texts), entries = 0;
+    Py_ssize_t count = PyList_GET_SIZE(texts), entries = 0, empty_bodies = 0;
     for (Py_ssize_t i = 0; i < count; i++) {  /* room for about every entry at once */
         PyObject *text = PyList_GET_ITEM(texts, i);
         Py_ssize_t len = PyBytes_Check(text) ? PyBytes_GET_SIZE(text) + 64 : 0;
@@ -848,13 +966,14 @@ static PyObject *rows(PyObject *self, PyObject *args) {
         }
         const unsigned char *raw = (const unsigned char *)PyBytes_AS_STRING(text);
         Py_ssize_t len = PyBytes_GET_SIZE(text);
-        Writer w = {out, 0, o.max_bytes, 0, 0};
+        Writer w = {out, 0, o.max_bytes, 0, 0, 0};
         if (o.parse) {
             if (read_message(raw, len, &w) < 0) goto done;
         } else {
             w.len = len < o.max_bytes ? len : o.max_bytes;
             memcpy(out, raw, (size_t)w.len);
         }
+        empty_bodies += !has_text(out + w.body, w.len - w.body);
         if (add_row(&batch, &o, out, w.len, &row, row_bits, &columns, &counts, &capacity) < 0) goto done;
     }
     if (direct && number_columns(&batch) < 0) goto done;
@@ -863,8 +982,8 @@ static PyObject *rows(PyObject *self, PyObject *args) {
         Py_XDECREF(indices);
         goto done;
     }
-    result = Py_BuildValue("(y#NNO)", batch.indptr.p, batch.indptr.len, indices, data,
-                           o.hashed ? Py_None : batch.keys);
+    result = Py_BuildValue("(y#NNOn)", batch.indptr.p, batch.indptr.len, indices, data,
+                           o.hashed ? Py_None : batch.keys, empty_bodies);
 done:
     PyMem_Free(out);
     PyMem_Free(batch.local);
@@ -892,16 +1011,19 @@ static PyObject *message(PyObject *self, PyObject *args) {
     }
     unsigned char *out = PyMem_Malloc((size_t)max_bytes);
     if (!out) return PyErr_NoMemory();
-    Writer w = {out, 0, max_bytes, 0, 0};
-    PyObject *result = read_message(raw, len, &w) < 0 ? NULL : PyBytes_FromStringAndSize((const char *)out, w.len);
+    Writer w = {out, 0, max_bytes, 0, 0, 0};
+    PyObject *result = read_message(raw, len, &w) < 0 ? NULL : Py_BuildValue("(y#n)", out, w.len, w.body);
     PyMem_Free(out);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"rows", rows, METH_VARARGS,
-     "rows(texts, parse, n, words, max_bytes, hash_bits, binary, normalize, hashed) -> (indptr, indices, data, keys)"},
-    {"message", message, METH_VARARGS, "message(raw, max_bytes) -> message_bytes(raw)[:max_bytes]"},
+     "rows(texts, parse, n, words, shapes, max_bytes, hash_bits, binary, normalize, hashed) -> (indptr, indices, data, "
+     "keys, "
+     "empty_bodies)"},
+    {"message", message, METH_VARARGS,
+     "message(raw, max_bytes) -> (text, body): read_message(raw) with its text cut at max_bytes, body at most that"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {
@@ -910,5 +1032,6 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__text(void) {
     crc_init();
+    byte_tables_init();
     return PyModule_Create(&module);
 }

@@ -5,11 +5,12 @@ def rows(
     parse: bool,
     n: int,
     words: bool,
+    shapes: bool,
     max_bytes: int,
     hash_bits: int,
     binary: bool,
     normalize: bool,
     hashed: bool,
     /,
-) -> tuple[bytes, bytes, bytes, list[int] | None]: ...
-def message(raw: bytes, max_bytes: int, /) -> bytes: ...
+) -> tuple[bytes, bytes, bytes, list[int] | None, int]: ...
+def message(raw: bytes, max_bytes: int, /) -> tuple[bytes, int]: ...

@@ -14,7 +14,7 @@ from river import base
 
 from .._compiled import load
 from .hashing import check_hash_bits, feature_hash
-from .mime import message_bytes
+from .mime import read_message
 
 if TYPE_CHECKING:
     from email.message import Message
@@ -27,6 +27,24 @@ __all__ = ["EmailFeatures", "TextRows", "message_text"]
 
 _WORD = re.compile(r"[^\W_]{2,30}")
 _ASCII_WORD = re.compile(rb"[A-Za-z0-9]{2,30}")
+#: A shape token's text: a run of bytes (characters) other than white space, at most 40 long.
+_SHAPE_TOKEN = re.compile(rb"[^ \t\n\r\x0b\x0c]{1,40}")
+_SHAPE_TOKEN_TEXT = re.compile(r"[^ \t\n\r\x0b\x0c]{1,40}")
+#: A byte's class in a shape: A upper case, a lower case, 9 digit, x 8-bit, any other byte itself.
+_SHAPE_CLASSES = bytes(
+    ord("A")
+    if 65 <= b <= 90
+    else ord("a")
+    if 97 <= b <= 122
+    else ord("9")
+    if 48 <= b <= 57
+    else ord("x")
+    if b >= 128
+    else b
+    for b in range(256)
+)
+_LONG_RUN = re.compile(rb"(.)\1{3,}", re.DOTALL)
+_URL_STARTS = (b"http://", b"https://", b"www.")
 _TAG = re.compile(r"<[^>]{0,2000}>")
 _SPACE = re.compile(r"\s+")
 _HEADER_LINE = re.compile(r"[!-9;-~]+:")  # RFC 5322 field name followed by a colon
@@ -76,18 +94,25 @@ def message_text(raw: str, headers: tuple[str, ...] = ("subject", "from")) -> st
     parts are reduced to their text; attachments that are not text are skipped. The email package is
     imported here, on first use: a run whose features are not read by it never loads it.
     """
+    return read_message_text(raw, headers)[0]
+
+
+def read_message_text(raw: str, headers: tuple[str, ...] = ("subject", "from")) -> tuple[str, int]:
+    """``message_text(raw, headers)`` and where the text of the body starts in it (0 for a text that is
+    all body)."""
     import email
     import email.policy
     import html
 
     body = raw[raw.find("\n") + 1 :] if raw.startswith("From ") else raw
     if not _HEADER_LINE.match(body):
-        return raw
+        return raw, 0
     try:
         message = email.message_from_string(body, policy=email.policy.compat32)
         if not any(name in message for name in _MESSAGE_HEADERS):
-            return raw
+            return raw, 0
         lines = [f"{name}: {_header(message, name)}" for name in headers if message.get(name)]
+        head = len(_SPACE.sub(" ", "\n".join(lines)))
         for part in message.walk():
             if part.get_content_maintype() != "text":
                 continue
@@ -96,8 +121,8 @@ def message_text(raw: str, headers: tuple[str, ...] = ("subject", "from")) -> st
                 text = html.unescape(_TAG.sub(" ", text))
             lines.append(text)
     except Exception:  # the email package can fail in many ways on junk; keep the raw text
-        return raw
-    return _SPACE.sub(" ", "\n".join(lines))
+        return raw, 0
+    return _SPACE.sub(" ", "\n".join(lines)), head
 
 
 class EmailFeatures(base.Transformer):
@@ -117,6 +142,12 @@ class EmailFeatures(base.Transformer):
         Length of the character n-grams; 0 for none.
     words
         Also emit lowercase word tokens.
+    shapes
+        Also emit shape tokens: each run of up to 40 bytes (characters) that are not white space, as its classes
+        (A upper case, a lower case, 9 digit, x 8-bit, any other byte itself: punctuation, "$"), a run of one
+        class cut to three ("Hello" → "Aaaa", "$1,000.00" → "$9,999.99", "FREE!!!!" → "AAA!!!"), or "url" for
+        one that starts with http://, https:// or www. (any case). They see what words miss: case, amounts,
+        phone numbers, punctuation runs, links.
     max_chars
         Only the first this many characters are used.
     binary
@@ -133,6 +164,13 @@ class EmailFeatures(base.Transformer):
         counts bytes, words are ASCII letters and digits); a feature's column is CRC-32 of "c:" +
         its bytes, so ASCII text gets the columns the "email" reader gives it. With ``hash_bits``,
         `transform_texts` does the "bytes" reading and hashing in compiled code.
+
+    Attributes
+    ----------
+    empty_bodies
+        How many of the texts read so far kept no body text in their first ``max_chars`` (a message with
+        nothing but headers, or whose parts are all attachments, or an empty text): a tally that shows a
+        stream whose bodies the reader does not find, not learned state.
 
     Examples
     --------
@@ -155,8 +193,15 @@ class EmailFeatures(base.Transformer):
         normalize: bool = True,
         hash_bits: int | None = None,
         reader: str = "email",
+        shapes: bool = False,
     ):
-        for name, value in (("parse", parse), ("words", words), ("binary", binary), ("normalize", normalize)):
+        for name, value in (
+            ("parse", parse),
+            ("words", words),
+            ("binary", binary),
+            ("normalize", normalize),
+            ("shapes", shapes),
+        ):
             if not isinstance(value, bool):
                 raise ValueError(f"{name}={value!r}: expected true or false")
         if isinstance(char_ngram, bool) or not isinstance(char_ngram, int) or char_ngram < 0:
@@ -165,19 +210,21 @@ class EmailFeatures(base.Transformer):
             raise ValueError(f"max_chars={max_chars!r}: expected an integer >= 1")
         if hash_bits is not None:
             check_hash_bits(hash_bits)
-        if not char_ngram and not words:
-            raise ValueError("char_ngram=0 and words=false: no features at all")
+        if not char_ngram and not words and not shapes:
+            raise ValueError("char_ngram=0, words=false and shapes=false: no features at all")
         if reader not in ("email", "bytes"):
             raise ValueError(f"reader={reader!r}: expected 'email' or 'bytes'")
         self.on = on
         self.parse = parse
         self.char_ngram = char_ngram
         self.words = words
+        self.shapes = shapes
         self.max_chars = max_chars
         self.binary = binary
         self.normalize = normalize
         self.hash_bits = hash_bits
         self.reader = reader
+        self.empty_bodies = 0
 
     def _tokens(self, text: str) -> list[str]:
         tokens: list[str] = []
@@ -186,14 +233,18 @@ class EmailFeatures(base.Transformer):
             tokens.extend("c:" + text[i : i + n] for i in range(len(text) - n + 1))
         if self.words:
             tokens.extend("w:" + word for word in _WORD.findall(text.lower()))
+        if self.shapes:
+            tokens.extend("s:" + text_shape(token) for token in _SHAPE_TOKEN_TEXT.findall(text))
         return tokens
 
     def _byte_tokens(self, data: bytes) -> list[bytes]:
-        """The "bytes" reader's feature names of ``data``: its n-grams and words, as bytes."""
+        """The "bytes" reader's feature names of ``data``: its n-grams, words and shapes, as bytes."""
         n = self.char_ngram
         tokens = [b"c:" + data[i : i + n] for i in range(len(data) - n + 1)] if n else []
         if self.words:
             tokens.extend(b"w:" + word for word in _ASCII_WORD.findall(data.lower()))
+        if self.shapes:
+            tokens.extend(b"s:" + byte_shape(token) for token in _SHAPE_TOKEN.findall(data))
         return tokens
 
     def transform_one(self, x) -> dict:
@@ -210,11 +261,17 @@ class EmailFeatures(base.Transformer):
         names: list[str] | list[bytes]
         if self.reader == "bytes":
             data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
-            names = self._byte_tokens((message_bytes(data) if self.parse else data)[: self.max_chars])
+            data, body = read_message(data) if self.parse else (data, 0)
+            data = data[: self.max_chars]
+            self.empty_bodies += not data[body:].strip()
+            names = self._byte_tokens(data)
         else:
             if not isinstance(raw, str):
                 raw = bytes(raw).decode("utf-8", errors="replace")
-            names = self._tokens((message_text(raw) if self.parse else raw)[: self.max_chars])
+            text, start = read_message_text(raw) if self.parse else (raw, 0)
+            text = text[: self.max_chars]
+            self.empty_bodies += not text[start:].strip()
+            names = self._tokens(text)
         if self.binary:  # each distinct name is hashed once; dict order is first appearance throughout
             present = dict.fromkeys(self._columns(dict.fromkeys(names)), 1)
             if self.normalize and present:  # every value is 1: the norm is √(number of features)
@@ -243,17 +300,19 @@ class EmailFeatures(base.Transformer):
         columns = range(2**self.hash_bits) if hashed_columns and self.hash_bits is not None else None
         if self.compiled and self.hash_bits is not None:
             data = [text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text) for text in texts]
-            indptr, indices, values, keys = _text.rows(
+            indptr, indices, values, keys, empty_bodies = _text.rows(
                 data,
                 self.parse,
                 self.char_ngram,
                 self.words,
+                self.shapes,
                 self.max_chars,
                 self.hash_bits,
                 self.binary,
                 self.normalize,
                 hashed_columns,
             )
+            self.empty_bodies += empty_bodies
             int64 = np.dtype(np.int64)
             return TextRows(
                 np.frombuffer(indptr, int64),
@@ -272,6 +331,24 @@ class EmailFeatures(base.Transformer):
             return [gram.decode("latin-1") for gram in grams] if mask is None else [zlib.crc32(g) & mask for g in grams]
         words = cast(Iterable[str], names)
         return words if mask is None else [feature_hash(word) & mask for word in words]
+
+
+def byte_shape(token: bytes) -> bytes:
+    """The shape of a token of bytes (see `EmailFeatures`' ``shapes``)."""
+    if token[:8].lower().startswith(_URL_STARTS):
+        return b"url"
+    return _LONG_RUN.sub(rb"\1\1\1", token.translate(_SHAPE_CLASSES))
+
+
+def text_shape(token: str) -> str:
+    """The shape of a token of characters: as `byte_shape`, a character of code 128 or more being "x"."""
+    if token[:8].lower().startswith(("http://", "https://", "www.")):
+        return "url"
+    classes = "".join(
+        "A" if "A" <= c <= "Z" else "a" if "a" <= c <= "z" else "9" if "0" <= c <= "9" else "x" if c >= "\x80" else c
+        for c in token
+    )
+    return re.sub(r"(.)\1{3,}", r"\1\1\1", classes, flags=re.DOTALL)
 
 
 def rows_of(dicts: Sequence[dict], columns: range | None = None) -> TextRows:

@@ -1,5 +1,5 @@
-"""The learners: linear, multiclass and kernel Pegasos, an AdaGrad logistic regression, their grid and
-committee, and the parts they are made of.
+"""The learners: linear, multiclass and kernel Pegasos, an AdaGrad logistic regression, their grid,
+committee and mixture, and the parts they are made of.
 
 Nothing here knows about files, streams or the command line. Each module loads on first use, so a run of
 one learner imports that learner only.
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .grid import PegasosGrid
     from .kernel import KernelPegasosClassifier
     from .linear import PegasosClassifier
+    from .mixture import PegasosMixture
     from .multiclass import PegasosMulticlass
 
     LEARNERS: tuple[type, ...]
@@ -29,6 +30,7 @@ __all__ = [
     "PegasosClassifier",
     "PegasosCommittee",
     "PegasosGrid",
+    "PegasosMixture",
     "PegasosMulticlass",
 ]
 
@@ -43,6 +45,7 @@ _WHERE = {
     "Linear": ".kernels",
     "Polynomial": ".kernels",
     "PegasosClassifier": ".linear",
+    "PegasosMixture": ".mixture",
     "PegasosMulticlass": ".multiclass",
     "SupportVectorStore": ".svstore",
     "DenseWeightVector": ".weights",
@@ -55,6 +58,7 @@ _LEARNERS = (
     "PegasosClassifier",
     "PegasosGrid",
     "PegasosCommittee",
+    "PegasosMixture",
     "AdaGradLogistic",
     "PegasosMulticlass",
     "KernelPegasosClassifier",

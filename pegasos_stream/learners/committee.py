@@ -92,6 +92,11 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         """The number of examples learned (by each member)."""
         return self.svm.t
 
+    @property
+    def learners(self) -> list[PegasosClassifier | AdaGradLogistic]:
+        """The learners whose weights make the committee."""
+        return [self.svm, self.logistic]
+
     def decision_function_one(self, x: Mapping) -> float:
         """f_svm(x) + f_log(x)."""
         return self.svm.decision_function_one(x) + self.logistic.decision_function_one(x)
@@ -112,9 +117,11 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         decisions: np.ndarray,
         probas: np.ndarray,
         start: int = 0,
+        parts: np.ndarray | None = None,
     ) -> tuple[int, ValueError | None]:
         """``learn_one`` over rows ``start:``, each member in its compiled loop; as
-        `PegasosClassifier.learn_rows` (the same arrays, the same stop at a refused row).
+        `PegasosClassifier.learn_rows` (the same arrays, the same stop at a refused row). ``parts``, when
+        given (2 × len(rows)), receives the SVM's and the logistic regression's margins of each row learned.
 
         The logistic regression learns only the rows the SVM learned, and only rows it cannot refuse: a row
         whose features are large enough that its margin or gradient might overflow, or with a feature that is
@@ -128,7 +135,9 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         while start < n:
             end = start + int(np.argmin(safe[start:])) if not safe[start:].all() else n
             if end > start:
-                stop, error = self._learn_members(rows.slice(0, end), signs, weights, decisions, probas, start, columns)
+                stop, error = self._learn_members(
+                    rows.slice(0, end), signs, weights, decisions, probas, start, columns, parts
+                )
                 if error is not None:
                     self._predict_refused(rows.row(stop), stop, decisions, probas)
                     return stop, error
@@ -136,6 +145,8 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
             if start < n:
                 x = rows.row(start)
                 self._predict_refused(x, start, decisions, probas)
+                if parts is not None:
+                    parts[:, start] = self._parts_one(x)
                 try:
                     self.learn_one(x, signs[start] > 0, float(weights[start]))
                 except ValueError as error:
@@ -160,9 +171,9 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
             steepest = float(weights.max()) * largest
             if math.isfinite(bound * largest) and math.isfinite(steepest * steepest):
                 return native
-        total = np.concatenate(([0.0], np.cumsum(np.abs(data))))  # an overflow only makes rows unsafe
-        l1 = total[rows.indptr[1:]] - total[rows.indptr[:-1]]
-        with np.errstate(over="ignore", invalid="ignore"):
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow (or inf − inf) only makes rows unsafe
+            total = np.concatenate(([0.0], np.cumsum(np.abs(data))))
+            l1 = total[rows.indptr[1:]] - total[rows.indptr[:-1]]
             steepest = weights * l1
             return native & np.isfinite(bound * l1) & np.isfinite(steepest * steepest)
 
@@ -175,10 +186,11 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         probas: np.ndarray,
         start: int,
         columns: np.ndarray | range | None,
+        parts: np.ndarray | None,
     ) -> tuple[int, ValueError | None]:
         """The SVM's compiled loop over ``rows`` from ``start``, then the logistic regression's over the rows
         the SVM learned (``columns``: its weight column of each key, if known), then the sums of their margins
-        and their probabilities."""
+        (and each, into ``parts``) and their probabilities."""
         n = len(rows)
         svm_margins, logistic_margins, member_probas = np.empty(n), np.empty(n), np.empty(n)
         stop, error = self.svm.learn_rows(rows, signs[:n], weights[:n], svm_margins, member_probas, start)
@@ -194,9 +206,18 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         if learned[1] is not None:  # safe rows only: never seen
             raise RuntimeError(f"the committee's logistic regression refused a safe row: {learned}")
         sums = svm_margins[start:stop] + logistic_margins[start:stop]
+        if parts is not None:
+            parts[:, start:stop] = svm_margins[start:stop], logistic_margins[start:stop]
         decisions[start:stop] = sums
         calibrate_rows(self._platt, sums, signs[start:stop], probas[start:stop])
         return stop, error
+
+    def _parts_one(self, x: dict) -> tuple[float, float]:
+        """The SVM's and the logistic regression's margins of x; NaN when they are not finite."""
+        try:
+            return self.svm.decision_function_one(x), self.logistic.decision_function_one(x)
+        except ValueError:
+            return math.nan, math.nan
 
     def _predict_refused(self, x: dict, i: int, decisions: np.ndarray, probas: np.ndarray) -> None:
         """Row ``i``'s decision and probability before ``learn_one`` takes it: NaN if its margin is not finite."""

@@ -249,11 +249,17 @@ def _learners() -> tuple[type, ...]:
 
 
 def _is_learner(model: Any) -> bool:
-    """A learner of this package with every attribute a new one of its class has."""
-    cls = type(model)
-    if cls not in _learners():
+    """A learner of this package with every attribute of the state of a new one of its class and settings (its
+    ``clone()``: the settings may change what a learner is made of, as ``PegasosClassifier(lambda_="auto")`` is
+    its members)."""
+    if type(model) not in _learners():
         return False
-    return set(vars(cls())) <= set(vars(model))
+    try:
+        fresh = model.clone()
+    except (AttributeError, TypeError, ValueError):  # settings missing or refused
+        return False
+    getstate = getattr(fresh, "__getstate__", None)  # (what is saved: caches left out)
+    return set((getstate() if getstate is not None else vars(fresh)) or ()) <= set(vars(model))
 
 
 def checkpoint_path(directory: str | Path, sequence: int) -> Path:
@@ -504,7 +510,12 @@ def describe(path: str | Path) -> dict:
     else:
         state, manifest = read_checkpoint(path)
     model = state["model"]
-    size = {"support_vectors": model.n_support} if hasattr(model, "n_support") else {"weights": _n_weights(model)}
+    if hasattr(model, "n_support"):
+        size: dict[str, Any] = {"support_vectors": model.n_support}
+    else:  # a committee or a mixture counts the weights of every learner it holds
+        size = {"weights": sum(_n_weights(learner) for learner in getattr(model, "learners", [model]))}
+    if hasattr(model, "member_weights"):
+        size["member_weights"] = model.member_weights
     return {
         "path": str(path),
         "format_version": manifest["version"],

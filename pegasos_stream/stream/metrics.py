@@ -83,6 +83,7 @@ class RunMetrics:
         self._clock = clock
         stats = runner.stats
         self._counted_before = (stats.events, stats.predicted, stats.learned)
+        self._empty_bodies_before = runner.empty_bodies
         self._rejected = dict.fromkeys(REJECTION_REASONS, 0)
         now = clock()
         self._samples: deque[tuple[float, int]] = deque([(now, stats.events)])  # (time, events) at refreshes
@@ -92,6 +93,7 @@ class RunMetrics:
         self._rate = math.nan
         self._recent: tuple[int, float, float] | None = None  # (examples, ROC AUC, error ratio)
         self._lags: dict[tuple[str, int], int] = {}
+        self._members: dict[str, float] | None = None
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
         self.registry.register(self)
@@ -138,6 +140,7 @@ class RunMetrics:
         if isinstance(report, BinaryReport):
             self._recent = _recent_figures(report, self._recent_window)
         self._lags = self._source.partition_lags()
+        self._members = getattr(self._runner.model, "member_weights", None)
         self._refreshed_events = events
         self._next_refresh = now + REFRESH_SECONDS
 
@@ -162,6 +165,11 @@ class RunMetrics:
         for reason, count in self._rejected.items():
             rejected.add_metric([reason], count)
         yield rejected
+        yield CounterMetricFamily(
+            PREFIX + "empty_bodies",
+            "Messages that kept no body text: headers only, attachments only, or empty",
+            self._runner.empty_bodies - self._empty_bodies_before,
+        )
         yield GaugeMetricFamily(
             PREFIX + "pending_labels", "Predicted examples waiting for their label", len(self._runner.pending)
         )
@@ -178,6 +186,16 @@ class RunMetrics:
             )
             yield GaugeMetricFamily(PREFIX + "recent_roc_auc", f"Prequential ROC AUC over {window}", auc)
             yield GaugeMetricFamily(PREFIX + "recent_error_ratio", f"Prequential error rate over {window}", error_ratio)
+        members = self._members
+        if members:
+            family = GaugeMetricFamily(
+                PREFIX + "member_weight",
+                "Each member's weight in a mixture's next prediction (from its prequential log loss)",
+                labels=["member"],
+            )
+            for name, weight in members.items():
+                family.add_metric([name], weight)
+            yield family
         lags = self._lags
         if lags:
             family = GaugeMetricFamily(

@@ -275,6 +275,7 @@ class Runner:
         self.batch_bytes = batch_bytes
         self._record_bytes = 0.0  # the mean size of the records of the last batch read
         self.stats = RunStats()
+        self._empty_bodies_before = 0  # those of the run this one resumed
         self._emits = not isinstance(sink, NullSink)
         self._batches = BatchParser(parser, features, takes_hashed_columns(model, features), ids=self._emits)
         self.monitor: RunMonitor | None = None  # told of each round of the loop and each rejection (metrics)
@@ -395,6 +396,14 @@ class Runner:
             event_id = position(index) if event_id is None else event_id
             emit(prediction_output(event_id, positive if score > 0.0 else negative, score, proba))
 
+    @property
+    def empty_bodies(self) -> int:
+        """Messages that kept no body text (`EmailFeatures.empty_bodies`), a resumed run's included."""
+        return self._empty_bodies_before + self._empty_bodies_read()
+
+    def _empty_bodies_read(self) -> int:
+        return self.features.empty_bodies if isinstance(self.features, EmailFeatures) else 0
+
     # -- state for checkpoints -------------------------------------------------------------
 
     def snapshot(self) -> dict:
@@ -405,6 +414,7 @@ class Runner:
             "pending": self.pending.columns(now),
             "pending_counts": [self.pending.dropped, self.pending.expired, self.pending.unmatched],
             "report": self.report.state(),
+            "empty_bodies": self.empty_bodies,
         }
 
     def restore(self, snapshot: dict) -> None:
@@ -418,6 +428,7 @@ class Runner:
                 self.pending.restore(key, x, score, now - age)
         self.pending.dropped, self.pending.expired, self.pending.unmatched = snapshot["pending_counts"]
         self.report.restore(snapshot["report"])
+        self._empty_bodies_before = snapshot.get("empty_bodies", 0) - self._empty_bodies_read()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -550,8 +561,10 @@ class Runner:
         if not _log.isEnabledFor(logging.INFO):
             return
         summary = self.report.recent_summary()
-        line = (
-            f"cumulative: events={self.stats.events} learned={self.stats.learned} rejected={self.stats.rejected}"
+        line = f"cumulative: events={self.stats.events} learned={self.stats.learned} rejected={self.stats.rejected}"
+        if isinstance(self.features, EmailFeatures):
+            line += f" empty_bodies={self.empty_bodies}"
+        line += (
             f" accuracy={summary['accuracy']:.4f} t={self.model.t}"
             f"; last {seconds:.3g} s: events={events} rate={events / seconds if seconds else math.nan:.0f}/s"
         )
@@ -559,6 +572,9 @@ class Runner:
             line += f"; last {summary['scored']} scores: roc_auc={summary['roc_auc']:.4f}"
         line += f"; now: pending={len(self.pending)}"
         support, norm, lag = getattr(self.model, "n_support", None), getattr(self.model, "norm", None), source.lag()
+        members = getattr(self.model, "member_weights", None)
+        if members is not None:
+            line += " members=" + ",".join(f"{name}:{weight:.3f}" for name, weight in members.items())
         if support is not None:
             line += f" svs={support}"
         elif norm is not None:

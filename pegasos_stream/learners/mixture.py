@@ -1,0 +1,260 @@
+"""Pegasos for several λ beside an AdaGrad logistic regression, their members mixed by prequential log loss."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from river import base
+
+from .adagrad import AdaGradLogistic
+from .calibration import OnlinePlatt
+from .committee import PegasosCommittee
+from .compiled import calibrate_rows
+from .linear import PegasosClassifier
+from .rows import Rows
+from .validation import binary_sign, check_lambda, check_sample_weight
+
+__all__ = ["PegasosMixture"]
+
+
+class PegasosMixture(base.Classifier):
+    """Members of several regularisation strengths, weighted by how well each has predicted so far (Hedge).
+
+    No single λ suits every stream: long mail wants a small one, short texts a stronger one. For each λ of
+    ``lambdas`` a Pegasos SVM learns every example (its step counter offset t0 = ``lambda_t0``/λ, so that every
+    SVM's first step is η = 1/``lambda_t0``), beside one AdaGrad logistic regression; all of them read one
+    feature pass. The members are, for each λ, the SVM's margin plus the logistic regression's (a
+    `PegasosCommittee`) and the SVM's margin alone. Each member's margin is calibrated online into a
+    probability p_k (`OnlinePlatt`); the mixture predicts
+
+        p(x) = Σ_k π_k p_k(x),    π_k ∝ exp(−L_k),
+
+    where L_k is member k's prequential log loss so far, Σ −log p_k(y) over the examples learned (times their
+    sample weights). This is the exponentially weighted average forecaster with η = 1, the Bayes mixture of
+    the members. Its decision is the log-odds log p − log(1 − p), and its probability is p.
+
+    **Guarantee.** With unit sample weights, on any stream of T examples, the mixture's cumulative log loss
+    is at most its best member's plus ln M (M = 2·len(lambdas) members):
+
+        Σ_t −log p(y_t | x_t) ≤ min_k L_k(T) + ln M,
+
+    since the left side telescopes to −log Σ_k e^{−L_k(T)}/M. The bound holds whatever the members are;
+    ``member_losses`` and ``member_weights`` show where the mixture stands.
+
+    Parameters
+    ----------
+    lambdas
+        The SVMs' regularisation strengths, each > 0.
+    lambda_t0
+        λ·t0 of every SVM (> 0): its first step is η = 1/``lambda_t0``, and its step η = 1/(λ(t + t0)).
+    horizon
+        The SVMs' step counter saturation (`PegasosClassifier`).
+    learning_rate
+        The logistic regression's step η > 0 (`AdaGradLogistic`).
+    n_features
+        None for weights in dicts, or every learner's weights in arrays of int columns 0..n − 1.
+    initial_accumulator
+        The logistic regression's ε > 0 (`AdaGradLogistic`).
+
+    Examples
+    --------
+
+    >>> from river import datasets, evaluate, metrics, preprocessing
+    >>> from pegasos_stream import PegasosMixture
+
+    >>> model = preprocessing.StandardScaler() | PegasosMixture(lambdas=(1e-3, 1e-2), lambda_t0=1.0)
+    >>> evaluate.progressive_val_score(datasets.Phishing(), model, metrics.Accuracy() + metrics.ROCAUC())
+    Accuracy: 88.24%
+    ROCAUC: 93.97%
+
+    >>> {name: round(weight, 3) for name, weight in model["PegasosMixture"].member_weights.items()}
+    {'svm(0.001)+logistic': 0.0, 'svm(0.001)': 0.0, 'svm(0.01)+logistic': 1.0, 'svm(0.01)': 0.0}
+
+    """
+
+    # Declared here so that every method sees their types (all are set in __init__).
+    lambdas: tuple[float, ...]
+    lambda_t0: float
+    committee: PegasosCommittee
+    svms: list[PegasosClassifier]
+    _platts: list[OnlinePlatt]
+    _losses: list[float]
+
+    def __init__(
+        self,
+        lambdas: Sequence[float] = (1e-5, 1e-4, 1e-3),
+        lambda_t0: float = 0.3,
+        horizon: int | None = None,
+        learning_rate: float = 0.7,
+        n_features: int | None = None,
+        initial_accumulator: float = 1e-6,
+    ):
+        if isinstance(lambdas, (str, bytes, Mapping)) or not isinstance(lambdas, Sequence) or not lambdas:
+            raise ValueError(f"lambdas={lambdas!r}: expected a non-empty list of numbers > 0")
+        for lambda_ in lambdas:
+            check_lambda(lambda_)
+        if isinstance(lambda_t0, bool) or not isinstance(lambda_t0, numbers.Real) or not lambda_t0 > 0:
+            raise ValueError(f"lambda_t0={lambda_t0!r}: expected a number > 0")
+        self.lambdas = tuple(float(lambda_) for lambda_ in lambdas)
+        self.lambda_t0 = float(lambda_t0)
+        self.horizon = horizon
+        self.learning_rate = learning_rate
+        self.n_features = n_features
+        self.initial_accumulator = initial_accumulator
+        first, *others = self.lambdas
+        self.committee = PegasosCommittee(
+            first, self._t0(first), horizon, learning_rate, n_features, initial_accumulator
+        )
+        self.svms = [
+            PegasosClassifier(lambda_=lambda_, t0=self._t0(lambda_), horizon=horizon, n_features=n_features)
+            for lambda_ in others
+        ]
+        self._platts = [OnlinePlatt() for _ in range(2 * len(self.lambdas))]
+        self._losses = [0.0] * (2 * len(self.lambdas))
+
+    def _t0(self, lambda_: float) -> int:
+        return round(self.lambda_t0 / lambda_)
+
+    @classmethod
+    def _unit_test_params(cls):
+        yield {}
+        yield {"lambdas": (1e-2,), "lambda_t0": 1.0, "horizon": 20, "learning_rate": 0.1}
+
+    @property
+    def t(self) -> int:
+        """The number of examples learned (by each learner)."""
+        return self.committee.t
+
+    @property
+    def learners(self) -> list[PegasosClassifier | AdaGradLogistic]:
+        """The learners whose weights make the mixture: its SVMs and its logistic regression."""
+        return [*self.committee.learners, *self.svms]
+
+    @property
+    def member_names(self) -> list[str]:
+        """The members, in order: for each λ, "svm(λ)+logistic" and "svm(λ)"."""
+        return [name for lambda_ in self.lambdas for name in (f"svm({lambda_:g})+logistic", f"svm({lambda_:g})")]
+
+    @property
+    def regret_bound(self) -> float:
+        """ln M: the most by which the mixture's cumulative log loss exceeds its best member's (unit weights)."""
+        return math.log(len(self._losses))
+
+    @property
+    def member_losses(self) -> dict[str, float]:
+        """Each member's prequential log loss L_k so far."""
+        return dict(zip(self.member_names, self._losses))
+
+    @property
+    def member_weights(self) -> dict[str, float]:
+        """Each member's weight π_k in the next prediction (they add up to 1)."""
+        losses = np.array(self._losses)
+        weights = np.exp(losses.min() - losses)
+        return dict(zip(self.member_names, (weights / weights.sum()).tolist()))
+
+    def _member_margins(self, svm_margins: np.ndarray, logistic_margins: np.ndarray) -> np.ndarray:
+        """The members' margins (one row each) from the SVMs' (one row per λ) and the logistic regression's."""
+        return np.stack([margins for svm in svm_margins for margins in (svm + logistic_margins, svm)])
+
+    def decision_function_one(self, x: Mapping) -> float:
+        """log p(x) − log(1 − p(x)), p the mixture's probability."""
+        return float(self._mixed(self._margins_one(x), update=None)[0][0])
+
+    def predict_one(self, x: Mapping, **kwargs) -> bool:
+        return self.decision_function_one(x) > 0.0
+
+    def probability(self, decision: float) -> float:
+        """p, from the decision log p − log(1 − p)."""
+        return float(_logistic(np.array([decision]))[0])
+
+    def predict_proba_one(self, x: Mapping, **kwargs) -> dict[base.typing.ClfTarget, float]:
+        p = float(self._mixed(self._margins_one(x), update=None)[1][0])
+        return {False: 1.0 - p, True: p}
+
+    def _margins_one(self, x: Mapping) -> np.ndarray:
+        """The members' margins of x, one column."""
+        svm_margins = [self.committee.svm.decision_function_one(x)]
+        svm_margins += [svm.decision_function_one(x) for svm in self.svms]
+        logistic = self.committee.logistic.decision_function_one(x)
+        return self._member_margins(np.array(svm_margins)[:, None], np.array([logistic]))
+
+    def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
+        sign = binary_sign(y)
+        weight = 1.0 if w == 1.0 else check_sample_weight(w)
+        margins = self._margins_one(x)  # remembered by each SVM for its step
+        self.committee.learn_one(x, y, w)  # refused with nothing learned, or learned
+        for svm in self.svms:
+            svm.learn_one(x, y, w)
+        self._mixed(margins, update=(np.array([sign]), np.array([weight])))
+
+    def learn_rows(
+        self,
+        rows: Rows,
+        signs: np.ndarray,
+        weights: np.ndarray,
+        decisions: np.ndarray,
+        probas: np.ndarray,
+        start: int = 0,
+    ) -> tuple[int, ValueError | None]:
+        """``learn_one`` over rows ``start:``, each learner in its compiled loop; as
+        `PegasosClassifier.learn_rows` (the same arrays, the same stop at a refused row)."""
+        n = len(rows)
+        svm_margins, parts, unused = np.empty((len(self.lambdas), n)), np.empty((2, n)), np.empty(n)
+        stops = [self.committee.learn_rows(rows, signs, weights, unused, unused, start, parts)]
+        stops += [
+            svm.learn_rows(rows, signs, weights, margins, unused, start)
+            for svm, margins in zip(self.svms, svm_margins[1:])
+        ]
+        svm_margins[0], logistic_margins = parts
+        stop, error = stops[0]
+        if any(other != stop for other, _ in stops):  # the learners check rows alike: never seen
+            raise RuntimeError(f"the learners of the mixture stopped at rows {[other for other, _ in stops]}")
+        margins = self._member_margins(svm_margins[:, start:stop], logistic_margins[start:stop])
+        decisions[start:stop], probas[start:stop] = self._mixed(
+            margins, update=(signs[start:stop], weights[start:stop])
+        )
+        if error is not None:  # the refused row is predicted, as by learn_one, when its margins are finite
+            decisions[stop] = probas[stop] = np.nan
+            refused = self._member_margins(svm_margins[:, stop : stop + 1], logistic_margins[stop : stop + 1])
+            if np.isfinite(refused).all():
+                (decisions[stop],), (probas[stop],) = self._mixed(refused, update=None)
+        return stop, error
+
+    def _mixed(
+        self, margins: np.ndarray, update: tuple[np.ndarray, np.ndarray] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The mixture's decisions and probabilities of rows with these member ``margins`` (one row per
+        member), in order. With ``update`` (the rows' signs and sample weights), each row's members'
+        calibrations and losses then learn it, before the next row is mixed."""
+        n = margins.shape[1]
+        member_probas = np.empty(margins.shape)
+        for platt, row, probas in zip(self._platts, margins, member_probas):
+            if update is None:
+                probas[:] = [platt.proba(margin) for margin in row.tolist()]
+            else:
+                calibrate_rows(platt, np.ascontiguousarray(row), update[0], probas)
+        log_p, log_q = np.log(member_probas), np.log(1.0 - member_probas)
+        losses = np.array(self._losses)[:, None]
+        if update is not None:
+            signs, weights = update
+            step_losses = -np.where(signs > 0, log_p, log_q) * weights
+            losses = np.cumsum(np.concatenate([losses, step_losses], axis=1), axis=1)
+            self._losses = losses[:, -1].tolist()
+        log_weights = losses[:, :n].min(axis=0) - losses[:, :n]  # each row's, before it is learned
+        decisions = _log_sum_exp(log_weights + log_p) - _log_sum_exp(log_weights + log_q)
+        return decisions, _logistic(decisions)
+
+
+def _logistic(decisions: np.ndarray) -> np.ndarray:
+    """1/(1 + e^−d) of each decision, without overflow."""
+    low = np.exp(-np.abs(decisions))
+    return np.where(decisions >= 0, 1.0 / (1.0 + low), low / (1.0 + low))
+
+
+def _log_sum_exp(values: np.ndarray) -> np.ndarray:
+    """log Σ_k exp(values[k]) of each column, without overflow."""
+    top = values.max(axis=0)
+    return top + np.log(np.exp(values - top).sum(axis=0))
