@@ -419,12 +419,12 @@ static PyObject *check_rows(PyObject *self, PyObject *args) {
 }
 
 enum { A_INDPTR, A_INDICES, A_DATA, A_SIGNS, A_WEIGHTS, A_V, A_OFFSET, A_PRIOR, A_PRESENT_V, A_PRESENT_OFFSET,
-       A_NEW_V, A_NEW_OFFSET, A_STATE, A_ISTATE, A_PARAMS, A_DECISIONS, A_PROBAS, N_ARRAYS };
+       A_NEW_V, A_NEW_OFFSET, A_STATE, A_ISTATE, A_PARAMS, A_DECISIONS, A_PROBAS, A_MARGINS, N_ARRAYS };
 static const struct { const char *name; Kind kind; int writable; } ARRAYS[N_ARRAYS] = {
     {"indptr", I64, 0}, {"indices", IDX, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
     {"v", F64, 1}, {"offset", F64, 1}, {"prior", F64, 0}, {"present_v", BOOL, 1}, {"present_offset", BOOL, 1},
     {"new_v", I64, 1}, {"new_offset", I64, 1}, {"state", F64, 1}, {"istate", I64, 1}, {"params", F64, 0},
-    {"decisions", F64, 1}, {"probas", F64, 1},
+    {"decisions", F64, 1}, {"probas", F64, 1}, {"margins", F64, 1},
 };
 
 /* Whether array ``a`` holds ``expected`` items; a ValueError naming it and ``what`` should count them if not. */
@@ -456,6 +456,7 @@ static int check_learn_rows(const Buf *b, Py_ssize_t start, int distinct, Py_ssi
     for (size_t k = 0; k < sizeof per_row / sizeof *per_row; k++)
         if (check_length(b, per_row[k], n, "one per row of signs")) return -1;
     if (length(&b[A_PROBAS]) && check_length(b, A_PROBAS, n, "one per row of signs, or none")) return -1;
+    if (length(&b[A_MARGINS]) && check_length(b, A_MARGINS, n, "one per row of signs, or none")) return -1;
     const double *p = b[A_PARAMS].view.buf;
     const int optional[] = {p[P_AVERAGE_FROM] == 0.0, p[P_HAS_PRIOR] == 0.0, 1, 1, 1, 1};
     for (size_t k = 0; k < sizeof per_column / sizeof *per_column; k++)
@@ -511,11 +512,14 @@ static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, dou
     double *v = b[A_V].view.buf, *offset = b[A_OFFSET].view.buf, *s = b[A_STATE].view.buf;
     char *present_v = b[A_PRESENT_V].view.buf, *present_offset = b[A_PRESENT_OFFSET].view.buf;
     int64_t *new_v = b[A_NEW_V].view.buf, *new_offset = b[A_NEW_OFFSET].view.buf, *is = b[A_ISTATE].view.buf;
-    double *decisions = b[A_DECISIONS].view.buf, *probas = b[A_PROBAS].view.buf;
+    double *decisions = b[A_DECISIONS].view.buf, *probas = b[A_PROBAS].view.buf, *margins = b[A_MARGINS].view.buf;
     Py_ssize_t n = length(&b[A_SIGNS]);
     int has_prior = p[P_HAS_PRIOR] != 0.0, averaged = p[P_AVERAGE_FROM] != 0.0;
     int track_v = length(&b[A_PRESENT_V]) != 0, track_offset = length(&b[A_PRESENT_OFFSET]) != 0;
     int calibrated = length(&b[A_PROBAS]) != 0;  /* probas wanted */
+    int margins_wanted = length(&b[A_MARGINS]) != 0;
+    /* fit_intercept: 0 no bias, 1 the unregularised one, -cap (< 0) the regularised one, its steps at most cap */
+    double bias_cap = -p[P_INTERCEPT];
     int far = length(&b[A_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
     int64_t horizon = (int64_t)p[P_HORIZON], t0 = (int64_t)p[P_T0], average_from = (int64_t)p[P_AVERAGE_FROM];
     double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
@@ -597,10 +601,12 @@ static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, dou
 
         /* commit */
         decisions[i] = decision;
+        if (margins_wanted) margins[i] = margin;
         if (calibrated) probas[i] = squash(s[S_SLOPE] * decision + s[S_OFFSET], p);
         is[I_T] = t;
         s[S_SCALE] = s[S_SCALE] * shrink;
-        if (p[P_INTERCEPT] != 0.0) s[S_B] += rate * coef;
+        if (bias_cap > 0.0) s[S_B] = shrink * s[S_B] + py_min(rate, bias_cap) * coef;
+        else if (p[P_INTERCEPT] != 0.0) s[S_B] += rate * coef;
         if (coef != 0.0) {
             double minus_a_d = -s[S_AVERAGE_SCALE] * d;
             int shift_offset = averaged && s[S_AVERAGE_SCALE] != 0.0;
@@ -631,23 +637,29 @@ static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, dou
 }
 
 /* learn_rows(indptr, indices, data, signs, weights, v, offset, prior, present_v, present_offset,
- *            new_v, new_offset, state, istate, params, decisions, probas, start[, distinct]) -> stop row
+ *            new_v, new_offset, state, istate, params, decisions, probas, start[, distinct[, margins]]) -> stop row
  * v (and offset, prior, present_*, new_*) have one entry per column: the gathered weights of a dict learner, or a
  * dense learner's arrays, indexed by the rows' columns. The presence flags and lists of columns first written
  * are empty for weights whose every column is present; offset is empty without averaging, prior without one;
- * probas is empty when the probabilities are not wanted.
+ * probas is empty when the probabilities are not wanted; margins (each row's margin with the current iterate, the
+ * one its step tests: the decision itself unless averaging) is not given or empty when they are not wanted.
  * ``distinct``: the rows are known to hold each column at most once (see check_csr). */
 static PyObject *learn_rows(PyObject *self, PyObject *args) {
+    static Py_ssize_t no_items = 0;  /* the shape of the margins array when none is given: empty */
     PyObject *o[N_ARRAYS];
     Py_ssize_t start;
     int distinct = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOn|p", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
-                          &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &start, &distinct))
+    o[A_MARGINS] = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOOn|pO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &o[14], &o[15], &o[16], &start, &distinct,
+                          &o[A_MARGINS]))
         return NULL;
     Buf b[N_ARRAYS];
     memset(b, 0, sizeof b);
+    b[A_MARGINS].view.shape = &no_items;
     for (int a = 0; a < N_ARRAYS; a++)
-        if (get_buffer(o[a], &b[a], ARRAYS[a].writable, ARRAYS[a].kind, "learn_rows", ARRAYS[a].name) < 0) {
+        if (o[a] != NULL
+            && get_buffer(o[a], &b[a], ARRAYS[a].writable, ARRAYS[a].kind, "learn_rows", ARRAYS[a].name) < 0) {
             release(b, N_ARRAYS);
             return NULL;
         }

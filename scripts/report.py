@@ -57,6 +57,7 @@ BENCHMARKS = {
     "bench_spam": Benchmark("spam.json", {"--limit": ["1500"], "--quick": []}),
     "models_spam": Benchmark("models.json", {"--limit": ["1500"]}),
     "bench_learners": Benchmark("learners.json", {"--n": ["2000"], "--repeat": ["1"], "--memory-weights": ["100000"]}),
+    "bench_river_defaults": Benchmark("river_defaults.json", {"--events": ["1000"]}),
     "horizon_spam": Benchmark("horizon.json", {"--horizons": ["none,2000"], "--lambdas": ["1e-4"]}),
     "bench_scale": Benchmark(
         "scale.json", {"--n": ["50000"], "--n-test": ["5000"], "--budget-seconds": ["10"], "--max-passes": ["2"]}

@@ -14,8 +14,10 @@ Binary learner, ``learn_one(x, y, w)``:
     margin = s * (<w_r + u, x> + b)
     t += 1;  te = min(t, horizon) (or t) + t0;  eta = 1 / (lambda * te)
     u     <- (1 - 1/te) u
-    if margin < 1:  u <- u + eta cost s x;   b <- b + eta cost s   (fit_intercept only)
-    projection:     u <- min(1, (1/sqrt(lambda)) / ||u||) u        (b never shrunk nor projected)
+    b     <- (1 - 1/te) b                                          (fit_intercept="regularised" only)
+    if margin < 1:  u <- u + eta cost s x;   b <- b + eta cost s   (fit_intercept only; "regularised":
+                    b <- b + min(eta, MAX_BIAS_STEP) cost s)
+    projection:     u <- min(1, (1/sqrt(lambda)) / ||u||) u        (b never projected)
     average:        ubar = (u_k + ... + u_t) / (t - k + 1), bbar likewise, k = 1 for True else k = average
     decision(x)   = <w_r + ubar, x> + bbar once t >= k, else <w_r + u, x> + b
 
@@ -80,6 +82,7 @@ class DenseReference(_Dense):
 
     BALANCED_SMOOTHING = 0.05
     BALANCED_MAX_COST = 5.0
+    MAX_BIAS_STEP = 0.2
 
     def __init__(
         self,
@@ -155,11 +158,15 @@ class DenseReference(_Dense):
         margins = [s * self.raw(x) for x, s in zip(xs, signs)]  # pre-step weights
         te, eta = self._tick()
         self.u = (1.0 - 1.0 / te) * self.u
+        if self.fit_intercept == "regularised":
+            self.b = (1.0 - 1.0 / te) * self.b
         k = len(xs)
         for x, s, c, m in zip(xs, signs, costs, margins):
             if m < 1:
                 self.u = self.u + (eta / k) * c * s * self.vec(x)
-                if self.fit_intercept:
+                if self.fit_intercept == "regularised":
+                    self.b = self.b + min(eta / k, self.MAX_BIAS_STEP) * c * s
+                elif self.fit_intercept:
                     self.b = self.b + (eta / k) * c * s
         if self.projection:
             r = 1.0 / np.sqrt(self.lambda_)

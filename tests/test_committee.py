@@ -293,7 +293,7 @@ def _spam_job(tmp_path: Path, **model) -> Path:
     return path
 
 
-@pytest.mark.parametrize("n_features", [None, 2**20])
+@pytest.mark.parametrize("n_features", [None, 2**19])
 def test_the_spam_configuration_runs_in_batches_as_one_at_a_time(tmp_path, n_features):
     path = _spam_job(tmp_path, n_features=n_features)
     digests, scores = set(), set()
@@ -325,7 +325,7 @@ def test_batches_bounded_by_bytes_stay_small_and_learn_the_same_model(tmp_path):
 
 def test_n_features_must_cover_the_hashed_columns(tmp_path):
     path = _spam_job(tmp_path)
-    with pytest.raises(ConfigError, match=r"model\.n_features: 1024 weight columns .*hash_bits: 20"):
+    with pytest.raises(ConfigError, match=r"model\.n_features: 1024 weight columns .*hash_bits: 19"):
         load_config(path, ["model.n_features=1024"])
     with pytest.raises(ConfigError, match=r"model\.n_features"):
         load_config(path, ["features.hash_bits=null"])

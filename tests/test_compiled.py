@@ -119,7 +119,7 @@ def test_learn_rows_without_probabilities_learns_the_same_model_and_decisions():
     """``probas`` may be empty: the same model and decisions, the rare rows learn_one takes included."""
     xs = [{"a": 1.0}, {"a": 1e139, "b": 1e139}, {"b": 1.0}, {"a": -0.5, "b": 2.0}]
     rows, signs = Rows.from_dicts(xs), np.array([1.0, -1.0, -1.0, 1.0])
-    models, decisions = [PegasosClassifier(), PegasosClassifier()], [np.empty(4), np.empty(4)]
+    models, decisions = [PegasosClassifier(lambda_=1e-4), PegasosClassifier(lambda_=1e-4)], [np.empty(4), np.empty(4)]
     probas = np.empty(4)
     for model, found, wanted in zip(models, decisions, (probas, np.empty(0)), strict=True):
         start = 0
@@ -133,12 +133,12 @@ def test_learn_rows_without_probabilities_learns_the_same_model_and_decisions():
 def test_learn_rows_stops_at_a_refused_row_and_resumes_after_it():
     xs = [{"a": 1.0}, {"a": 1e139, "b": 1e139}, {"b": 1.0}]
     rows, signs = Rows.from_dicts(xs), np.array([1.0, -1.0, -1.0])
-    model = PegasosClassifier()
+    model = PegasosClassifier(lambda_=1e-4)
     decisions, probas = np.empty(3), np.empty(3)
     stop, error = model.learn_rows(rows, signs, np.ones(3), decisions, probas)
     assert stop == 1 and "norm of the weights" in str(error)
     assert model.learn_rows(rows, signs, np.ones(3), decisions, probas, start=2) == (3, None)
-    reference = PegasosClassifier()
+    reference = PegasosClassifier(lambda_=1e-4)
     for index, (x, y) in enumerate([(xs[0], True), (xs[2], False)]):
         decision = reference.decision_function_one(x)
         assert (decisions[2 * index], probas[2 * index]) == (decision, reference.probability(decision))
@@ -150,7 +150,7 @@ def test_learn_csr_never_changes_a_weight_float_held_elsewhere():
     """The compiled loop stores each learned weight as a new float: a float taken from the dict keeps
     its value."""
     xs, ys, _ = int_stream(5, 60, 4)
-    model, reference = PegasosClassifier(), PegasosClassifier()
+    model, reference = PegasosClassifier(lambda_=1e-4), PegasosClassifier(lambda_=1e-4)
     model.learn_csr(*_csr(xs[:30]), ys[:30])
     taken = dict(model._u.v)  # a second reference to every weight's float
     before = {key: value.hex() for key, value in taken.items()}  # new str objects: the bits of each

@@ -140,7 +140,7 @@ ARRAYS = (
 
 def _raw_arguments() -> dict:
     """Valid arguments of ``_fast.learn_rows`` (a model past its first step, three rows), by name, and ``start``."""
-    model = PegasosClassifier(average=True)
+    model = PegasosClassifier(lambda_=1e-4, average=True)
     model.learn_one({"a": 1.0}, True)
     rows = Rows.from_dicts([{"a": 1.0, "b": 2.0}, {"b": -1.0}, {"a": 0.5, "c": 1.0}])
     n, m = len(rows), len(rows.keys)
@@ -475,7 +475,7 @@ def test_the_calibration_pass_refuses_arrays_of_the_wrong_length():
 
 def test_the_compiled_names_cover_exactly_what_python_sends():
     for names, python in [
-        (_fast.PARAMS, compiled.params(PegasosClassifier(class_weight={True: 2.0}, prior={"a": 1.0}))),
+        (_fast.PARAMS, compiled.params(PegasosClassifier(lambda_=1e-4, class_weight={True: 2.0}, prior={"a": 1.0}))),
         (_fast.STATE, compiled.STATE_HOMES),
         (_fast.ISTATE, compiled.ISTATE_HOMES),
     ]:

@@ -90,7 +90,7 @@ def test_spam_config_points_at_the_bundled_sample():
         "lambdas": [1e-5, 1e-3],
         "lambda_t0": 0.3,
         "learning_rate": 0.7,
-        "n_features": 2**20,
+        "n_features": 2**19,
         "initial_accumulator": 1e-6,
     }
     assert config["features"] == {
@@ -102,7 +102,7 @@ def test_spam_config_points_at_the_bundled_sample():
         "max_chars": 3000,
         "binary": True,
         "normalize": True,
-        "hash_bits": 20,
+        "hash_bits": 19,
     }
 
 

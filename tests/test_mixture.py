@@ -191,7 +191,7 @@ def test_the_decision_and_the_probabilities_are_python_floats():
     assert type(mixture.probability(0.5)) is float
 
 
-@pytest.mark.parametrize("n_features", [None, 2**20])
+@pytest.mark.parametrize("n_features", [None, 2**19])
 def test_the_shipped_spam_configuration_runs_in_batches_as_one_at_a_time(n_features):
     digests, scores = set(), set()
     for batch_size in (0, 64, 4096):

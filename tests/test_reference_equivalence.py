@@ -250,9 +250,7 @@ def draw_binary_case(data, variant, keys=tuple(KEYS)):
         }
         variant["class_weight"] = "any"
     params = {}
-    lam = data.draw(st.sampled_from([None] + LAMBDAS), label="lambda_")  # None: the default 1e-4
-    if lam is not None:
-        params["lambda_"] = lam
+    params["lambda_"] = data.draw(st.sampled_from(LAMBDAS), label="lambda_")  # exact Pegasos: an explicit λ
     for flag in ("fit_intercept", "projection"):
         if variant.get(flag):
             params[flag] = True
@@ -289,7 +287,6 @@ def draw_binary_case(data, variant, keys=tuple(KEYS)):
 def test_binary_matches_reference(variant, data):
     params, prior, ops = draw_binary_case(data, BINARY_VARIANTS[variant])
     ref_params = dict(params)
-    ref_params.setdefault("lambda_", 1e-4)  # the constructor's default
     model = PegasosClassifier(**params)
     assert model.t == 0
     # Before any learning the decision is <w_r, x> + b0 (b0 = 0 for a dict prior).
@@ -305,7 +302,6 @@ def test_binary_matches_reference(variant, data):
 def test_binary_over_weight_arrays_matches_reference(variant, data):
     """``n_features``: the same comparison with int features, the weights in arrays."""
     params, prior, ops = draw_binary_case(data, BINARY_VARIANTS[variant], keys=tuple(range(10)))
-    params.setdefault("lambda_", 1e-4)
     run_binary({**params, "n_features": 12}, ops, prior=prior)
 
 
@@ -323,7 +319,6 @@ def test_binary_prior_model_matches_reference(data):
     w_r = prior_model.average_weights if prior_model.average else prior_model.weights
 
     params, _, ops = draw_binary_case(data, {"fit_intercept": True, "average": True, "projection": True})
-    params.setdefault("lambda_", 1e-4)
     model = PegasosClassifier(prior=prior_model, **params)
     probe = ops[0][1] if ops[0][0] == "one" else ops[0][1][0]
     want = sum(float(v) * w_r.get(k, 0.0) for k, v in probe.items())

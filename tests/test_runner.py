@@ -107,7 +107,7 @@ def _spam_prequential():
     λ = 1e-5 and 1e-3 and an AdaGrad logistic regression written out here; the members (each SVM plus the
     logistic regression, each SVM alone) calibrated by their Platt scaling and mixed by exp(−log loss)."""
     features = EmailFeatures(
-        reader="bytes", char_ngram=4, words=True, shapes=True, max_chars=3000, binary=True, normalize=True, hash_bits=20
+        reader="bytes", char_ngram=4, words=True, shapes=True, max_chars=3000, binary=True, normalize=True, hash_bits=19
     )
     svms = [PegasosClassifier(lambda_=1e-5, t0=30000), PegasosClassifier(lambda_=1e-3, t0=300)]
     platts = [OnlinePlatt() for _ in range(4)]

@@ -592,6 +592,8 @@ def _check_cluster(config: dict, where: str) -> None:
             f"model.kind must be linear, not {config['model']['kind']}: cluster learners share Pegasos steps, which"
             " only PegasosClassifier records and replays"
         )
+    elif isinstance(config["model"].get("lambda_", "auto"), str):
+        problem = 'model.lambda_ must be a number, not "auto": cluster learners share the steps of one Pegasos'
     elif config["model"].get("n_features") is None and config["features"].get("hash_bits") is None:
         problem = "needs weights in arrays: set features.hash_bits (or model.n_features) for integer feature columns"
     if problem is not None:

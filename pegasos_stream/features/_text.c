@@ -102,15 +102,17 @@ typedef struct {
 } Writer;
 
 static void w_put(Writer *w, const unsigned char *s, Py_ssize_t n) {
-    for (Py_ssize_t i = 0; i < n && w->len < w->max; i++) {
-        if (is_space(s[i])) {
-            if (!w->space) w->out[w->len++] = ' ';
-            w->space = 1;
-        } else {
-            w->out[w->len++] = s[i];
-            w->space = 0;
-        }
+    unsigned char *out = w->out;
+    Py_ssize_t len = w->len, max = w->max;
+    int space = w->space;
+    for (Py_ssize_t i = 0; i < n && len < max; i++) {
+        unsigned char c = s[i];
+        int blank = c == ' ' || (c >= '\t' && c <= '\r'); /* is_space */
+        if (!(blank && space)) out[len++] = blank ? ' ' : c;
+        space = blank;
     }
+    w->len = len;
+    w->space = space;
 }
 
 static void w_text(Writer *w, const unsigned char *s, Py_ssize_t n) {
@@ -706,6 +708,7 @@ typedef struct {
     Py_ssize_t max_bytes;
     uint32_t mask;
     uint32_t grams_start;  /* the state after "c:" and n zero bytes, when n <= SHORT_GRAM */
+    uint32_t words_start[SHORT_GRAM + 1], shapes_start[SHORT_GRAM + 1]; /* [k]: after "w:" ("s:") and k zero bytes */
 } Options;
 
 typedef struct {
@@ -835,6 +838,12 @@ static Py_ssize_t shape_of(const unsigned char *token, Py_ssize_t n, unsigned ch
     return len;
 }
 
+/* The CRC state after a prefix (``start``) and token[0:n]: from ``after_zeros``[n] (the state after the prefix and n
+ * zero bytes) by one lookup a byte when n <= SHORT_GRAM, as the n-grams are hashed. */
+static inline uint32_t token_crc(const uint32_t *after_zeros, uint32_t start, const unsigned char *token, Py_ssize_t n) {
+    return n <= SHORT_GRAM ? crc_after_zeros(after_zeros[n], token, (int)n) : crc_update(start, token, n);
+}
+
 /* The features of one text (its distinct columns, first appearance first, with their counts) into the batch. */
 static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ssize_t len, Map *row, uint8_t *bits,
                    uint64_t **columns, Py_ssize_t **counts, Py_ssize_t *capacity) {
@@ -854,9 +863,23 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
     RowState r = {row, bits, cols, cnt, 0};
     uint32_t start_c = crc_update(0xFFFFFFFFu, (const unsigned char *)"c:", 2);
     uint32_t start_w = crc_update(0xFFFFFFFFu, (const unsigned char *)"w:", 2);
-    for (Py_ssize_t i = 0; o->n && i + o->n <= len; i++) {
-        uint32_t crc = o->n <= SHORT_GRAM ? crc_after_zeros(o->grams_start, t + i, o->n) : crc_update(start_c, t + i, o->n);
-        if (add_column(&r, (~crc) & o->mask) < 0) return -1;
+    if (o->n == 4 && bits) { /* the usual features, binary 4-grams: crc_after_zeros unrolled, add_column inlined */
+        const uint32_t *t0 = CRC_AFTER[0], *t1 = CRC_AFTER[1], *t2 = CRC_AFTER[2], *t3 = CRC_AFTER[3];
+        for (Py_ssize_t i = 0; i + 4 <= len; i++) {
+            uint32_t column = ~(o->grams_start ^ t3[t[i]] ^ t2[t[i + 1]] ^ t1[t[i + 2]] ^ t0[t[i + 3]]) & o->mask;
+            uint8_t bit = (uint8_t)(1u << (column & 7));
+            if (!(bits[column >> 3] & bit)) {
+                bits[column >> 3] |= bit;
+                cols[r.used] = column;
+                cnt[r.used++] = 1;
+            }
+        }
+    } else {
+        for (Py_ssize_t i = 0; o->n && i + o->n <= len; i++) {
+            uint32_t crc = o->n <= SHORT_GRAM ? crc_after_zeros(o->grams_start, t + i, o->n)
+                                              : crc_update(start_c, t + i, o->n);
+            if (add_column(&r, (~crc) & o->mask) < 0) return -1;
+        }
     }
     if (o->words) {
         unsigned char word[30];
@@ -865,7 +888,7 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
             Py_ssize_t k = 0;
             unsigned char c;
             while (i + k < len && k < 30 && (c = WORD_BYTE[t[i + k]])) word[k++] = c;
-            if (k >= 2 && add_column(&r, (~crc_update(start_w, word, k)) & o->mask) < 0) return -1;
+            if (k >= 2 && add_column(&r, (~token_crc(o->words_start, start_w, word, k)) & o->mask) < 0) return -1;
             i += k ? k : 1;
         }
     }
@@ -878,7 +901,7 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
             while (i + k < len && k < 40 && !SPACE[t[i + k]]) k++;
             unsigned char shape[40];
             Py_ssize_t m = shape_of(t + i, k, shape);
-            if (add_column(&r, (~crc_update(start_s, shape, m)) & o->mask) < 0) return -1;
+            if (add_column(&r, (~token_crc(o->shapes_start, start_s, shape, m)) & o->mask) < 0) return -1;
             i += k;
         }
     }
@@ -922,9 +945,11 @@ static PyObject *rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     o.mask = hash_bits == 32 ? 0xFFFFFFFFu : (uint32_t)((1u << hash_bits) - 1);
-    if (o.n <= SHORT_GRAM) {
-        static const unsigned char zeros[SHORT_GRAM];
-        o.grams_start = crc_update(crc_update(0xFFFFFFFFu, (const unsigned char *)"c:", 2), zeros, o.n);
+    static const unsigned char zeros[SHORT_GRAM];
+    if (o.n <= SHORT_GRAM) o.grams_start = crc_update(crc_update(0xFFFFFFFFu, (const unsigned char *)"c:", 2), zeros, o.n);
+    for (int k = 0; k <= SHORT_GRAM; k++) {
+        o.words_start[k] = crc_update(crc_update(0xFFFFFFFFu, (const unsigned char *)"w:", 2), zeros, k);
+        o.shapes_start[k] = crc_update(crc_update(0xFFFFFFFFu, (const unsigned char *)"s:", 2), zeros, k);
     }
     Batch batch = {{0}, {0}, {0}, NULL, NULL, {0}, NULL};
     Map row = {0};

@@ -45,6 +45,7 @@ _WHERE = {
     "Linear": ".kernels",
     "Polynomial": ".kernels",
     "PegasosClassifier": ".linear",
+    "Members": ".members",
     "PegasosMixture": ".mixture",
     "PegasosMulticlass": ".multiclass",
     "SupportVectorStore": ".svstore",
@@ -69,6 +70,7 @@ _GROUPS = {
     "LEARNERS": _LEARNERS,
     "STATE_CLASSES": (
         *_LEARNERS,
+        "Members",
         "WeightVector",
         "DenseWeightVector",
         "SharedScaleWeights",

@@ -82,24 +82,28 @@ def params(model: PegasosClassifier) -> dict[str, float]:
     """The settings the compiled loop reads, by the names of ``_fast.PARAMS``.
 
     With ``class_weight="balanced"``, "balanced" is the pseudo-count of each class (> 0) and "cost_pos"
-    and "cost_neg" bound the costs; otherwise "balanced" is 0 and they are the costs.
+    and "cost_neg" bound the costs; otherwise "balanced" is 0 and they are the costs. "fit_intercept" is 0 for no
+    bias, 1 for the unregularised one, and −MAX_BIAS_STEP (< 0) for the regularised one.
     """
+    lambda_ = cast(float, model.lambda_)  # (an explicit λ: "auto" learns with its members)
     balanced = model.class_weight == "balanced"
     if balanced:
         costs = {1.0: model.BALANCED_MAX_COST, -1.0: model.BALANCED_MAX_COST}
     else:
         costs = model._class_cost or {1.0: 1.0, -1.0: 1.0}
     return {
-        "lambda": model.lambda_,
+        "lambda": lambda_,
         "horizon": model.horizon or 0,
-        "t0": model.t0,
+        "t0": cast(int, model.t0),
         "average_from": model._average_from or 0,
-        "fit_intercept": model.fit_intercept,
+        "fit_intercept": -model.MAX_BIAS_STEP
+        if model.fit_intercept == "regularised"
+        else float(bool(model.fit_intercept)),
         "projection": model.projection,
         "radius": model._radius,
         "cost_pos": costs[1.0],
         "cost_neg": costs[-1.0],
-        "balanced": model.BALANCED_SMOOTHING / model.lambda_ if balanced else 0.0,
+        "balanced": model.BALANCED_SMOOTHING / lambda_ if balanced else 0.0,
         "has_prior": bool(model._prior),
         "compensated_sum": COMPENSATED_SUM,
         "platt_rate": model._platt.learning_rate,
@@ -128,9 +132,8 @@ def learn_csr(
     A malformed matrix, a label count or sample weight count that does not match the rows raise a
     ValueError before anything is learned.
     """
-    u = model._u
-    in_place = columns is None and isinstance(u, DenseWeightVector)  # the weights' columns: no numbering
-    rows = Rows.from_csr(indptr, indices, data, columns, len(u.v) if in_place else None)
+    # with weight arrays and no columns named, the rows' columns are the weights' (no numbering)
+    rows = Rows.from_csr(indptr, indices, data, columns, model.n_features if columns is None else None)
     labels = np.asarray(y)
     if labels.ndim != 1 or len(labels) != len(rows):
         raise ValueError(f"learn_csr: {len(rows)} rows but labels of shape {labels.shape}")
@@ -143,7 +146,7 @@ def learn_csr(
             raise ValueError(f"learn_csr: {len(rows)} rows but sample weights of shape {given.shape}")
         weights = _sample_weights(given)
     decisions = np.empty(len(rows))
-    stop, refusal = learn_rows(model, rows, signs, weights, decisions, np.empty(0))  # (no probabilities wanted)
+    stop, refusal = model.learn_rows(rows, signs, weights, decisions, np.empty(0))  # (no probabilities wanted)
     if refusal is not None:
         raise ValueError(f"row {stop}: {refusal}") from None
     return decisions
@@ -174,6 +177,7 @@ def learn_rows(
     decisions: np.ndarray,
     probas: np.ndarray,
     start: int = 0,
+    margins: np.ndarray | None = None,
 ) -> tuple[int, ValueError | None]:
     """`PegasosClassifier.learn_rows`: (the row it stopped at, its error), or (len(rows), None).
 
@@ -192,9 +196,9 @@ def learn_rows(
     while start < n:
         # the step whose shrink clears the weights (a model's first) is learn_one's, as the compiled loop would
         # find after checking every row
-        clears = effective_step(model._t + 1, model.horizon, model.t0) == 1
+        clears = effective_step(model._t + 1, model.horizon, cast(int, model.t0)) == 1
         stop = (
-            _learn_compiled(model, rows, signs, weights, decisions, probas, start, columns)
+            _learn_compiled(_Batch(model, rows, signs, weights, decisions, probas, start, margins), columns)
             if compiled and not clears
             else start
         )
@@ -205,8 +209,12 @@ def learn_rows(
         decisions[stop] = math.nan
         if calibrated:
             probas[stop] = math.nan
+        if margins is not None:
+            margins[stop] = math.nan
         try:
-            decisions[stop] = model._margins(x)[1]
+            margin, decisions[stop] = model._margins(x)
+            if margins is not None:
+                margins[stop] = margin
             if calibrated:
                 probas[stop] = model._platt.proba(decisions[stop])
             model.learn_one(x, signs[stop] > 0, float(weights[stop]))
@@ -217,25 +225,16 @@ def learn_rows(
     return n, None
 
 
-def _learn_compiled(
-    model: PegasosClassifier,
-    rows: Rows,
-    signs: np.ndarray,
-    weights: np.ndarray,
-    decisions: np.ndarray,
-    probas: np.ndarray,
-    start: int,
-    columns: np.ndarray | range | None,
-) -> int:
-    """Run the compiled loop from ``start`` over the weights the rows touch: weight arrays in place when the
-    rows' columns are theirs (``columns`` a range), else the ``columns`` the rows touch taken out of the arrays
-    and put back, or the keys of rows numbered locally taken out of the dicts and put back.
+def _learn_compiled(batch: _Batch, columns: np.ndarray | range | None) -> int:
+    """Run the compiled loop over ``batch`` from its start, over the weights the rows touch: weight arrays in place
+    when the rows' columns are theirs (``columns`` a range), else the ``columns`` the rows touch taken out of the
+    arrays and put back, or the keys of rows numbered locally taken out of the dicts and put back.
 
     Returns the row the loop stopped before (len(rows) when it learned them all).
     """
+    model, rows = batch.model, batch.rows
     u = model._u
     if isinstance(u, DenseWeightVector) and columns is not None:
-        batch = _Batch(model, rows, signs, weights, decisions, probas, start)
         untracked = (np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64))  # every column is present
         prior = model._prior_array() if model._prior else np.zeros(0)
         if isinstance(columns, range):
@@ -258,7 +257,6 @@ def _learn_compiled(
         offset, present_offset = np.zeros(m), np.ones(m, dtype=bool)
     prior = gather(model._prior, keys)[0] if model._prior else np.zeros(m)
     new_v, new_offset = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-    batch = _Batch(model, rows, signs, weights, decisions, probas, start)
     stop, counts = _loop(batch, v, offset, prior, (present_v, new_v), (present_offset, new_offset))
     scatter(u.v, keys, v, stored_v, new_v[: counts["n_new_v"]])
     if u.average:
@@ -267,7 +265,8 @@ def _learn_compiled(
 
 
 class _Batch(NamedTuple):
-    """What one call of the compiled loop learns: the rows from ``start``, with their arrays."""
+    """What one call of the compiled loop learns: the rows from ``start``, with their arrays (``margins`` None when
+    the current iterate's margins are not wanted)."""
 
     model: PegasosClassifier
     rows: Rows
@@ -276,6 +275,7 @@ class _Batch(NamedTuple):
     decisions: np.ndarray
     probas: np.ndarray
     start: int
+    margins: np.ndarray | None
 
 
 def _loop(
@@ -289,7 +289,7 @@ def _loop(
     """``_fast.learn_rows`` over the weights ``v`` (the average's ``offset``, the ``prior``) of the rows' columns,
     with the model's state read before and written back after; (the row it stopped before, the counts of columns
     first written). The presence pairs are (flags, list of columns first written), empty when all are present."""
-    model, rows, signs, weights, decisions, probas, start = batch
+    model, rows, signs, weights, decisions, probas, start, margins = batch
     state = np.array(_read(model, STATE_HOMES, _fast.STATE), dtype=np.float64)
     istate = np.array(_read(model, ISTATE_HOMES, _fast.ISTATE), dtype=np.int64)
     settings = params(model)
@@ -297,6 +297,7 @@ def _loop(
         rows.indptr, rows.indices, rows.data, signs, weights, v, offset, prior, v_presence[0], offset_presence[0],
         v_presence[1], offset_presence[1], state, istate,
         np.array([settings[name] for name in _fast.PARAMS], dtype=np.float64), decisions, probas, start, rows.distinct,
+        np.empty(0) if margins is None else margins,
     )  # fmt: skip
     _write(model, STATE_HOMES, _fast.STATE, state.tolist())
     _write(model, ISTATE_HOMES, _fast.ISTATE, istate.tolist())

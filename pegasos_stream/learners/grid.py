@@ -10,13 +10,14 @@ from river import base
 
 from .calibration import OnlinePlatt, PlattScaledMargin
 from .linear import PegasosClassifier
+from .members import Members
 from .rows import Rows
-from .validation import binary_sign, check_lambda, check_sample_weight
+from .validation import check_lambda
 
 __all__ = ["PegasosGrid"]
 
 
-class PegasosGrid(PlattScaledMargin, base.Classifier):
+class PegasosGrid(Members, PlattScaledMargin, base.Classifier):
     """Binary Pegasos for every λ of a grid at once; the one with the least recent loss predicts.
 
     No single λ suits every stream: a small one keeps more of what rare features said, a large one
@@ -25,7 +26,8 @@ class PegasosGrid(PlattScaledMargin, base.Classifier):
     enters its running loss L_λ ← γ·L_λ + loss (γ = ``discount``: the last 1/(1 − γ) examples count
     most). The decision is the margin of the member with the least L_λ (the first of the grid on a
     tie), so the grid predicts as its best λ of late, on one feature pass; the probability is an
-    online Platt scaling of that decision, like `PegasosClassifier`'s.
+    online Platt scaling of that decision, like `PegasosClassifier`'s. (`Members` is this choice;
+    ``PegasosClassifier(lambda_="auto")`` makes it too.)
 
     Parameters
     ----------
@@ -53,9 +55,6 @@ class PegasosGrid(PlattScaledMargin, base.Classifier):
 
     # Declared here so that every method sees their types (all are set in __init__).
     lambdas: tuple[float, ...]
-    discount: float
-    _members: list[PegasosClassifier]
-    _losses: list[float]
 
     def __init__(
         self,
@@ -72,15 +71,15 @@ class PegasosGrid(PlattScaledMargin, base.Classifier):
         if isinstance(discount, bool) or not isinstance(discount, numbers.Real) or not 0.0 <= discount < 1.0:
             raise ValueError(f"discount={discount!r}: expected a number from 0 to 1 (1 excluded)")
         self.lambdas = tuple(float(lambda_) for lambda_ in lambdas)
-        self.discount = float(discount)
+        self.discount = float(discount)  # (set again by Members: here for the order of the attributes saved)
         self.class_weight = class_weight
         self.horizon = horizon
         self.t0 = t0
-        self._members = [
+        members = [
             PegasosClassifier(lambda_=lambda_, class_weight=class_weight, horizon=horizon, t0=t0)
             for lambda_ in self.lambdas
         ]
-        self._losses = [0.0] * len(self.lambdas)
+        super().__init__(members, self.discount)
         self._platt = OnlinePlatt()
 
     @classmethod
@@ -89,41 +88,16 @@ class PegasosGrid(PlattScaledMargin, base.Classifier):
         yield {"lambdas": (1e-2, 1e-1), "discount": 0.9, "class_weight": "balanced", "horizon": 20, "t0": 10}
 
     @property
-    def t(self) -> int:
-        """The number of steps taken so far (by every member)."""
-        return self._members[0].t
-
-    @property
-    def leader(self) -> PegasosClassifier:
-        """The member that predicts now: the least running loss, the first on a tie."""
-        return self._members[self._leading()]
-
-    def _leading(self) -> int:
-        return self._losses.index(min(self._losses))
-
-    @property
     def norm(self) -> float:
         """‖w‖ of the member that predicts now."""
         return self.leader.norm
 
     def decision_function_one(self, x: Mapping) -> float:
         """The margin of the member that predicts now."""
-        return self.leader.decision_function_one(x)
+        return self.decide(x)
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
-        sign = binary_sign(y)
-        weight = 1.0 if w == 1.0 else check_sample_weight(w)
-        margins = [member.decision_function_one(x) for member in self._members]  # remembered by each member
-        self._platt.update(margins[self._leading()], sign > 0)
-        self._add_losses(margins, sign, weight)
-        for member in self._members:
-            member.learn_one(x, y, w)
-
-    def _add_losses(self, margins: Sequence[float], sign: float, weight: float) -> None:
-        discount = self.discount
-        self._losses = [
-            discount * loss + weight * max(0.0, 1.0 - sign * margin) for loss, margin in zip(self._losses, margins)
-        ]
+        self.learn(x, y, w, self._platt)
 
     def learn_rows(
         self,
@@ -136,24 +110,4 @@ class PegasosGrid(PlattScaledMargin, base.Classifier):
     ) -> tuple[int, ValueError | None]:
         """``learn_one`` over rows ``start:``, each member in its compiled loop; as
         `PegasosClassifier.learn_rows` (the same arrays, the same stop at a refused row)."""
-        margins = np.empty((len(self._members), len(rows)))
-        member_probas = np.empty(len(rows))
-        stops = [
-            member.learn_rows(rows, signs, weights, row, member_probas, start)
-            for member, row in zip(self._members, margins)
-        ]
-        stop, error = stops[0]
-        if any(other != stop for other, _ in stops):  # the members check rows alike: never seen
-            raise RuntimeError(f"the members of the grid stopped at rows {[other for other, _ in stops]}")
-        rows_margins = margins[:, start:stop].T.tolist()
-        for i, row_margins, sign, weight in zip(
-            range(start, stop), rows_margins, signs[start:stop].tolist(), weights[start:stop].tolist()
-        ):
-            decisions[i] = decision = row_margins[self._leading()]
-            probas[i] = self._platt.proba(decision)
-            self._platt.update(decision, sign > 0)
-            self._add_losses(row_margins, sign, weight)
-        if error is not None:  # the refused row was predicted, as by learn_one, when its margin is finite
-            decisions[stop] = decision = margins[self._leading(), stop]
-            probas[stop] = self._platt.proba(decision) if np.isfinite(decision) else np.nan
-        return stop, error
+        return self.learn_run(rows, signs, weights, decisions, probas, start, self._platt, True)

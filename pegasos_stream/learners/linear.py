@@ -14,12 +14,14 @@ from river import base
 
 from . import compiled
 from .calibration import OnlinePlatt, PlattScaledMargin
+from .members import Members
 from .rows import Rows
 from .schedule import effective_step, refuse_overflow
 from .steps import StepLog
 from .validation import (
     binary_sign,
     check_features,
+    check_fit_intercept,
     check_horizon,
     check_lambda,
     check_sample_weight,
@@ -43,14 +45,30 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     λ/2·‖w‖² + mean of c·max(0, 1 − y·f(x)) (Shalev-Shwartz et al., 2011). The weights are stored as
     w = s·v, so the shrink is O(1) and a step costs O(non-zeros of x).
 
+    By default (``lambda_="auto"``) λ is chosen online. A member per λ of ``AUTO_LAMBDAS`` (1e-4, 1e-3, 1e-2), each
+    a `PegasosClassifier` at that λ, learns every example; each member's averaged iterate and current iterate are
+    candidates, and the candidate of least discounted running hinge loss makes the decisions (`Members`: the loss
+    of an example is taken before the members learn it, γ = ``AUTO_DISCOUNT`` = 0.999, the first candidate on a
+    tie, averaged before current). Unless set otherwise, the members start their step counters at
+    t0 = ``AUTO_T0`` = 1000, average their iterates and learn a regularised bias. Pegasos's first steps, 1/λ,
+    1/(2λ), ..., let the first examples of a short stream dominate the weights; with t0 = 1000 the members' first
+    steps are about 10, 1 and 0.1, so that the choice finds the step size the features' scale wants (unit-norm text
+    large steps, standardised columns small ones) as well as λ. A step costs one of each member. An explicit λ is
+    exact Pegasos, with no bias, no averaging and t0 = 0 unless set.
+
     Parameters
     ----------
     lambda_
-        Regularisation strength λ > 0.
+        Regularisation strength λ > 0, or "auto" (the default): λ chosen online among ``AUTO_LAMBDAS``.
     fit_intercept
-        Learn an unregularised bias b: b += η·c·y on a violation. It is neither shrunk nor
-        projected, as in the Pegasos paper's discussion of the bias (§6): shrinking it would pull
-        every decision toward 0 and make the solution depend on a translation of the labels.
+        Learn a bias b, with the step of w. True: unregularised, b += η·c·y on a violation, neither shrunk nor
+        projected, as in the Pegasos paper's discussion of the bias (§6): shrinking it would pull every decision
+        toward 0 and make the solution depend on a translation of the labels; early steps of η = 1/λ can throw it
+        far. "regularised": shrunk with w, as the weight of a constant feature (λ/2·b² joins the objective), with
+        steps of at most ``MAX_BIAS_STEP`` = 0.2: b ← (1 − 1/t')·b + min(η, 0.2)·c·y on a violation, t' the step
+        counter η uses; so no step moves it by more than 0.2·c, and |b| never exceeds the largest c/λ of the stream
+        (a bias of value 1 weighs as much as a whole unit-norm text, whose words share its steps). Not projected.
+        None (the default): "regularised" with ``lambda_="auto"``, else False.
     projection
         After each step, project w onto the ball of radius 1/√λ (centred on ``prior``), which
         contains the optimum; O(1) thanks to the running norm.
@@ -59,7 +77,8 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         sparse averaging trick; learning still steps on the current iterate. True averages
         w_1..w_t; an integer k starts the average at step k (w_k..w_t) and predicts with the current
         iterate before that, as scikit-learn's ``SGDClassifier(average=k)``: the first iterates of
-        Pegasos take steps of size 1/(λt) and can dominate an average taken from the start.
+        Pegasos take steps of size 1/(λt) and can dominate an average taken from the start. None (the
+        default): True with ``lambda_="auto"``, else False.
     class_weight
         Cost of each class in the hinge term: None (1 for both), a dict label → cost, or
         "balanced": min((n + 2α)/(2·(n_y + α)), M), from running class counts n_y of n examples
@@ -76,7 +95,8 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         Start the step counter η uses at t0: η = 1/(λ·(t + t0)), with ``horizon`` saturating t.
         Pegasos's first steps (η = 1/λ, then 1/(2λ), ...) let the first examples dominate the weights
         and leave them too large to see most margin violations; an offset tempers them, as the t0 of
-        Bottou's SGD schedule does. The regularised objective is the same.
+        Bottou's SGD schedule does. The regularised objective is the same. None (the default): ``AUTO_T0`` = 1000
+        with ``lambda_="auto"``, else 0.
     n_features
         None for weights in a dict, keyed by any feature name. An integer n keeps them in float64 arrays of n
         columns instead, for features that are int columns 0..n − 1 (hashed features, svmlight indices): 8 bytes
@@ -102,19 +122,32 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     ``learn_many`` is one mini-batch Pegasos step: the sub-gradient averaged over the k rows, with
     every margin computed before the step; t advances by one.
 
+    With ``lambda_="auto"``, ``weights``, ``intercept`` and ``norm`` are those of the iterate that predicts now
+    (of the member ``leader``); the probability is the Platt scaling of its decisions (the members do not
+    calibrate), and ``replay`` (recorded steps, for a cluster) needs an explicit λ.
+
     Examples
     --------
 
     >>> from river import datasets, evaluate, metrics, preprocessing
     >>> from pegasos_stream import PegasosClassifier
 
-    >>> model = preprocessing.StandardScaler() | PegasosClassifier(lambda_=1e-2)
+    >>> model = preprocessing.StandardScaler() | PegasosClassifier()
     >>> evaluate.progressive_val_score(datasets.Phishing(), model, metrics.Accuracy() + metrics.ROCAUC())
-    Accuracy: 86.40%
-    ROCAUC: 91.75%
+    Accuracy: 89.52%
+    ROCAUC: 95.31%
 
     >>> model["PegasosClassifier"].t
     1250
+    >>> model["PegasosClassifier"].leader.lambda_
+    0.01
+
+    Exact Pegasos at λ = 1e-4 (the default before "auto"), whose first steps are the largest:
+
+    >>> model = preprocessing.StandardScaler() | PegasosClassifier(lambda_=1e-4)
+    >>> evaluate.progressive_val_score(datasets.Phishing(), model, metrics.Accuracy() + metrics.ROCAUC())
+    Accuracy: 83.12%
+    ROCAUC: 84.17%
 
     """
 
@@ -128,15 +161,26 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     #: The largest "balanced" cost: no step is more than this many times an unweighted one, and
     #: classes down to 1/(2·BALANCED_MAX_COST) of the stream are fully balanced.
     BALANCED_MAX_COST: ClassVar[float] = 5.0
+    #: The largest step of the regularised bias (``fit_intercept="regularised"``), per unit of cost.
+    MAX_BIAS_STEP: ClassVar[float] = 0.2
+    #: The regularisation strengths of the members of ``lambda_="auto"``, in the order ties go by.
+    AUTO_LAMBDAS: ClassVar[tuple[float, ...]] = (1e-4, 1e-3, 1e-2)
+    #: The t0 of every member of ``lambda_="auto"`` when none is given: first steps 1/(λ·(1 + AUTO_T0)) of about
+    #: 10, 1 and 0.1.
+    AUTO_T0: ClassVar[int] = 1000
+    #: γ of ``lambda_="auto"``'s running losses: about the last 1/(1 − γ) = 1,000 examples count.
+    AUTO_DISCOUNT: ClassVar[float] = 0.999
 
-    # Declared here so that every method sees their types (all are set in __init__).
-    lambda_: float
-    fit_intercept: bool
+    # Declared here so that every method sees their types (all are set in __init__). With lambda_="auto", the
+    # settings are kept as given (None: the members' default) and the model is the members': "_grid" and "_platt".
+    lambda_: float | str
+    fit_intercept: bool | str | None
     projection: bool
-    average: bool | int
+    average: bool | int | None
     class_weight: str | dict | None
     horizon: int | None
-    t0: int = 0  # a class default: states saved before t0 existed load with 0
+    t0: int | None = 0  # a class default: states saved before t0 existed load with 0
+    _grid: Members | None = None  # a class default: explicit-λ states (saved before "auto" existed too) have none
     _class_cost: dict[float, float] | None
     _prior: dict
     _radius: float
@@ -152,37 +196,49 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
 
     def __init__(
         self,
-        lambda_: float = 1e-4,
-        fit_intercept: bool = False,
+        lambda_: float | str = "auto",
+        fit_intercept: bool | str | None = None,
         projection: bool = False,
-        average: bool | int = False,
+        average: bool | int | None = None,
         class_weight: str | dict | None = None,
         prior: dict | PegasosClassifier | None = None,
         horizon: int | None = None,
-        t0: int = 0,
+        t0: int | None = None,
         n_features: int | None = None,
         calibrate: bool = True,
         seed: int | None = None,
     ):
-        check_lambda(lambda_)
+        auto = isinstance(lambda_, str) and lambda_ == "auto"
+        if not auto:
+            try:
+                check_lambda(cast(float, lambda_))
+            except ValueError as error:
+                raise ValueError(f"{error}, or 'auto'") from None
+        check_fit_intercept(fit_intercept)
         check_horizon(horizon)
-        check_t0(t0)
-        if not isinstance(average, numbers.Integral) or average < 0:
-            raise ValueError(f"average={average!r}: expected a bool or an integer >= 1")
+        if t0 is not None:
+            check_t0(t0)
+        if average is not None and (not isinstance(average, numbers.Integral) or average < 0):
+            raise ValueError(f"average={average!r}: expected None, a bool or an integer >= 1")
         if isinstance(prior, PegasosClassifier):
             prior = prior.average_weights if prior.average else prior.weights
         self.lambda_ = lambda_
-        self.fit_intercept = fit_intercept
+        self.fit_intercept = False if fit_intercept is None and not auto else fit_intercept
         self.projection = projection
-        self.average = average
+        self.average = False if average is None and not auto else average
         self.class_weight = class_weight
         self.prior = prior
         self.horizon = horizon
-        self.t0 = int(t0)
+        self.t0 = (None if auto else 0) if t0 is None else int(t0)
         self.n_features = check_n_features(n_features)
         self.calibrate = bool(calibrate)
         self.seed = seed
+        if auto:
+            self._grid = Members([self._auto_member(strength) for strength in self.AUTO_LAMBDAS], self.AUTO_DISCOUNT)
+            self._platt = OnlinePlatt()
+            return
 
+        lambda_, average = cast(float, lambda_), cast(bool | int, self.average)  # (settled for an explicit λ)
         self._class_cost = self._parse_class_weight(class_weight)
         self._prior = self._parse_prior(prior)
         self._radius = 1.0 / math.sqrt(lambda_)
@@ -202,6 +258,21 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         self._n_neg = 0
         self._platt = OnlinePlatt()
         self._last_scored: tuple[int, dict, tuple[float, float]] | None = None
+
+    def _auto_member(self, lambda_: float) -> PegasosClassifier:
+        """The member of ``lambda_="auto"`` at strength ``lambda_``: these settings, a None as members take it."""
+        return PegasosClassifier(
+            lambda_=lambda_,
+            fit_intercept="regularised" if self.fit_intercept is None else self.fit_intercept,
+            projection=self.projection,
+            average=True if self.average is None else self.average,
+            class_weight=self.class_weight,
+            prior=self.prior,
+            horizon=self.horizon,
+            t0=self.AUTO_T0 if self.t0 is None else self.t0,
+            n_features=self.n_features,
+            calibrate=False,
+        )
 
     @staticmethod
     def _parse_class_weight(class_weight: str | dict | None) -> dict[float, float] | None:
@@ -238,12 +309,15 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     @classmethod
     def _unit_test_params(cls):
         yield {}
+        yield {"lambda_": 1e-4}
         yield {"fit_intercept": True, "lambda_": 1e-2}
-        yield {"projection": True, "average": True}
+        yield {"projection": True, "average": True, "lambda_": 1e-4}
         yield {"class_weight": "balanced", "horizon": 50, "t0": 100}
-        yield {"class_weight": {True: 2.0, False: 0.5}, "fit_intercept": True, "average": 10}
+        yield {"class_weight": {True: 2.0, False: 0.5}, "fit_intercept": True, "average": 10, "lambda_": 1e-4}
         yield {"prior": {"empty_server_form_handler": 0.5, "popup_window": -0.25}, "projection": True}
-        yield {"calibrate": False, "average": True}
+        yield {"calibrate": False, "average": True, "lambda_": 1e-4}
+        yield {"fit_intercept": "regularised", "lambda_": 1e-3, "t0": 10}
+        yield {"fit_intercept": False, "average": False, "calibrate": False}
 
     def _unit_test_skips(self):
         # learn_many is one mini-batch step (averaged sub-gradient, t += 1), by design not a
@@ -255,26 +329,41 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     @property
     def t(self) -> int:
         """The number of steps taken so far."""
-        return self._t
+        return self._t if self._grid is None else self._grid.t
+
+    @property
+    def leader(self) -> PegasosClassifier:
+        """The member of ``lambda_="auto"`` whose weights predict now (the model itself with an explicit λ)."""
+        return self if self._grid is None else self._grid.leader
 
     @property
     def weights(self) -> dict:
-        """The current weights w = prior + u, as a plain dict."""
+        """The current weights w = prior + u, as a plain dict; with ``lambda_="auto"``, those that predict now."""
+        if self._grid is not None:
+            member, averaged = self._grid.leading
+            return member.average_weights if averaged else member.weights
         return self._with_prior(self._u.to_dict())
 
     @property
     def intercept(self) -> float:
-        """The current bias b."""
+        """The current bias b; with ``lambda_="auto"``, the one that predicts now."""
+        if self._grid is not None:
+            member, averaged = self._grid.leading
+            return member.average_intercept if averaged else member.intercept
         return self._b
 
     @property
     def norm(self) -> float:
-        """‖w − w_prior‖ of the current weights (‖w‖ without a prior), in O(1)."""
-        return self._u.norm()
+        """‖w − w_prior‖ of the current weights (‖w‖ without a prior), in O(1); with ``lambda_="auto"``, of the
+        leader's."""
+        return self._u.norm() if self._grid is None else self._grid.leader.norm
 
     @property
     def average_weights(self) -> dict:
-        """The averaged weights predictions use: the current ones until averaging has begun."""
+        """The averaged weights predictions use: the current ones until averaging has begun (the leader's with
+        ``lambda_="auto"``)."""
+        if self._grid is not None:
+            return self._grid.leader.average_weights
         self._require_average()
         if not self._u.n_averaged:
             return self.weights
@@ -282,7 +371,10 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
 
     @property
     def average_intercept(self) -> float:
-        """The averaged bias predictions use: the current one until averaging has begun."""
+        """The averaged bias predictions use: the current one until averaging has begun (the leader's with
+        ``lambda_="auto"``)."""
+        if self._grid is not None:
+            return self._grid.leader.average_intercept
         self._require_average()
         return self._average_b if self._u.n_averaged else self._b
 
@@ -333,17 +425,24 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_last_scored"] = None  # a cache, not part of the model
+        if "_last_scored" in state:
+            state["_last_scored"] = None  # a cache, not part of the model
         state.pop("_prior_columns", None)  # another (rebuilt from the prior)
         return state
 
     def decision_function_one(self, x: Mapping) -> float:
-        """The signed margin ⟨w, x⟩ + b of the predicting weights (averaged if ``average``)."""
+        """The signed margin ⟨w, x⟩ + b of the predicting weights (averaged if ``average``; with
+        ``lambda_="auto"``, of the iterate that predicts now)."""
+        if self._grid is not None:
+            return self._grid.decide(x)
         return self._margins(x)[1]
 
     # -- learning --------------------------------------------------------------------------
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
+        if self._grid is not None:
+            self._grid.learn(x, y, w, self._platt if self.calibrate else None)
+            return
         sign = binary_sign(y)
         weight = 1.0 if w == 1.0 else check_sample_weight(w)
         margin, decision = self._remembered_margins(x)
@@ -363,7 +462,10 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         """Take the steps of ``steps`` (a `StepRecorder`'s log), each as ``learn_one`` would with the margin test
         recorded in place of its own: on the model that recorded them, the same model bit for bit; on another,
         its (S, t) plus the steps' ΔS and Δt. A step the model refuses (a weight that would overflow) raises
-        a ValueError; the steps before it are taken."""
+        a ValueError; the steps before it are taken. Only an explicit λ replays (``lambda_="auto"`` is several
+        models)."""
+        if self._grid is not None:
+            raise ValueError('replay needs a PegasosClassifier with an explicit lambda_, not "auto"')
         bounds, columns, values = steps.indptr.tolist(), steps.indices, steps.data
         violated_steps = steps.violated.tolist()
         signs = steps.signs.tolist()
@@ -392,11 +494,14 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     def _shrink_step(self) -> None:
         """``_step((), 0.0, 1)``: a step without a violation, in fewer operations (replays take many)."""
         t = self._t + 1
-        t_eff = effective_step(t, self.horizon, self.t0)
+        t_eff = effective_step(t, self.horizon, cast(int, self.t0))
+        shrink = 1.0 - 1.0 / t_eff
         self._t = t
-        self._u.scale_by(1.0 - 1.0 / t_eff)
-        if self.fit_intercept:
-            self._b += 0.0  # (as _step adds rate·0.0: -0.0 becomes 0.0)
+        self._u.scale_by(shrink)
+        if self.fit_intercept == "regularised":  # (as _step adds a step·0.0: -0.0 becomes 0.0)
+            self._b = shrink * self._b + 0.0
+        elif self.fit_intercept:
+            self._b += 0.0
         if self._average_from is not None and t >= self._average_from:
             self._u.accumulate_average()
             self._average_b += (self._b - self._average_b) / self._u.n_averaged
@@ -411,9 +516,15 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
             raise ValueError(f"learn_many: {len(values)} rows but {k} labels")
         if not k:
             return
-        margins = self._margins_many(values, columns, averaged=False)
-        decisions = self._margins_many(values, columns, averaged=True) if self._u.n_averaged else margins
+        if self._grid is not None:
+            self._grid.learn_matrix(values, columns, signs, self._platt if self.calibrate else None)
+        else:
+            self._learn_matrix(values, columns, signs)
 
+    def _learn_matrix(self, values: np.ndarray, columns: list, signs: np.ndarray) -> None:
+        """``learn_many``'s step on the rows of ``values`` (at least one; columns named by ``columns``)."""
+        k = len(signs)
+        margins, decisions = self._margins_pair_many(values, columns)
         n_pos = self._n_pos + int((signs > 0).sum())
         n_neg = self._n_neg + int((signs < 0).sum())
         coefs = np.array([self._cost(s, n_pos, n_neg) * s for s in signs.tolist()])
@@ -433,8 +544,8 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         Everything that can fail is checked first, so a refused step leaves the model untouched.
         """
         t = self._t + 1
-        t_eff = effective_step(t, self.horizon, self.t0)
-        rate = 1.0 / (self.lambda_ * t_eff * k)
+        t_eff = effective_step(t, self.horizon, cast(int, self.t0))
+        rate = 1.0 / (cast(float, self.lambda_) * t_eff * k)
         shrink = 1.0 - 1.0 / t_eff
         u = self._u
         if gradient:
@@ -449,7 +560,9 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
 
         self._t = t
         u.scale_by(shrink)
-        if self.fit_intercept:
+        if self.fit_intercept == "regularised":
+            self._b = shrink * self._b + min(rate, self.MAX_BIAS_STEP) * bias_coef
+        elif self.fit_intercept:
             self._b += rate * bias_coef
         if gradient:
             for x, c in gradient:
@@ -465,10 +578,19 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
             u.accumulate_average()
             self._average_b += (self._b - self._average_b) / u.n_averaged
 
+    def _largest_step(self) -> float:
+        """The most a step moves the weights per unit of sample weight × ‖x‖ from now on: the next step's rate (no
+        later one is larger) times the largest class cost."""
+        if self.class_weight == "balanced":
+            cost = self.BALANCED_MAX_COST
+        else:
+            cost = max(self._class_cost.values()) if self._class_cost else 1.0
+        return cost / (cast(float, self.lambda_) * effective_step(self._t + 1, self.horizon, cast(int, self.t0)))
+
     def _cost(self, sign: float, n_pos: int, n_neg: int) -> float:
         """The class cost of an example of this sign, given the class counts including it."""
         if self.class_weight == "balanced":
-            alpha = self.BALANCED_SMOOTHING / self.lambda_
+            alpha = self.BALANCED_SMOOTHING / cast(float, self.lambda_)
             n_y = n_pos if sign > 0 else n_neg
             return min((n_pos + n_neg + 2.0 * alpha) / (2.0 * (n_y + alpha)), self.BALANCED_MAX_COST)
         if self._class_cost is None:
@@ -499,7 +621,8 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         probas: np.ndarray,
         start: int = 0,
     ) -> tuple[int, ValueError | None]:
-        """``learn_one`` over rows ``start:`` (finite values, signs ±1.0, checked weights), compiled.
+        """``learn_one`` over rows ``start:`` (finite values, signs ±1.0, checked weights), compiled (with
+        ``lambda_="auto"``, each member's loop).
 
         Fills ``decisions`` and ``probas`` (what ``decision_function_one`` and ``probability`` gave
         before each row was learned; ``probas`` may be empty when they are not wanted). Stops at the
@@ -509,6 +632,8 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         float64 signs, weights, decisions and probas, one per row, or no probas; rows with a column
         repeated or out of range) raise a ValueError first.
         """
+        if self._grid is not None:
+            return self._grid.learn_run(rows, signs, weights, decisions, probas, start, self._platt, self.calibrate)
         return compiled.learn_rows(self, rows, signs, weights, decisions, probas, start)
 
     # -- mini-batch inference ----------------------------------------------------------------
@@ -521,11 +646,18 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
             w += np.array([self._prior.get(j, 0.0) for j in columns])
         return values @ w + (self._average_b if averaged else self._b)
 
+    def _margins_pair_many(self, values: np.ndarray, columns: list) -> tuple[np.ndarray, np.ndarray]:
+        """(current iterate's margins, predicting margins) of every row of ``values``, as ``_margins`` of each."""
+        margins = self._margins_many(values, columns, averaged=False)
+        return margins, self._margins_many(values, columns, averaged=True) if self._u.n_averaged else margins
+
     def _decisions_many(self, X):
         X_nw = _frames().into_frame(X)
         columns = list(X_nw.columns)
-        decisions = self._margins_many(_finite_matrix(X_nw), columns, self._u.n_averaged > 0)
-        return X_nw, decisions
+        values = _finite_matrix(X_nw)
+        if self._grid is not None:
+            return X_nw, self._grid.decide_many(values, columns)
+        return X_nw, self._margins_many(values, columns, self._u.n_averaged > 0)
 
     def predict_many(self, X):
         X_nw, decisions = self._decisions_many(X)

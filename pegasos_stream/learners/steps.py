@@ -161,8 +161,10 @@ class StepRecorder:
     _multiclass = False
 
     def __init__(self, model: PegasosClassifier, every_row: bool = False) -> None:
-        if getattr(model, "n_features", None) is None:
-            raise ValueError("recording steps needs a PegasosClassifier with weights in arrays (n_features)")
+        if getattr(model, "n_features", None) is None or getattr(model, "_grid", None) is not None:
+            raise ValueError(
+                "recording steps needs a PegasosClassifier with an explicit lambda_ and weights in arrays (n_features)"
+            )
         self.model = model
         self.every_row = every_row
         self._pieces = _Pieces()

@@ -15,6 +15,7 @@ __all__ = [
     "SIGNS",
     "binary_sign",
     "check_features",
+    "check_fit_intercept",
     "check_horizon",
     "check_lambda",
     "check_sample_weight",
@@ -92,3 +93,9 @@ def check_t0(t0: int) -> None:
     """Refuse a t0 that is not an integer >= 0."""
     if isinstance(t0, bool) or not isinstance(t0, numbers.Integral) or t0 < 0:
         raise ValueError(f"t0={t0!r}: expected an integer >= 0")
+
+
+def check_fit_intercept(fit_intercept: bool | str | None) -> None:
+    """Refuse a fit_intercept that is not None, a bool or "regularised"."""
+    if not (fit_intercept is None or isinstance(fit_intercept, bool) or fit_intercept == "regularised"):
+        raise ValueError(f"fit_intercept={fit_intercept!r}: expected a bool (true or false), 'regularised' or None")
