@@ -7,8 +7,9 @@ cells already formatted as text, figures are PNG paths relative to the JSON file
 raw results. ``markdown(document)`` renders it; ``scripts/report.py`` gathers every document into
 ``reports/README.md``.
 
-**Data.** The SpamAssassin stream lives outside the repository, in ``shared/data`` next to it; every
-script that reads it takes ``--data`` to point elsewhere (``load_messages``, ``read_json_lines``).
+**Data.** The SpamAssassin stream and the Ling-Spam corpus live outside the repository, in ``shared/data`` next
+to it; every script that reads them takes ``--data`` (and ``--lingspam-data``) to point elsewhere
+(``load_messages``, ``read_json_lines``).
 
 **Paired passes.** ``alternate`` runs the passes of several systems in turn (A, B, A, B, …), so that a
 slow spell of the machine hits them all, and keeps the fastest of each; ``prequential_metrics`` scores
@@ -216,10 +217,12 @@ def _relative(path: Path) -> str:
 
 #: ``../shared/data/spamassassin.jsonl.gz`` relative to the repository root.
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "spamassassin.jsonl.gz"
+#: ``../shared/data/lingspam.jsonl.gz`` relative to the repository root.
+DEFAULT_LINGSPAM = DEFAULT_DATA.with_name("lingspam.jsonl.gz")
 
 
 class Message(NamedTuple):
-    """One email of the stream."""
+    """One email of the stream (``time`` is "" for Ling-Spam, which has no delivery times)."""
 
     id: str
     time: str
@@ -237,6 +240,16 @@ def add_data_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_lingspam_argument(parser: argparse.ArgumentParser) -> None:
+    """Add the ``--lingspam-data`` option (path of lingspam.jsonl.gz) to ``parser``."""
+    parser.add_argument(
+        "--lingspam-data",
+        type=Path,
+        default=DEFAULT_LINGSPAM,
+        help="lingspam.jsonl.gz (default: ../shared/data/ next to the repository)",
+    )
+
+
 def read_json_lines(path: Path) -> Iterator[dict]:
     """The JSON objects of a gzipped JSON-lines file, read and parsed lazily."""
     with gzip.open(path, "rb") as lines:
@@ -245,14 +258,15 @@ def read_json_lines(path: Path) -> Iterator[dict]:
                 yield json.loads(line)
 
 
-def load_messages(path: Path) -> list[Message]:
-    """Read the chronological SpamAssassin stream; exit with a clear message if the file is missing."""
+def load_messages(path: Path, option: str = "--data") -> list[Message]:
+    """Read a corpus of the shared data (the chronological SpamAssassin stream, or Ling-Spam in its order); exit
+    with a clear message, naming the ``option`` that points elsewhere, if the file is missing."""
     if not path.is_file():
         sys.exit(
-            f"error: SpamAssassin data not found at {path}\n"
-            "  expected shared/data/spamassassin.jsonl.gz next to the repository; pass --data PATH"
+            f"error: data not found at {path}\n"
+            f"  expected shared/data/{path.name} next to the repository; pass {option} PATH"
         )
-    return [Message(r["id"], r["time"], r["label"] == "spam", r["text"]) for r in read_json_lines(path)]
+    return [Message(r["id"], r.get("time", ""), r["label"] == "spam", r["text"]) for r in read_json_lines(path)]
 
 
 # -- paired passes -----------------------------------------------------------------------------

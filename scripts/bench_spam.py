@@ -1,33 +1,46 @@
-"""Spam-filtering quality of pegasos_stream against tuned peers, on SpamAssassin and stress streams built from it.
+"""Spam-filtering quality of pegasos_stream against tuned peers, on stress streams of SpamAssassin and Ling-Spam.
 
 Prequential evaluation with immediate feedback, as in the TREC spam track: each message of a stream is scored,
-then learnt. Streams (``_stress``): the chronological stream as is, subject-and-sender only, body only, spam
-subsampled to ~13% and ~3%, shuffled, reversed. Metric: (1−ROCA)% = 100·(1 − exact ROC AUC of all the scores of
-the run; spam positive, ties count one half).
+then learnt. Streams (``_stress``), named ``corpus/shape``: each corpus as is, subject and sender only, subject
+only, body only, subject and body with no blank line between them, lowercased and tokens spaced as a list archive
+has them, spam subsampled to ~13% or ~3% or ham subsampled to ~75% spam, shuffled, reversed, the hard ham with all
+spam, and the two corpora interleaved as one stream (``--corpus both``); each shape on the corpora it applies to.
+Metric: (1−ROCA)% = 100·(1 − exact ROC AUC of all the scores of the run; spam positive, ties count one half).
 
 pegasos_stream runs only what ``configs/spam.yaml`` builds (``build_features``/``build_model``), one configuration
-for every stream, scored by ``decision_function_one``. Peers, each scored by a ranking score that does not
-saturate: river ``LogisticRegression``, ``PAClassifier``, ``ALMAClassifier`` (raw margin w·x + b) and
-``MultinomialNB`` (log-odds, the difference of the joint log-likelihoods); scikit-learn ``SGDClassifier`` with
-hinge and log loss, one ``partial_fit`` per message (``decision_function``); Vowpal Wabbit (pyvw) with hinge and
-logistic loss, predict then learn per message (the unclamped margin, ``get_partial_prediction``). Each peer runs
-on several representations — its customary features, exactly the features pegasos_stream gets, and binary word
-+ character 4-gram features of the lowercased text those features read — and a small grid of its main setting;
-the best (representation, setting) of each peer per stream is reported, which favours the peers.
+for every stream, scored by ``decision_function_one``; and, on the same features, its first Pegasos alone (the
+model section overridden to ``kind: linear`` with that SVM's λ, t0 and columns). Peers, each scored by a ranking
+score that does not saturate: river ``LogisticRegression``, ``PAClassifier``, ``ALMAClassifier`` (raw margin
+w·x + b) and ``MultinomialNB`` (log-odds, the difference of the joint log-likelihoods); scikit-learn
+``SGDClassifier`` with hinge and log loss, one ``partial_fit`` per message (``decision_function``); Vowpal Wabbit
+(pyvw) with hinge and logistic loss, predict then learn per message (the unclamped margin,
+``get_partial_prediction``). Each peer runs on several representations — its customary features, exactly the
+features pegasos_stream gets, and binary word + character 4-gram features of the lowercased text those features
+read — and a small grid of its main setting; the best (representation, setting) of each peer per stream is
+reported, which favours the peers.
 
 Events/s = messages / (extraction + learning seconds): each representation of a stream is extracted once, timed,
 into a compact cache (column ids and values per message) shared by every system and setting on it; learning is
 the timed prequential loop on the cache, which rebuilds each message's input (dict, CSR row, VW example). With
 ``--jobs 2`` (the default) two streams run at once, one per process, which makes timings noisier; ``--jobs 1`` for
-timings. Also draws the ROC curves and rolling error rate of the ``asis`` stream (PNG files next to the JSON).
+timings. Also draws the ROC curves and rolling error rate of the ``spamassassin/asis`` stream (PNG files next to
+the JSON, named after it).
 
-Usage: ``python scripts/bench_spam.py [--data PATH] [--out reports/spam.json] [--limit N] [--streams S ...]
-[--peers P ...] [--quick] [--jobs N]``
+The first table is the stress table: per stream, configs/spam.yaml, its Pegasos alone, the best tuned peer and
+whether configs/spam.yaml leads. Every stream of both corpora (several hours on 2 cores; ``--quick --limit 1000``
+for a smoke run in minutes)::
+
+    python scripts/bench_spam.py --corpus both --jobs 1      # writes reports/spam_stress.json
+
+Usage: ``python scripts/bench_spam.py [--corpus spamassassin|lingspam|both] [--data PATH] [--lingspam-data PATH]
+[--out PATH] [--limit N] [--streams SHAPE ...] [--peers P ...] [--quick] [--jobs N]``; ``--out`` defaults to
+reports/spam.json for ``--corpus spamassassin`` (the default), else to reports/spam_stress.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -44,15 +57,16 @@ import numpy as np
 from _harness import (
     REPO,
     add_data_argument,
-    add_out_argument,
+    add_lingspam_argument,
     fmt,
     load_messages,
     prepare_timing,
     prequential_metrics,
     section,
     write_results,
+    yes,
 )
-from _stress import STREAMS, Stream, build_stream
+from _stress import BOTH, CORPORA, SHAPES, Corpora, Stream, build_stream, describe, stream_names
 from matplotlib.figure import Figure
 from river import feature_extraction, linear_model, naive_bayes, optim, utils
 from scipy import sparse
@@ -68,6 +82,9 @@ from pegasos_stream.features.email import message_text
 
 SPAM_CONFIG = REPO / "configs" / "spam.yaml"
 OURS = "pegasos_stream (configs/spam.yaml)"
+PEGASOS = "pegasos_stream Pegasos alone (model.kind: linear)"
+#: pegasos_stream's own systems; every other system is a peer.
+OWN = (OURS, PEGASOS)
 #: Columns of scikit-learn's rows and of Vowpal Wabbit's weights (``-b 20``), as many as configs/spam.yaml hashes into.
 N_FEATURES = 2**20
 #: Messages per window of the rolling error rate.
@@ -285,6 +302,17 @@ mostly per message (scikit-learn's ``partial_fit`` takes time in proportion to i
 river's MultinomialNB takes two logarithms per feature)."""
 
 
+def pegasos_config(config: dict) -> dict:
+    """``config`` (configs/spam.yaml) with its model overridden to its first Pegasos alone: ``model.kind: linear``
+    with the mixture's first λ, that SVM's t0 (``lambda_t0``/λ) and the columns (a committee's λ and t0), loaded as
+    ``--set model=...`` would."""
+    model = config["model"]
+    lambda_ = model["lambdas"][0] if "lambdas" in model else model["lambda_"]
+    t0 = round(model["lambda_t0"] / lambda_) if "lambda_t0" in model else model.get("t0", 0)
+    linear = {"kind": "linear", "lambda_": lambda_, "t0": t0, "n_features": model.get("n_features")}
+    return load_config(SPAM_CONFIG, [f"model={json.dumps(linear)}"])
+
+
 def pegasos_step(config: dict) -> Step:
     """pegasos_stream as configured: ``decision_function_one``, then ``learn_one``."""
     model = build_model(config)
@@ -325,7 +353,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return self.system if self.system == OURS else f"{self.system} · {self.representation} · {self.setting}"
+        return self.system if self.system in OWN else f"{self.system} · {self.representation} · {self.setting}"
 
     @property
     def end_to_end_events_per_s(self) -> float | None:
@@ -350,9 +378,15 @@ def roca(scores: np.ndarray, labels: Sequence[bool]) -> float:
     return prequential_metrics(scores, labels)[1] if np.isfinite(scores).all() else math.nan
 
 
-def run_stream(name: str, stream: Stream, config: dict, peers: Sequence[str], quick: bool) -> list[Run]:
-    """pegasos_stream (as ``config`` builds it) and every setting of every peer on every representation of a stream."""
+def run_stream(
+    name: str, stream: Stream, configs: dict[str, dict], peers: Sequence[str], quick: bool
+) -> tuple[list[Run], float]:
+    """pegasos_stream's systems (each as its configuration in ``configs`` builds it, all on the features of
+    ``configs[OURS]``) and every setting of every peer on every representation of a stream: the runs, and the wall
+    seconds they took in all."""
+    start = time.perf_counter()
     threadpool_limits(limits=1)
+    config = configs[OURS]
     texts = [text for text, _ in stream]
     labels = [y for _, y in stream]
     runs = []
@@ -362,7 +396,9 @@ def run_stream(name: str, stream: Stream, config: dict, peers: Sequence[str], qu
             continue
         features, extract_seconds = extract(representation, config, texts)
         print(f"[{name}] {representation.label}: extracted in {extract_seconds:.1f} s", file=sys.stderr, flush=True)
-        jobs = [(OURS, "configured", lambda _: pegasos_step(config))] if key == "ours" else []
+        jobs = [
+            (system, "configured", lambda _, c=c: pegasos_step(c)) for system, c in configs.items() if key == "ours"
+        ]
         for peer in users:
             jobs += [(peer.label, label, partial(peer.make, value)) for label, value in peer.settings(quick).items()]
         for system, setting, make in jobs:
@@ -383,7 +419,9 @@ def run_stream(name: str, stream: Stream, config: dict, peers: Sequence[str], qu
                 flush=True,
             )
         del features
-    return runs
+    seconds = time.perf_counter() - start
+    print(f"[{name}] done in {seconds:.0f} s", file=sys.stderr, flush=True)
+    return runs, seconds
 
 
 def end_to_end(stream: Stream, config: dict) -> tuple[np.ndarray, float]:
@@ -407,11 +445,16 @@ def rank(run: Run) -> float:
 
 
 def best_by_peer(runs: Sequence[Run]) -> dict[str, Run]:
-    """The best run of each system (pegasos_stream has one), best first."""
+    """The best run of each system (pegasos_stream's have one each), best first."""
     best: dict[str, Run] = {}
     for run in sorted(runs, key=rank):
         best.setdefault(run.system, run)
     return best
+
+
+def best_peer(runs: Sequence[Run]) -> Run:
+    """The best run of any peer (a system not in `OWN`)."""
+    return min((run for run in runs if run.system not in OWN), key=rank)
 
 
 def kind_cell(runs: Sequence[Run], system: str) -> str:
@@ -440,7 +483,7 @@ def stream_section(name: str, stream: Stream, runs: Sequence[Run], quick: bool, 
     ]
     settings = "one setting per peer (--quick)" if quick else "the best setting of each peer's grid"
     notes = [
-        f"{STREAMS[name][1]}: {len(stream):,} messages, {spam:,} spam ({100 * spam / len(stream):.1f}%). Each peer's "
+        f"{describe(name)}: {len(stream):,} messages, {spam:,} spam ({100 * spam / len(stream):.1f}%). Each peer's "
         f"row is its best representation with {settings}; the last column is its best (1−ROCA)% on each kind of "
         "representation (customary / spam.yaml features / binary words + 4-grams)."
     ]
@@ -449,12 +492,11 @@ def stream_section(name: str, stream: Stream, runs: Sequence[Run], quick: bool, 
 
 
 def summary_section(streams: dict[str, Stream], results: dict[str, list[Run]], notes: Sequence[str]) -> dict:
-    """Per stream: pegasos_stream against the best peer."""
+    """The stress table: per stream, configs/spam.yaml, its Pegasos alone and the best peer, and who leads."""
     rows = []
     for name, runs in results.items():
         best = best_by_peer(runs)
-        mine = best.pop(OURS)
-        peer = next(iter(best.values()))
+        mine, alone, peer = best[OURS], best[PEGASOS], best_peer(runs)
         spam = sum(y for _, y in streams[name])
         rows.append(
             [
@@ -462,19 +504,31 @@ def summary_section(streams: dict[str, Stream], results: dict[str, list[Run]], n
                 f"{len(streams[name]):,}",
                 f"{100 * spam / len(streams[name]):.1f}",
                 fmt(mine.one_minus_roca_pct, ".3f"),
+                fmt(alone.one_minus_roca_pct, ".3f"),
                 peer.name,
                 fmt(peer.one_minus_roca_pct, ".3f"),
                 fmt(peer.one_minus_roca_pct / mine.one_minus_roca_pct, ".2f"),
+                yes(rank(mine) < rank(peer)),
                 fmt(mine.events_per_s, ",.0f"),
                 fmt(mine.end_to_end_events_per_s, ",.0f"),
                 fmt(peer.events_per_s, ",.0f"),
             ]
         )
     columns = [
-        "stream", ">messages", ">spam %", ">pegasos_stream (1−ROCA)%", "best peer", ">peer (1−ROCA)%",
-        ">peer ÷ pegasos_stream", ">pegasos_stream events/s", ">its own loop, events/s", ">peer events/s",
+        "stream", ">messages", ">spam %", ">configs/spam.yaml (1−ROCA)%", ">its Pegasos alone (1−ROCA)%",
+        "best peer · representation · setting", ">peer (1−ROCA)%", ">peer ÷ configs/spam.yaml",
+        "configs/spam.yaml leads", ">configs/spam.yaml events/s", ">its own loop, events/s", ">peer events/s",
     ]  # fmt: skip
-    return section("Best peer against pegasos_stream, per stream", columns, rows, notes)
+    return section(
+        "Stress table: configs/spam.yaml, its Pegasos alone and the best peer, per stream", columns, rows, notes
+    )
+
+
+def line_style(run: Run) -> dict:
+    """How a run's curve is drawn: configs/spam.yaml thick, its Pegasos alone solid, peers dashed."""
+    return {OURS: {"linewidth": 2.5}, PEGASOS: {"linewidth": 1.5}}.get(
+        run.system, {"linestyle": "--", "linewidth": 1.2}
+    )
 
 
 def plot_roc(runs: Sequence[Run], labels: np.ndarray, path: Path) -> None:
@@ -483,8 +537,7 @@ def plot_roc(runs: Sequence[Run], labels: np.ndarray, path: Path) -> None:
     ax = fig.subplots()
     for run in runs:
         fpr, tpr, _ = roc_curve(labels, run.scores)
-        style = {"linewidth": 2.5} if run.system == OURS else {"linestyle": "--", "linewidth": 1.2}
-        ax.step(fpr, tpr, where="post", label=f"{run.name} ({run.one_minus_roca_pct:.3f})", **style)
+        ax.step(fpr, tpr, where="post", label=f"{run.name} ({run.one_minus_roca_pct:.3f})", **line_style(run))
     ax.set_xscale("log")
     ax.set_xlim(1.0 / (~labels).sum(), 1.0)
     ax.set_ylim(0.5, 1.001)
@@ -504,8 +557,7 @@ def plot_rolling_error(runs: Sequence[Run], labels: np.ndarray, path: Path) -> N
     for run in runs:
         errors = ((run.scores > 0.0) != labels).astype(float)
         rolling = 100.0 * np.convolve(errors, np.ones(window) / window, mode="valid")
-        style = {"linewidth": 2.5} if run.system == OURS else {"linestyle": "--", "linewidth": 1.2}
-        ax.plot(np.arange(window, len(labels) + 1), rolling, label=run.name, **style)
+        ax.plot(np.arange(window, len(labels) + 1), rolling, label=run.name, **line_style(run))
     ax.set_xlabel("message index (chronological)")
     ax.set_ylabel(f"error rate over the last {window} messages (%)")
     ax.set_title("SpamAssassin as is, prequential rolling error rate (score > 0 is spam)")
@@ -520,14 +572,32 @@ def shown(section: dict) -> str:
     return ", ".join(f"{key}={value}" for key, value in section.items())
 
 
-def notes(args: argparse.Namespace, config: dict, results: dict[str, list[Run]]) -> list[str]:
+def corpus_seconds(seconds: dict[str, float]) -> str:
+    """The wall seconds of the streams of each corpus, summed: "spamassassin 1,234 s, lingspam 567 s"."""
+    totals: dict[str, float] = {}
+    for name, value in seconds.items():
+        corpus = name.split("/")[0]
+        totals[corpus] = totals.get(corpus, 0.0) + value
+    return ", ".join(f"{corpus} {value:,.0f} s" for corpus, value in totals.items())
+
+
+def notes(
+    args: argparse.Namespace,
+    configs: dict[str, dict],
+    results: dict[str, list[Run]],
+    seconds: dict[str, float],
+    single: Sequence[str],
+) -> list[str]:
     """What was measured and how."""
+    config, alone = configs[OURS], configs[PEGASOS]
     grid = "; ".join(f"{peer.label}: {', '.join(peer.settings(args.quick))}" for peer in PEERS.values())
     lines = [
         "Prequential, immediate feedback: each message is scored, then learnt; (1−ROCA)% = 100·(1 − exact ROC AUC of "
         "all the scores of the run), spam positive, ties count one half. pegasos_stream runs only configs/spam.yaml "
         f"as it stood when the run started (model: {shown(config['model'])}; features: {shown(config['features'])}), "
-        "the same for every stream, built by `build_model`/`build_features` and scored by `decision_function_one`.",
+        "the same for every stream, built by `build_model`/`build_features` and scored by `decision_function_one`. "
+        f"'its Pegasos alone': the same file with its model section overridden to {shown(alone['model'])} (a "
+        "`PegasosClassifier`, the committee's Pegasos member), on the same features.",
         "Peers are scored by a ranking score that does not saturate: river LogisticRegression by `_raw_dot_one` "
         "(w·x + b, before the sigmoid), PAClassifier by w·x + b, ALMAClassifier by `_raw_dot` (w·x), MultinomialNB by "
         "its log-odds `joint_log_likelihood(x)[True] − [False]`; SGDClassifier by `decision_function` before its "
@@ -558,74 +628,134 @@ def notes(args: argparse.Namespace, config: dict, results: dict[str, list[Run]])
         "`learn_one`), timed right after the cached run, in the same process; its scores are "
         + ("identical to the cached run's on every stream." if same else "NOT identical to the cached run's.")
     )
+    lines.append(
+        f"Wall time of every run on the streams of each corpus (summed over its streams): {corpus_seconds(seconds)}."
+    )
+    if single:
+        lines.append(f"Left out, a single class in their first {args.limit:,} messages: {', '.join(single)}.")
+    if any(name.split("/")[0] in ("lingspam", BOTH) for name in results):
+        lines.append(
+            "Ling-Spam: Androutsopoulos et al., 'An Evaluation of Naive Bayesian Anti-Spam Filtering', ECML 2000 "
+            "workshop; its bare version (no lemmatiser, no stop-list), in the order of the shared data."
+        )
     return lines
 
 
-def headline_label(results: dict[str, list[Run]]) -> str:
-    """The headline's label: SpamAssassin as is, and how the best tuned peer of each stress stream compares."""
+def headline_row(results: dict[str, list[Run]], corpus: str, limit: int | None) -> list[str]:
+    """The headline's row of a corpus: ours and the best tuned peer on it as is, and how the best tuned peer of each
+    of its stress streams compares."""
     ratios = []
-    for runs in results.values():
-        best = best_by_peer(runs)
-        mine = best[OURS].one_minus_roca_pct
-        ratios.append(min(run.one_minus_roca_pct for system, run in best.items() if system != OURS) / mine)
+    for name, runs in results.items():
+        if name.startswith(f"{corpus}/"):
+            ratios.append(best_peer(runs).one_minus_roca_pct / best_by_peer(runs)[OURS].one_minus_roca_pct)
     ahead = sum(ratio > 1 for ratio in ratios)
-    return (
-        f"spam filtering, (1−ROCA)%, SpamAssassin as is (lower is better; the best tuned peer of each of {len(ratios)}"
-        f" stress streams ÷ ours: {min(ratios):.2f}–{max(ratios):.2f}, ours ahead on {ahead} of {len(ratios)})"
+    first = f"the first {limit:,} messages of each stream; " if limit else ""
+    label = (
+        f"spam filtering, (1−ROCA)%, {CORPORA[corpus]} as is (lower is better; {first}the best tuned peer of each of"
+        f" {len(ratios)} {CORPORA[corpus]} stress streams ÷ ours: {min(ratios):.2f}–{max(ratios):.2f}, ours ahead on"
+        f" {ahead} of {len(ratios)})"
     )
+    runs = results[f"{corpus}/asis"]
+    mine, peer = best_by_peer(runs)[OURS], best_peer(runs)
+    return [label, fmt(mine.one_minus_roca_pct, ".3f"), peer.name, fmt(peer.one_minus_roca_pct, ".3f")]
 
 
-def main() -> None:
+def parse_arguments() -> argparse.Namespace:
+    """The command line; ``--out`` resolved to its default for the corpus when not given."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", choices=[*CORPORA, BOTH], default="spamassassin",
+                        help="the corpus whose streams run ('both': both, and the stream mixing them)")  # fmt: skip
     add_data_argument(parser)
-    add_out_argument(parser, "spam.json")
+    add_lingspam_argument(parser)
+    parser.add_argument("--out", type=Path, help="JSON result file (default: reports/spam.json for --corpus "
+                        "spamassassin, else reports/spam_stress.json, in the repository)")  # fmt: skip
     parser.add_argument("--limit", type=int, help="only the first N messages of each stream (after building it)")
-    parser.add_argument("--streams", nargs="+", choices=list(STREAMS), default=list(STREAMS), metavar="STREAM",
-                        help=f"stress streams to run (default: all of {', '.join(STREAMS)})")  # fmt: skip
+    parser.add_argument("--streams", nargs="+", choices=list(SHAPES), default=list(SHAPES), metavar="SHAPE",
+                        help=f"shapes of the streams to run, each on the corpora it applies to (default: all of "
+                        f"{', '.join(SHAPES)})")  # fmt: skip
     parser.add_argument("--peers", nargs="+", choices=list(PEERS), default=list(PEERS), metavar="PEER",
                         help=f"peers to run (default: all of {', '.join(PEERS)})")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="one setting per peer (the first of its grid)")
     parser.add_argument("--jobs", type=int, default=2, help="streams run at once, one process each (default: 2)")
     args = parser.parse_args()
+    if args.out is None:
+        args.out = REPO / "reports" / ("spam.json" if args.corpus == "spamassassin" else "spam_stress.json")
+    return args
 
+
+def load_corpora(args: argparse.Namespace) -> Corpora:
+    """The messages of the corpora ``--corpus`` names."""
+    paths = {"spamassassin": (args.data, "--data"), "lingspam": (args.lingspam_data, "--lingspam-data")}
+    return {corpus: load_messages(*paths[corpus]) for corpus in paths if args.corpus in (corpus, BOTH)}
+
+
+def build_streams(args: argparse.Namespace) -> tuple[dict[str, Stream], list[str]]:
+    """Every stream of the chosen corpora and shapes, cut to ``--limit``, and the names of those left out because
+    they hold a single class (the first messages of a stream cut short may); exit when none is left."""
+    corpora = load_corpora(args)
+    names = stream_names([*corpora, BOTH] if args.corpus == BOTH else list(corpora), args.streams)
+    streams = {name: build_stream(name, corpora)[: args.limit] for name in names}
+    single = [name for name, stream in streams.items() if len({y for _, y in stream}) < 2]
+    for name in single:
+        print(f"warning: {name} left out: a single class in its {len(streams[name])} messages", file=sys.stderr)
+        del streams[name]
+    if not streams:
+        sys.exit(f"error: no stream of two classes for --corpus {args.corpus} and the shapes {', '.join(args.streams)}")
+    return streams, single
+
+
+def run_streams(
+    args: argparse.Namespace, streams: dict[str, Stream], configs: dict[str, dict]
+) -> dict[str, tuple[list[Run], float]]:
+    """The runs of every stream and their wall seconds, ``--jobs`` streams at once (the longest first)."""
+    if args.jobs <= 1:
+        return {name: run_stream(name, stream, configs, args.peers, args.quick) for name, stream in streams.items()}
+    order = sorted(streams, key=lambda name: -sum(len(text) for text, _ in streams[name]))
+    with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("fork")) as pool:
+        futures = {
+            name: pool.submit(run_stream, name, streams[name], configs, args.peers, args.quick) for name in order
+        }
+        return {name: futures[name].result() for name in streams}
+
+
+def asis_figures(args: argparse.Namespace, stream: Stream, runs: Sequence[Run]) -> list[str]:
+    """Draw the ROC curves and the rolling error rate of SpamAssassin as is next to the JSON; their file names."""
+    labels = np.array([y for _, y in stream])
+    best = list(best_by_peer(runs).values())
+    names = [f"{args.out.stem}_roc.png", f"{args.out.stem}_rolling_error.png"]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    plot_roc(best, labels, args.out.parent / names[0])
+    plot_rolling_error(best, labels, args.out.parent / names[1])
+    return names
+
+
+def main() -> None:
+    args = parse_arguments()
     prepare_timing()
     config = load_config(SPAM_CONFIG)  # once: every stream gets the same configuration
-    messages = load_messages(args.data)
-    streams = {name: build_stream(name, messages)[: args.limit] for name in args.streams}
-    for name, stream in streams.items():
-        if len({y for _, y in stream}) < 2:
-            sys.exit(f"error: stream {name} has a single class in its first {len(stream)} messages")
-    order = sorted(streams, key=lambda name: -sum(len(text) for text, _ in streams[name]))  # longest first
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=get_context("fork")) as pool:
-            futures = {
-                name: pool.submit(run_stream, name, streams[name], config, args.peers, args.quick) for name in order
-            }
-            results = {name: futures[name].result() for name in args.streams}
-    else:
-        results = {name: run_stream(name, streams[name], config, args.peers, args.quick) for name in args.streams}
+    configs = {OURS: config, PEGASOS: pegasos_config(config)}
+    streams, single = build_streams(args)
+    timed = run_streams(args, streams, configs)
+    results = {name: runs for name, (runs, _) in timed.items()}
+    seconds = {name: wall for name, (_, wall) in timed.items()}
 
-    headline, figures = [], {}
-    if "asis" in results:
-        labels = np.array([y for _, y in streams["asis"]])
-        best = list(best_by_peer(results["asis"]).values())
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        figures["asis"] = ["spam_roc.png", "spam_rolling_error.png"]
-        plot_roc(best, labels, args.out.parent / figures["asis"][0])
-        plot_rolling_error(best, labels, args.out.parent / figures["asis"][1])
-        mine = next(run for run in best if run.system == OURS)
-        peer = next(run for run in best if run.system != OURS)
-        headline = [[headline_label(results), fmt(mine.one_minus_roca_pct, ".3f"), peer.name,
-                     fmt(peer.one_minus_roca_pct, ".3f")]]  # fmt: skip
-    sections = [summary_section(streams, results, notes(args, config, results))]
-    for name in args.streams:
+    figures = {}
+    asis = "spamassassin/asis"
+    if asis in results:
+        figures[asis] = asis_figures(args, streams[asis], results[asis])
+    headline = [headline_row(results, corpus, args.limit) for corpus in CORPORA if f"{corpus}/asis" in results]
+    sections = [summary_section(streams, results, notes(args, configs, results, seconds, single))]
+    for name in streams:
         sections.append(stream_section(name, streams[name], results[name], args.quick, figures.get(name, [])))
+    corpora = " and ".join(label for corpus, label in CORPORA.items() if args.corpus in (corpus, BOTH))
     write_results(
         args,
-        "Spam filtering under stress: pegasos_stream against tuned peers",
+        f"Spam filtering under stress ({corpora}): pegasos_stream against tuned peers",
         sections,
         headline=headline,
         config={"model": config["model"], "features": config["features"]},
+        pegasos_alone={"model": configs[PEGASOS]["model"]},
+        stream_seconds=seconds,
         runs=[run.to_json() for runs in results.values() for run in runs],
     )
 

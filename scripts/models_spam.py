@@ -1,15 +1,16 @@
-"""pegasos_stream's models on the SpamAssassin stress streams: the shipped one and the alternatives.
+"""pegasos_stream's models on the SpamAssassin stress streams: the shipped one, its members and the alternatives.
 
 Prequential evaluation as in the TREC spam track: each message is scored, then learnt; (1-ROCA)% is
 100·(1 − exact ROC AUC of all the scores of the run), spam positive. Every run gets the features of
-``configs/spam.yaml`` (the compiled byte reader, 2^20 columns), computed once per stream, and learns
-in the compiled loop (``learn_rows``, bit for bit ``learn_one``). The models: the one
-``configs/spam.yaml`` builds (a `PegasosCommittee`); each of its two members alone (its
-`PegasosClassifier`, λ = 1e-5 and t0 = 30,000, the previous shipped model, and its `AdaGradLogistic`);
-`PegasosClassifier` at λ = 1e-4 without ``t0`` (the default before that); `PegasosGrid` at its
-defaults (four λ, no ``t0``). The streams are those
-of ``scripts/_stress.py`` (as is, subject and sender only, body only, spam at about 13% and 3%,
-shuffled, newest first).
+``configs/spam.yaml`` (the compiled byte reader: 4-grams, words and shapes), computed once per stream, and
+learns in the compiled loop (``learn_rows``, bit for bit ``learn_one``). The models: the one
+``configs/spam.yaml`` builds (a `PegasosMixture`); each of its members alone, by its raw margin (for each λ, the
+SVM plus the logistic regression, a `PegasosCommittee`, and the SVM alone, a `PegasosClassifier`); its
+`AdaGradLogistic` alone; `PegasosClassifier` at λ = 1e-4 without ``t0`` (exact Pegasos, the default before
+"auto"); ``PegasosClassifier()`` (λ chosen online); `PegasosGrid` at its defaults. The streams are the
+SpamAssassin shapes
+of ``scripts/_stress.py`` (as is, subject and sender only, subject only, body only, no blank line,
+list-archive tokens, spam at about 13%, 3% and 75%, shuffled, newest first, hard ham).
 
 Usage: ``python scripts/models_spam.py [--streams asis,short,...] [--limit N] [--out reports/models.json]``
 """
@@ -19,21 +20,24 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from _harness import REPO, add_data_argument, add_out_argument, fmt, invocation, load_messages, section, write_document
-from _stress import STREAMS, build_stream
+from _stress import SHAPES, build_stream
 from sklearn.metrics import roc_auc_score
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosCommittee, PegasosGrid
+from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosCommittee, PegasosGrid, PegasosMixture
 from pegasos_stream.cli.assemble import build_features, build_model
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.learners.rows import Rows
 
 SPAM_CONFIG = REPO / "configs" / "spam.yaml"
+#: The stress shapes that apply to SpamAssassin, the streams this runs.
+STREAMS = [shape for shape in SHAPES if "spamassassin" in SHAPES[shape].corpora]
 
 
-Model = PegasosCommittee | PegasosClassifier | AdaGradLogistic | PegasosGrid
+Model = PegasosMixture | PegasosCommittee | PegasosClassifier | AdaGradLogistic | PegasosGrid
 
 
 def prequential(model: Model, rows: Rows, labels: np.ndarray) -> float:
@@ -44,6 +48,27 @@ def prequential(model: Model, rows: Rows, labels: np.ndarray) -> float:
     if error is not None:
         raise error
     return 100 * (1 - roc_auc_score(labels, decisions))
+
+
+def members(mixture: PegasosMixture) -> dict[str, Callable[[], Model]]:
+    """A fresh learner of each member of ``mixture``, by its name: for each λ, the SVM plus the logistic regression
+    (a `PegasosCommittee`, scored by the sum of their margins) and the SVM alone."""
+    made: dict[str, Callable[[], Model]] = {}
+    for lambda_ in mixture.lambdas:
+        settings = {"t0": round(mixture.lambda_t0 / lambda_), "horizon": mixture.horizon}
+        made[f"svm({lambda_:g})+logistic"] = partial(
+            PegasosCommittee,
+            lambda_,
+            **settings,
+            learning_rate=mixture.learning_rate,
+            n_features=mixture.n_features,
+            initial_accumulator=mixture.initial_accumulator,
+        )
+        made[f"svm({lambda_:g})"] = partial(
+            PegasosClassifier, lambda_=lambda_, n_features=mixture.n_features, **settings
+        )
+    assert list(made) == mixture.member_names
+    return made
 
 
 def main() -> None:
@@ -59,19 +84,18 @@ def main() -> None:
 
     config = load_config(SPAM_CONFIG)
     features, shipped = build_features(config), build_model(config)
-    if not isinstance(shipped, PegasosCommittee):
-        sys.exit(f"error: configs/spam.yaml builds a {type(shipped).__name__}, expected a PegasosCommittee")
-    models: dict[str, Callable[[], Model]] = {
-        "configs/spam.yaml": shipped.clone,
-        f"its Pegasos (λ = {shipped.lambda_:g}, t0 = {shipped.t0})": shipped.svm.clone,
-        f"its AdaGradLogistic (η = {shipped.learning_rate:g})": shipped.logistic.clone,
-        "λ = 1e-4, t0 = 0": lambda: PegasosClassifier(lambda_=1e-4),
-        "PegasosGrid()": PegasosGrid,
-    }
+    if not isinstance(shipped, PegasosMixture):
+        sys.exit(f"error: configs/spam.yaml builds a {type(shipped).__name__}, expected a PegasosMixture")
+    models: dict[str, Callable[[], Model]] = {"configs/spam.yaml (the mixture)": shipped.clone}
+    models.update((f"member {name}", make) for name, make in members(shipped).items())
+    models[f"its AdaGradLogistic alone (η = {shipped.learning_rate:g})"] = shipped.committee.logistic.clone
+    models["λ = 1e-4, t0 = 0 (exact Pegasos)"] = lambda: PegasosClassifier(lambda_=1e-4)
+    models["PegasosClassifier() (λ chosen online)"] = PegasosClassifier
+    models["PegasosGrid()"] = PegasosGrid
     messages = load_messages(args.data)
     runs = []
     for name in names:
-        stream = build_stream(name, messages)[: args.limit]
+        stream = build_stream(f"spamassassin/{name}", {"spamassassin": messages})[: args.limit]
         labels = np.array([is_spam for _, is_spam in stream])
         rows = Rows(*features.transform_texts([text for text, _ in stream]))
         print(f"{name}: {len(stream):,} messages ...", file=sys.stderr)

@@ -54,7 +54,9 @@ class Benchmark(NamedTuple):
 
 #: Benchmark runs (``scripts/<name>.py``, or the script named), in the order they run and appear in the report.
 BENCHMARKS = {
-    "bench_spam": Benchmark("spam.json", {"--limit": ["1500"], "--quick": []}),
+    "bench_spam": Benchmark(
+        "spam_stress.json", {"--corpus": ["both"], "--limit": ["1500"], "--quick": []}, full=(("--corpus", ["both"]),)
+    ),
     "models_spam": Benchmark("models.json", {"--limit": ["1500"]}),
     "bench_learners": Benchmark("learners.json", {"--n": ["2000"], "--repeat": ["1"], "--memory-weights": ["100000"]}),
     "bench_river_defaults": Benchmark("river_defaults.json", {"--events": ["1000"]}),
