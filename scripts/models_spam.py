@@ -4,13 +4,12 @@ Prequential evaluation as in the TREC spam track: each message is scored, then l
 100·(1 − exact ROC AUC of all the scores of the run), spam positive. Every run gets the features of
 ``configs/spam.yaml`` (the compiled byte reader: 4-grams, words and shapes), computed once per stream, and
 learns in the compiled loop (``learn_rows``, bit for bit ``learn_one``). The models: the one
-``configs/spam.yaml`` builds (a `PegasosMixture`); each of its members alone, by its raw margin (for each λ, the
-SVM plus the logistic regression, a `PegasosCommittee`, and the SVM alone, a `PegasosClassifier`); its
-`AdaGradLogistic` alone; `PegasosClassifier` at λ = 1e-4 without ``t0`` (exact Pegasos, the default before
-"auto"); ``PegasosClassifier()`` (λ chosen online); `PegasosGrid` at its defaults. The streams are the
-SpamAssassin shapes
-of ``scripts/_stress.py`` (as is, subject and sender only, subject only, body only, no blank line,
-list-archive tokens, spam at about 13%, 3% and 75%, shuffled, newest first, hard ham).
+``configs/spam.yaml`` builds (a `PegasosMixture`); each of its members alone, by its raw margin (for each λ,
+the SVM plus each logistic regression and the SVM alone; each logistic regression alone); `PegasosClassifier`
+at λ = 1e-4 without ``t0`` (exact Pegasos, the default before "auto"); ``PegasosClassifier()`` (λ chosen
+online); `PegasosGrid` at its defaults. The streams are the SpamAssassin shapes of ``scripts/_stress.py`` (as
+is, subject and sender only, subject only, body only, no blank line, list-archive tokens, spam at about 13%, 3%
+and 75%, shuffled, newest first, hard ham).
 
 Usage: ``python scripts/models_spam.py [--streams asis,short,...] [--limit N] [--out reports/models.json]``
 """
@@ -27,7 +26,7 @@ from _harness import REPO, add_data_argument, add_out_argument, fmt, invocation,
 from _stress import SHAPES, build_stream
 from sklearn.metrics import roc_auc_score
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosCommittee, PegasosGrid, PegasosMixture
+from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosGrid, PegasosMixture
 from pegasos_stream.cli.assemble import build_features, build_model
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.learners.rows import Rows
@@ -37,7 +36,7 @@ SPAM_CONFIG = REPO / "configs" / "spam.yaml"
 STREAMS = [shape for shape in SHAPES if "spamassassin" in SHAPES[shape].corpora]
 
 
-Model = PegasosMixture | PegasosCommittee | PegasosClassifier | AdaGradLogistic | PegasosGrid
+Model = PegasosMixture | PegasosClassifier | AdaGradLogistic | PegasosGrid
 
 
 def prequential(model: Model, rows: Rows, labels: np.ndarray) -> float:
@@ -51,24 +50,42 @@ def prequential(model: Model, rows: Rows, labels: np.ndarray) -> float:
 
 
 def members(mixture: PegasosMixture) -> dict[str, Callable[[], Model]]:
-    """A fresh learner of each member of ``mixture``, by its name: for each λ, the SVM plus the logistic regression
-    (a `PegasosCommittee`, scored by the sum of their margins) and the SVM alone."""
+    """A fresh learner of each member of ``mixture``, by its name: for each λ, the SVM plus each logistic regression
+    (scored by the sum of their margins) and the SVM alone; then each logistic regression alone."""
+    logistics = {f"logistic({rate:g})": (rate, epsilon) for rate, epsilon in mixture.logistics}
     made: dict[str, Callable[[], Model]] = {}
     for lambda_ in mixture.lambdas:
-        settings = {"t0": round(mixture.lambda_t0 / lambda_), "horizon": mixture.horizon}
-        made[f"svm({lambda_:g})+logistic"] = partial(
-            PegasosCommittee,
-            lambda_,
-            **settings,
-            learning_rate=mixture.learning_rate,
+        svm = partial(
+            PegasosClassifier,
+            lambda_=lambda_,
+            t0=round(mixture.lambda_t0 / lambda_),
+            horizon=mixture.horizon,
             n_features=mixture.n_features,
-            initial_accumulator=mixture.initial_accumulator,
         )
-        made[f"svm({lambda_:g})"] = partial(
-            PegasosClassifier, lambda_=lambda_, n_features=mixture.n_features, **settings
-        )
+        for name, (rate, epsilon) in logistics.items():
+            logistic = partial(AdaGradLogistic, rate, mixture.n_features, epsilon)
+            made[f"svm({lambda_:g})+{name}"] = partial(Sum, svm, logistic)
+        made[f"svm({lambda_:g})"] = svm
+    made.update(
+        (name, partial(AdaGradLogistic, rate, mixture.n_features, epsilon))
+        for name, (rate, epsilon) in logistics.items()
+    )
     assert list(made) == mixture.member_names
     return made
+
+
+class Sum:
+    """Two learners side by side, scored by the sum of their margins (as a member of the mixture is)."""
+
+    def __init__(self, first: Callable[[], Model], second: Callable[[], Model]) -> None:
+        self.first, self.second = first(), second()
+
+    def learn_rows(self, rows: Rows, signs, weights, decisions, probas, start: int = 0) -> tuple[int, Exception | None]:
+        other = np.empty(len(decisions))
+        stop, error = self.first.learn_rows(rows, signs, weights, decisions, probas, start)
+        self.second.learn_rows(rows, signs, weights, other, probas, start)
+        decisions += other
+        return stop, error
 
 
 def main() -> None:
@@ -88,7 +105,6 @@ def main() -> None:
         sys.exit(f"error: configs/spam.yaml builds a {type(shipped).__name__}, expected a PegasosMixture")
     models: dict[str, Callable[[], Model]] = {"configs/spam.yaml (the mixture)": shipped.clone}
     models.update((f"member {name}", make) for name, make in members(shipped).items())
-    models[f"its AdaGradLogistic alone (η = {shipped.learning_rate:g})"] = shipped.committee.logistic.clone
     models["λ = 1e-4, t0 = 0 (exact Pegasos)"] = lambda: PegasosClassifier(lambda_=1e-4)
     models["PegasosClassifier() (λ chosen online)"] = PegasosClassifier
     models["PegasosGrid()"] = PegasosGrid

@@ -876,7 +876,7 @@ def test_inspect_prints_the_summary_of_a_file_and_of_a_directory(tmp_path, capsy
 
 @pytest.mark.parametrize(
     "model, learners",
-    [({"kind": "committee", "lambda_": 0.01}, 2), ({"kind": "mixture", "lambdas": [0.01, 0.1]}, 3)],
+    [({"kind": "committee", "lambda_": 0.01}, 2), ({"kind": "mixture", "lambdas": [0.01, 0.1]}, 4)],
     ids=["committee", "mixture"],
 )
 def test_inspect_counts_the_weights_of_every_learner_of_a_committee_or_a_mixture(tmp_path, capsys, model, learners):
@@ -887,7 +887,11 @@ def test_inspect_counts_the_weights_of_every_learner_of_a_committee_or_a_mixture
     assert summary["t"] == 120 and summary["weights"] == 2 * learners  # features "a" and "b" in each learner
     if model["kind"] == "mixture":
         members = summary["member_weights"]
-        assert list(members) == ["svm(0.01)+logistic", "svm(0.01)", "svm(0.1)+logistic", "svm(0.1)"]
+        assert list(members) == [
+            *("svm(0.01)+logistic(0.7)", "svm(0.01)+logistic(10)", "svm(0.01)"),
+            *("svm(0.1)+logistic(0.7)", "svm(0.1)+logistic(10)", "svm(0.1)"),
+            *("logistic(0.7)", "logistic(10)"),
+        ]
         assert sum(members.values()) == pytest.approx(1.0)
     else:
         assert "member_weights" not in summary

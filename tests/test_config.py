@@ -89,9 +89,8 @@ def test_spam_config_points_at_the_bundled_sample():
         "kind": "mixture",
         "lambdas": [1e-5, 1e-3],
         "lambda_t0": 0.3,
-        "learning_rate": 0.7,
+        "logistics": [[0.7, 1e-6], [10.0, 1.0]],
         "n_features": 2**19,
-        "initial_accumulator": 1e-6,
     }
     assert config["features"] == {
         "type": "email",

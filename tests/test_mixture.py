@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pegasos_stream import PegasosClassifier, PegasosCommittee, PegasosMixture, load, save
+from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosMixture, load, save
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config, shipped_configs
 from pegasos_stream.learners.calibration import OnlinePlatt
@@ -19,7 +19,7 @@ from pegasos_stream.learners.rows import Rows
 from pegasos_stream.persist.checkpoint import model_digest
 
 N_COLUMNS = 64
-PARAMS = {"lambdas": (1e-3, 1e-2, 1e-1), "lambda_t0": 0.5, "learning_rate": 0.3}
+PARAMS = {"lambdas": (1e-3, 1e-2, 1e-1), "lambda_t0": 0.5, "logistics": ((0.3, 1e-6), (2.0, 1.0))}
 
 
 def _stream(n: int, seed: int, flip: float = 0.1) -> list[tuple[dict, bool]]:
@@ -40,20 +40,20 @@ def _rows(stream: list[tuple[dict, bool]]) -> tuple[Rows, np.ndarray]:
 class _PlainMixture:
     """The mixture restated: each member's margin through its own Platt scaling, mixed by exp(−L_k)."""
 
-    def __init__(self, lambdas, lambda_t0, learning_rate):
-        self.committees = [
-            PegasosCommittee(lam, round(lambda_t0 / lam), learning_rate=learning_rate) for lam in lambdas
-        ]
+    def __init__(self, lambdas, lambda_t0, logistics):
         self.svms = [PegasosClassifier(lambda_=lam, t0=round(lambda_t0 / lam)) for lam in lambdas]
-        self.platts = [OnlinePlatt() for _ in range(2 * len(lambdas))]
-        self.losses = [0.0] * (2 * len(lambdas))
+        self.logistics = [AdaGradLogistic(rate, None, epsilon) for rate, epsilon in logistics]
+        members = len(lambdas) * (len(logistics) + 1) + len(logistics)
+        self.platts = [OnlinePlatt() for _ in range(members)]
+        self.losses = [0.0] * members
 
     def member_probas(self, x):
-        logistic = self.committees[0].logistic.decision_function_one(x)
+        logistic = [model.decision_function_one(x) for model in self.logistics]
         margins = []
         for svm in self.svms:
             margin = svm.decision_function_one(x)
-            margins += [margin + logistic, margin]
+            margins += [margin + other for other in logistic] + [margin]
+        margins += logistic
         return [platt.proba(m) for platt, m in zip(self.platts, margins)], margins
 
     def proba(self, x):
@@ -66,9 +66,8 @@ class _PlainMixture:
         for k, (platt, p, m) in enumerate(zip(self.platts, probas, margins)):
             self.losses[k] -= math.log(p if y else 1.0 - p)
             platt.update(m, y)
-        self.committees[0].learn_one(x, y)
-        for svm in self.svms:
-            svm.learn_one(x, y)
+        for learner in (*self.svms, *self.logistics):
+            learner.learn_one(x, y)
 
 
 def test_the_mixture_weights_its_members_by_their_log_loss():
@@ -80,14 +79,13 @@ def test_the_mixture_weights_its_members_by_their_log_loss():
     assert list(mixture.member_losses.values()) == pytest.approx(plain.losses, rel=1e-9)
     weights = mixture.member_weights
     assert sum(weights.values()) == pytest.approx(1.0) and list(weights) == [
-        "svm(0.001)+logistic",
-        "svm(0.001)",
-        "svm(0.01)+logistic",
-        "svm(0.01)",
-        "svm(0.1)+logistic",
-        "svm(0.1)",
+        *("svm(0.001)+logistic(0.3)", "svm(0.001)+logistic(2)", "svm(0.001)"),
+        *("svm(0.01)+logistic(0.3)", "svm(0.01)+logistic(2)", "svm(0.01)"),
+        *("svm(0.1)+logistic(0.3)", "svm(0.1)+logistic(2)", "svm(0.1)"),
+        *("logistic(0.3)", "logistic(2)"),
     ]
     assert mixture.t == 300 and model_digest(mixture.svms[0]) == model_digest(plain.svms[1])
+    assert model_digest(mixture.logistic_regressions[0]) == model_digest(plain.logistics[1])
 
 
 @settings(max_examples=40, deadline=None)
@@ -98,7 +96,7 @@ def test_the_mixture_weights_its_members_by_their_log_loss():
     st.sampled_from([(1e-4,), (1e-3, 1e-1), (1e-5, 1e-3, 1e-1)]),
 )
 def test_the_mixture_never_loses_more_than_ln_m_to_its_best_member(seed, n, flip, lambdas):
-    mixture = PegasosMixture(lambdas=lambdas, lambda_t0=0.3)
+    mixture = PegasosMixture(lambdas=lambdas, lambda_t0=0.3, logistics=((0.7, 1e-6), (5.0, 1.0)))
     rows, signs = _rows(_stream(n, seed, flip))
     decisions, probas = np.empty(n), np.empty(n)
     assert mixture.learn_rows(rows, signs, np.ones(n), decisions, probas) == (n, None)
@@ -175,6 +173,9 @@ def test_a_saved_mixture_loads_bit_for_bit_and_learns_on_alike(tmp_path, n_featu
         ({"lambdas": (0.0,)}, "lambda"),
         ({"lambda_t0": 0}, "lambda_t0"),
         ({"lambdas": "1e-3"}, "lambdas"),
+        ({"logistics": ()}, "logistics"),
+        ({"logistics": ((0.7,),)}, "logistics"),
+        ({"logistics": ((-1.0, 1e-6),)}, "learning_rate"),
     ],
 )
 def test_bad_settings_are_refused(params, message):

@@ -104,25 +104,28 @@ def _pairwise_auc(scores, positives) -> float:
 @functools.lru_cache(maxsize=1)
 def _spam_prequential():
     """A hand-written prequential loop over the bundled sample, as configs/spam.yaml describes it: Pegasos for
-    λ = 1e-5 and 1e-3 and an AdaGrad logistic regression written out here; the members (each SVM plus the
-    logistic regression, each SVM alone) calibrated by their Platt scaling and mixed by exp(−log loss)."""
+    λ = 1e-5 and 1e-3 and two logistic regressions with AdaGrad's steps (η = 0.7, ε = 1e-6; η = 10, ε = 1) written
+    out here; the members (each SVM plus each logistic regression, each SVM alone, each logistic regression alone)
+    calibrated by their Platt scaling and mixed by exp(−log loss)."""
     features = EmailFeatures(
         reader="bytes", char_ngram=4, words=True, shapes=True, max_chars=3000, binary=True, normalize=True, hash_bits=19
     )
     svms = [PegasosClassifier(lambda_=1e-5, t0=30000), PegasosClassifier(lambda_=1e-3, t0=300)]
-    platts = [OnlinePlatt() for _ in range(4)]
-    losses = [0.0] * 4
-    weights: dict = {}
-    squares: dict = {}  # ε plus the sum of each feature's squared gradients
+    logistics = [(0.7, 1e-6, {}, {}), (10.0, 1.0, {}, {})]  # (η, ε, weights, ε plus the sum of squared gradients)
+    platts = [OnlinePlatt() for _ in range(8)]
+    losses = [0.0] * 8
     rows = []
     with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines:
         for line in lines:
             event = json.loads(line)
             x = features.transform_one(event["text"])
-            logistic = sum(weights.get(key, 0.0) * value for key, value in x.items())
-            margins = [
-                m for svm in svms for m in (svm.decision_function_one(x) + logistic, svm.decision_function_one(x))
+            logistic = [
+                sum(weights.get(key, 0.0) * value for key, value in x.items()) for _, _, weights, _ in logistics
             ]
+            margins = []
+            for svm in svms:
+                margins += [svm.decision_function_one(x) + other for other in logistic] + [svm.decision_function_one(x)]
+            margins += logistic
             probas = [platt.proba(margin) for platt, margin in zip(platts, margins)]
             mix = [math.exp(min(losses) - loss) for loss in losses]
             p = sum(w * q for w, q in zip(mix, probas)) / sum(mix)
@@ -135,11 +138,12 @@ def _spam_prequential():
             for svm in svms:
                 svm.learn_one(x, positive)
             sign = 1.0 if positive else -1.0
-            coef = -sign / (1.0 + math.exp(sign * logistic))
-            for key, value in x.items():
-                g = coef * value
-                squares[key] = squares.get(key, 1e-6) + g * g
-                weights[key] = weights.get(key, 0.0) - 0.7 * g / math.sqrt(squares[key])
+            for (rate, epsilon, weights, squares), margin in zip(logistics, logistic):
+                coef = -sign / (1.0 + math.exp(sign * margin))
+                for key, value in x.items():
+                    g = coef * value
+                    squares[key] = squares.get(key, epsilon) + g * g
+                    weights[key] = weights.get(key, 0.0) - rate * g / math.sqrt(squares[key])
     return rows, svms[0]
 
 

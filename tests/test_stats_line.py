@@ -80,4 +80,4 @@ def test_the_stats_line_comes_at_its_interval_when_a_file_is_read_in_long_batche
     lines = _stats_lines(done.stderr.decode())
     _check_intervals(lines, 0.25, total)
     mixture = [line for line in done.stderr.decode().splitlines() if line.startswith("cumulative: ")][-1]
-    assert re.search(r" empty_bodies=\d+ ", mixture) and " members=svm(1e-05)+logistic:" in mixture  # spam.yaml's
+    assert re.search(r" empty_bodies=\d+ ", mixture) and " members=svm(1e-05)+logistic(0.7):" in mixture  # spam.yaml's
