@@ -258,6 +258,15 @@ def read_json_lines(path: Path) -> Iterator[dict]:
                 yield json.loads(line)
 
 
+def first_svm(model: dict) -> dict:
+    """The first Pegasos SVM of a spam configuration's model section: a linear model's or a committee's
+    ``lambda_`` and ``t0``, a mixture's first λ and its t0 (``lambda_t0``/λ)."""
+    if "lambdas" not in model:
+        return {"lambda_": model["lambda_"], "t0": model.get("t0", 0)}
+    lambda_ = model["lambdas"][0]
+    return {"lambda_": lambda_, "t0": round(model["lambda_t0"] / lambda_)}
+
+
 def load_messages(path: Path, option: str = "--data") -> list[Message]:
     """Read a corpus of the shared data (the chronological SpamAssassin stream, or Ling-Spam in its order); exit
     with a clear message, naming the ``option`` that points elsewhere, if the file is missing."""

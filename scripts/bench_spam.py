@@ -58,6 +58,7 @@ from _harness import (
     REPO,
     add_data_argument,
     add_lingspam_argument,
+    first_svm,
     fmt,
     load_messages,
     prepare_timing,
@@ -306,10 +307,7 @@ def pegasos_config(config: dict) -> dict:
     """``config`` (configs/spam.yaml) with its model overridden to its first Pegasos alone: ``model.kind: linear``
     with the mixture's first λ, that SVM's t0 (``lambda_t0``/λ) and the columns (a committee's λ and t0), loaded as
     ``--set model=...`` would."""
-    model = config["model"]
-    lambda_ = model["lambdas"][0] if "lambdas" in model else model["lambda_"]
-    t0 = round(model["lambda_t0"] / lambda_) if "lambda_t0" in model else model.get("t0", 0)
-    linear = {"kind": "linear", "lambda_": lambda_, "t0": t0, "n_features": model.get("n_features")}
+    linear = {"kind": "linear", **first_svm(config["model"]), "n_features": config["model"].get("n_features")}
     return load_config(SPAM_CONFIG, [f"model={json.dumps(linear)}"])
 
 

@@ -62,6 +62,7 @@ from _harness import (
     eval_pass,
     eval_row,
     fastest,
+    first_svm,
     fmt,
     load_messages,
     min_median,
@@ -206,11 +207,6 @@ def river_pass(path: Path, limit: int | None) -> Pass:
     return time.perf_counter() - start, {"scores": scores, "positives": positives}
 
 
-def svm_lambda(model: dict) -> float:
-    """The configured SVM's λ: a linear model's or a committee's ``lambda_``, a mixture's smallest."""
-    return model["lambda_"] if "lambda_" in model else min(model["lambdas"])
-
-
 def sklearn_pass(path: Path, alpha: float, limit: int | None) -> Pass:
     """HashingVectorizer(char 4-grams of the first 3,000 raw characters) + SGDClassifier.partial_fit, over the
     file (its first ``limit`` messages)."""
@@ -352,6 +348,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
         timings["bare"],
         positives,
     )
+    alpha = first_svm(config["model"])["lambda_"]  # scikit-learn's α is Pegasos's λ
     peers = [
         scored(
             "river BagOfWords() | LogisticRegression()",
@@ -362,9 +359,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
         scored(
             "scikit-learn HashingVectorizer(char 4-grams) + SGDClassifier(hinge)",
             "gzip + JSON, transform + decision_function + partial_fit per message",
-            fastest(
-                args.peer_repeat, with_cpu(lambda: sklearn_pass(args.data, svm_lambda(config["model"]), args.limit))
-            ),
+            fastest(args.peer_repeat, with_cpu(lambda: sklearn_pass(args.data, alpha, args.limit))),
             positives,
         ),
     ]

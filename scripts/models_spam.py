@@ -26,7 +26,7 @@ from _harness import REPO, add_data_argument, add_out_argument, fmt, invocation,
 from _stress import SHAPES, build_stream
 from sklearn.metrics import roc_auc_score
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosGrid, PegasosMixture
+from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosCommittee, PegasosGrid, PegasosMixture
 from pegasos_stream.cli.assemble import build_features, build_model
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.learners.rows import Rows
@@ -36,7 +36,7 @@ SPAM_CONFIG = REPO / "configs" / "spam.yaml"
 STREAMS = [shape for shape in SHAPES if "spamassassin" in SHAPES[shape].corpora]
 
 
-Model = PegasosMixture | PegasosClassifier | AdaGradLogistic | PegasosGrid
+Model = PegasosMixture | PegasosCommittee | PegasosClassifier | AdaGradLogistic | PegasosGrid
 
 
 def prequential(model: Model, rows: Rows, labels: np.ndarray) -> float:
@@ -51,41 +51,24 @@ def prequential(model: Model, rows: Rows, labels: np.ndarray) -> float:
 
 def members(mixture: PegasosMixture) -> dict[str, Callable[[], Model]]:
     """A fresh learner of each member of ``mixture``, by its name: for each λ, the SVM plus each logistic regression
-    (scored by the sum of their margins) and the SVM alone; then each logistic regression alone."""
-    logistics = {f"logistic({rate:g})": (rate, epsilon) for rate, epsilon in mixture.logistics}
+    (a `PegasosCommittee`, scored by the sum of their margins) and the SVM alone; then each logistic regression
+    alone."""
     made: dict[str, Callable[[], Model]] = {}
     for lambda_ in mixture.lambdas:
-        svm = partial(
-            PegasosClassifier,
-            lambda_=lambda_,
-            t0=round(mixture.lambda_t0 / lambda_),
-            horizon=mixture.horizon,
-            n_features=mixture.n_features,
-        )
-        for name, (rate, epsilon) in logistics.items():
-            logistic = partial(AdaGradLogistic, rate, mixture.n_features, epsilon)
-            made[f"svm({lambda_:g})+{name}"] = partial(Sum, svm, logistic)
-        made[f"svm({lambda_:g})"] = svm
-    made.update(
-        (name, partial(AdaGradLogistic, rate, mixture.n_features, epsilon))
-        for name, (rate, epsilon) in logistics.items()
-    )
+        settings = {
+            "t0": round(mixture.lambda_t0 / lambda_),
+            "horizon": mixture.horizon,
+            "n_features": mixture.n_features,
+        }
+        for rate, epsilon in mixture.logistics:
+            made[f"svm({lambda_:g})+logistic({rate:g})"] = partial(
+                PegasosCommittee, lambda_, learning_rate=rate, initial_accumulator=epsilon, **settings
+            )
+        made[f"svm({lambda_:g})"] = partial(PegasosClassifier, lambda_=lambda_, **settings)
+    for rate, epsilon in mixture.logistics:
+        made[f"logistic({rate:g})"] = partial(AdaGradLogistic, rate, mixture.n_features, epsilon)
     assert list(made) == mixture.member_names
     return made
-
-
-class Sum:
-    """Two learners side by side, scored by the sum of their margins (as a member of the mixture is)."""
-
-    def __init__(self, first: Callable[[], Model], second: Callable[[], Model]) -> None:
-        self.first, self.second = first(), second()
-
-    def learn_rows(self, rows: Rows, signs, weights, decisions, probas, start: int = 0) -> tuple[int, Exception | None]:
-        other = np.empty(len(decisions))
-        stop, error = self.first.learn_rows(rows, signs, weights, decisions, probas, start)
-        self.second.learn_rows(rows, signs, weights, other, probas, start)
-        decisions += other
-        return stop, error
 
 
 def main() -> None:

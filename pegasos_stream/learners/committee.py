@@ -139,14 +139,12 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
                     rows.slice(0, end), signs, weights, decisions, probas, start, columns, parts
                 )
                 if error is not None:
-                    self._predict_refused(rows.row(stop), stop, decisions, probas)
+                    self._predict_refused(rows.row(stop), stop, decisions, probas, parts)
                     return stop, error
                 start = end
             if start < n:
                 x = rows.row(start)
-                self._predict_refused(x, start, decisions, probas)
-                if parts is not None:
-                    parts[:, start] = self._parts_one(x)
+                self._predict_refused(x, start, decisions, probas, parts)
                 try:
                     self.learn_one(x, signs[start] > 0, float(weights[start]))
                 except ValueError as error:
@@ -212,18 +210,19 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         calibrate_rows(self._platt, sums, signs[start:stop], probas[start:stop])
         return stop, error
 
-    def _parts_one(self, x: dict) -> tuple[float, float]:
-        """The SVM's and the logistic regression's margins of x; NaN when they are not finite."""
-        try:
-            return self.svm.decision_function_one(x), self.logistic.decision_function_one(x)
-        except ValueError:
-            return math.nan, math.nan
-
-    def _predict_refused(self, x: dict, i: int, decisions: np.ndarray, probas: np.ndarray) -> None:
-        """Row ``i``'s decision and probability before ``learn_one`` takes it: NaN if its margin is not finite."""
+    def _predict_refused(
+        self, x: dict, i: int, decisions: np.ndarray, probas: np.ndarray, parts: np.ndarray | None = None
+    ) -> None:
+        """Row ``i``'s decision and probability (and its members' margins, into ``parts``) before ``learn_one``
+        takes it: NaN if a margin is not finite."""
         decisions[i] = probas[i] = np.nan
+        if parts is not None:
+            parts[:, i] = np.nan
         try:
-            decisions[i] = decision = self.decision_function_one(x)
-            probas[i] = self._platt.proba(decision)
+            margins = self.svm.decision_function_one(x), self.logistic.decision_function_one(x)
         except ValueError:
-            pass
+            return
+        decisions[i] = decision = margins[0] + margins[1]
+        probas[i] = self._platt.proba(decision)
+        if parts is not None:
+            parts[:, i] = margins

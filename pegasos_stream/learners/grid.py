@@ -12,7 +12,7 @@ from .calibration import OnlinePlatt, PlattScaledMargin
 from .linear import PegasosClassifier
 from .members import Members
 from .rows import Rows
-from .validation import check_lambda
+from .validation import check_lambdas
 
 __all__ = ["PegasosGrid"]
 
@@ -64,13 +64,10 @@ class PegasosGrid(Members, PlattScaledMargin, base.Classifier):
         horizon: int | None = None,
         t0: int = 0,
     ):
-        if isinstance(lambdas, (str, bytes, Mapping)) or not isinstance(lambdas, Sequence) or not lambdas:
-            raise ValueError(f"lambdas={lambdas!r}: expected a non-empty list of numbers > 0")
-        for lambda_ in lambdas:
-            check_lambda(lambda_)
+        checked = check_lambdas(lambdas)
         if isinstance(discount, bool) or not isinstance(discount, numbers.Real) or not 0.0 <= discount < 1.0:
             raise ValueError(f"discount={discount!r}: expected a number from 0 to 1 (1 excluded)")
-        self.lambdas = tuple(float(lambda_) for lambda_ in lambdas)
+        self.lambdas = checked
         self.discount = float(discount)  # (set again by Members: here for the order of the attributes saved)
         self.class_weight = class_weight
         self.horizon = horizon

@@ -16,7 +16,7 @@ from .committee import PegasosCommittee
 from .compiled import calibrate_rows
 from .linear import PegasosClassifier
 from .rows import Rows
-from .validation import binary_sign, check_lambda, check_sample_weight
+from .validation import binary_sign, check_lambdas, check_sample_weight
 
 __all__ = ["PegasosMixture"]
 
@@ -98,19 +98,13 @@ class PegasosMixture(base.Classifier):
         logistics: Sequence[Sequence[float]] = ((0.7, 1e-6), (10.0, 1.0)),
         n_features: int | None = None,
     ):
-        if isinstance(lambdas, (str, bytes, Mapping)) or not isinstance(lambdas, Sequence) or not lambdas:
-            raise ValueError(f"lambdas={lambdas!r}: expected a non-empty list of numbers > 0")
-        for lambda_ in lambdas:
-            check_lambda(lambda_)
+        checked = check_lambdas(lambdas)
         if isinstance(lambda_t0, bool) or not isinstance(lambda_t0, numbers.Real) or not lambda_t0 > 0:
             raise ValueError(f"lambda_t0={lambda_t0!r}: expected a number > 0")
-        if isinstance(logistics, (str, bytes, Mapping)) or not isinstance(logistics, Sequence) or not logistics:
+        pairs = isinstance(logistics, Sequence) and not isinstance(logistics, (str, bytes, Mapping)) and logistics
+        if not pairs or not all(map(_is_pair, logistics)):
             raise ValueError(f"logistics={logistics!r}: expected a non-empty list of [learning rate, ε] pairs")
-        if any(
-            isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2 for pair in logistics
-        ):
-            raise ValueError(f"logistics={logistics!r}: expected a non-empty list of [learning rate, ε] pairs")
-        self.lambdas = tuple(float(lambda_) for lambda_ in lambdas)
+        self.lambdas = checked
         self.lambda_t0 = float(lambda_t0)
         self.horizon = horizon
         self.logistics = tuple((float(rate), float(epsilon)) for rate, epsilon in logistics)
@@ -143,7 +137,7 @@ class PegasosMixture(base.Classifier):
     @property
     def learners(self) -> list[PegasosClassifier | AdaGradLogistic]:
         """The learners whose weights make the mixture: its SVMs and its logistic regressions."""
-        return [*self.committee.learners, *self.svms, *self.logistic_regressions]
+        return [*self.committee.learners, *self._others()]
 
     @property
     def member_names(self) -> list[str]:
@@ -241,9 +235,11 @@ class PegasosMixture(base.Classifier):
         )
         if error is not None:  # the refused row is predicted, as by learn_one, when its margins are finite
             decisions[stop] = probas[stop] = np.nan
-            refused = self._member_margins(svm_margins[:, stop : stop + 1], logistic_margins[:, stop : stop + 1])
-            if np.isfinite(refused).all():
-                (decisions[stop],), (probas[stop],) = self._mixed(refused, update=None)
+            try:
+                decisions[stop] = decision = self.decision_function_one(rows.row(stop))
+                probas[stop] = self.probability(decision)
+            except ValueError:
+                pass
         return stop, error
 
     def _mixed(
@@ -269,6 +265,11 @@ class PegasosMixture(base.Classifier):
         log_weights = losses[:, :n].min(axis=0) - losses[:, :n]  # each row's, before it is learned
         decisions = _log_sum_exp(log_weights + log_p) - _log_sum_exp(log_weights + log_q)
         return decisions, _logistic(decisions)
+
+
+def _is_pair(value: object) -> bool:
+    """Whether ``value`` is a sequence of two items (not a string)."""
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and len(value) == 2
 
 
 def _logistic(decisions: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 
 __all__ = [
     "MIN_LAMBDA",
@@ -18,6 +18,7 @@ __all__ = [
     "check_fit_intercept",
     "check_horizon",
     "check_lambda",
+    "check_lambdas",
     "check_sample_weight",
     "check_t0",
     "reject_features",
@@ -81,6 +82,15 @@ def check_lambda(lambda_: float) -> None:
             f"lambda_={lambda_!r}: expected a finite number >= {MIN_LAMBDA:g} (> 0, and not so small that"
             " the first step 1/lambda_ overflows; a bool is not a number)"
         )
+
+
+def check_lambdas(lambdas: Sequence[float]) -> tuple[float, ...]:
+    """A non-empty list of regularisation strengths as floats, each checked by `check_lambda`."""
+    if isinstance(lambdas, (str, bytes, Mapping)) or not isinstance(lambdas, Sequence) or not lambdas:
+        raise ValueError(f"lambdas={lambdas!r}: expected a non-empty list of numbers > 0")
+    for lambda_ in lambdas:
+        check_lambda(lambda_)
+    return tuple(float(lambda_) for lambda_ in lambdas)
 
 
 def check_horizon(horizon: int | None) -> None:
