@@ -13,6 +13,7 @@
  * dense_axpy: the step of a PegasosClassifier with n_features on one example over its weight array;
  *     dense_dict_dot, dense_dict_axpy: its margin and step taking the example's dict as it is.
  * platt_rows: OnlinePlatt over a run of margins (a committee's sums), as learn_rows calibrates its own.
+ * mix_rows: a PegasosMixture's exponential weights with a decreasing fixed share, as learners/hedge.py mixes.
  * check_rows: the CSR checks of learn_rows, naming the repeated column by its key.
  * sparse_dot, axpy_sq_norm: learn_one's passes over one example, as its Python expressions compute them.
  * gather, scatter: the weights a batch touches, out of the learner's dicts and back.
@@ -716,6 +717,93 @@ static PyObject *platt_rows(PyObject *self, PyObject *args) {
         platt_update(margins[i], signs[i] > 0, s, is, p);
     }
     release(b, 6);
+    Py_RETURN_NONE;
+}
+
+/* -- the mixture's exponential weights with a decreasing fixed share ---------------------------------------- */
+
+/* log Σ_k exp(offsets[k] + values[k·stride]) over ``m`` members, the terms added in order, as
+ * hedge._log_sum_exp sums the list of those sums. */
+static double log_sum_exp(const double *values, Py_ssize_t m, Py_ssize_t stride, const double *offsets) {
+    double top = offsets[0] + values[0];
+    for (Py_ssize_t k = 1; k < m; k++)
+        if (offsets[k] + values[k * stride] > top) top = offsets[k] + values[k * stride];
+    double total = 0.0;
+    for (Py_ssize_t k = 0; k < m; k++) total += exp(offsets[k] + values[k * stride] - top);
+    return top + log(total);
+}
+
+/* mix_rows(log_p, log_q, decisions, log_weights, signs, weights, losses, learned, share, update): the loop of
+ * hedge.mix_rows_python, with the same floating-point operations in the same order. log_p and log_q hold m rows
+ * (members, m = len(log_weights) >= 1) of n columns (examples), C-contiguous, flat; decisions n. With ``update``: signs and
+ * weights n, losses m, each example then updates losses and log_weights. */
+static PyObject *mix_rows(PyObject *self, PyObject *args) {
+    PyObject *o[7];
+    Py_ssize_t learned;
+    double share;
+    int update;
+    if (!PyArg_ParseTuple(args, "OOOOOOOndp", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &learned, &share,
+                          &update))
+        return NULL;
+    static const char *names[7] = {"log_p", "log_q", "decisions", "log_weights", "signs", "weights", "losses"};
+    static const int writable[7] = {0, 0, 1, 1, 0, 0, 1};
+    Buf b[7];
+    memset(b, 0, sizeof b);
+    for (int a = 0; a < 7; a++)
+        if (get_buffer(o[a], &b[a], writable[a], F64, "mix_rows", names[a]) < 0) {
+            release(b, 7);
+            return NULL;
+        }
+    Py_ssize_t m = length(&b[3]), n = m ? length(&b[0]) / m : 0;
+    const Py_ssize_t want[7] = {m * n, m * n, n, m, update ? n : 0, update ? n : 0, update ? m : 0};
+    if (m == 0) {
+        PyErr_SetString(PyExc_ValueError, "mix_rows: log_weights: 0 items, expected one per member (at least 1)");
+        release(b, 7);
+        return NULL;
+    }
+    for (int a = 0; a < 7; a++)
+        if (length(&b[a]) != want[a]) {
+            PyErr_Format(PyExc_ValueError, "mix_rows: %s: %zd items, expected %zd", names[a], length(&b[a]), want[a]);
+            release(b, 7);
+            return NULL;
+        }
+    if (!(share >= 0.0 && isfinite(share)) || learned < 0) {
+        PyErr_Format(PyExc_ValueError, "mix_rows: share = %R, learned = %zd: expected share >= 0 and learned >= 0",
+                     PyTuple_GET_ITEM(args, 8), learned);
+        release(b, 7);
+        return NULL;
+    }
+    const double *lp = b[0].view.buf, *lq = b[1].view.buf, *signs = b[4].view.buf, *weights = b[5].view.buf;
+    double *decisions = b[2].view.buf, *lw = b[3].view.buf, *losses = b[6].view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        decisions[i] = log_sum_exp(lp + i, m, n, lw) - log_sum_exp(lq + i, m, n, lw);
+        if (!update) continue;
+        const double *likelihoods = signs[i] > 0 ? lp + i : lq + i;
+        for (Py_ssize_t k = 0; k < m; k++) {
+            double loss = -weights[i] * likelihoods[k * n];
+            losses[k] += loss;
+            lw[k] -= loss;
+        }
+        double top = lw[0], sum = 0.0;
+        for (Py_ssize_t k = 1; k < m; k++)
+            if (lw[k] > top) top = lw[k];
+        for (Py_ssize_t k = 0; k < m; k++) sum += exp(lw[k] - top);
+        double total = top + log(sum);
+        double alpha = share > 0.0 ? share / ((double)(learned + i + 1) + 2.0 * share) : 0.0;
+        double keep = alpha > 0.0 ? log1p(-alpha) : 0.0, spread = alpha > 0.0 ? log(alpha / (double)m) : 0.0;
+        for (Py_ssize_t k = 0; k < m; k++) {
+            double weight = lw[k] - total;
+            if (alpha > 0.0) {
+                weight += keep;
+                double high = weight >= spread ? weight : spread;
+                weight = high + log1p(exp(-fabs(weight - spread)));
+            }
+            lw[k] = weight;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 7);
     Py_RETURN_NONE;
 }
 
@@ -2691,6 +2779,7 @@ static PyMethodDef methods[] = {
     {"learn_logistic_rows", learn_logistic_rows, METH_VARARGS,
      "AdaGradLogistic.learn_one over CSR rows; returns (stop row, columns first written)."},
     {"platt_rows", platt_rows, METH_VARARGS, "OnlinePlatt over a run of margins: probabilities, then updates."},
+    {"mix_rows", mix_rows, METH_VARARGS, "Exponential weights with a fixed share over members' log-probabilities."},
     {"dense_dot", dense_dot, METH_VARARGS, "<w, x> of one example over a weight array, summed as sum() sums."},
     {"logistic_step", logistic_step, METH_VARARGS, "AdaGradLogistic's step on one example over its weight arrays."},
     {"dense_axpy", dense_axpy, METH_VARARGS, "w += c*x over a weight array; the change of the squared norm."},

@@ -470,6 +470,35 @@ def test_the_calibration_pass_refuses_arrays_of_the_wrong_length():
     assert not probas.any() and not state.any()
 
 
+def test_the_mixing_loop_refuses_arrays_of_the_wrong_length_and_bad_settings():
+    log_p, log_q = np.log(np.full(6, 0.25)), np.log(np.full(6, 0.75))  # 2 members, 3 examples
+    decisions, log_weights, signs, weights, losses = (
+        np.zeros(3),
+        np.log([0.5, 0.5]),
+        np.ones(3),
+        np.ones(3),
+        np.zeros(2),
+    )
+    good = (log_p, log_q, decisions, log_weights, signs, weights, losses, 0, 3.0, True)
+    for name, index, array in [
+        ("log_p", 0, log_p[:5]),
+        ("log_q", 1, np.zeros(7)),
+        ("decisions", 2, np.zeros(2)),
+        ("log_weights", 3, np.zeros(0)),
+        ("signs", 4, signs[:2]),
+        ("weights", 5, np.ones(4)),
+        ("losses", 6, np.zeros(3)),
+    ]:
+        with pytest.raises(ValueError, match=f"^mix_rows: {name}: "):
+            _fast.mix_rows(*good[:index], array, *good[index + 1 :])
+    for learned, share in ((-1, 3.0), (0, -1.0), (0, math.nan), (0, math.inf)):
+        with pytest.raises(ValueError, match=r"^mix_rows: share = "):
+            _fast.mix_rows(*good[:7], learned, share, True)
+    with pytest.raises(ValueError, match=r"^mix_rows: decisions: expected a writable"):
+        _fast.mix_rows(log_p, log_q, _read_only(decisions), *good[3:])
+    assert not decisions.any() and not losses.any() and np.array_equal(log_weights, np.log([0.5, 0.5]))
+
+
 # -- names of the arrays -----------------------------------------------------------------------
 
 

@@ -90,6 +90,7 @@ def test_spam_config_points_at_the_bundled_sample():
         "lambdas": [1e-5, 1e-3],
         "lambda_t0": 0.3,
         "logistics": [[0.7, 1e-6], [10.0, 1.0]],
+        "share": 3.0,
         "n_features": 2**19,
     }
     assert config["features"] == {

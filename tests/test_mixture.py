@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosMixture, load, save
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config, shipped_configs
+from pegasos_stream.learners import hedge
 from pegasos_stream.learners.calibration import OnlinePlatt
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.persist.checkpoint import model_digest
+from pegasos_stream.persist.codec import decode, encode
 
 N_COLUMNS = 64
 PARAMS = {"lambdas": (1e-3, 1e-2, 1e-1), "lambda_t0": 0.5, "logistics": ((0.3, 1e-6), (2.0, 1.0))}
@@ -38,14 +40,17 @@ def _rows(stream: list[tuple[dict, bool]]) -> tuple[Rows, np.ndarray]:
 
 
 class _PlainMixture:
-    """The mixture restated: each member's margin through its own Platt scaling, mixed by exp(−L_k)."""
+    """The mixture restated: each member's margin through its own Platt scaling, mixed by weights that are
+    multiplied by each member's probability of the label, normalised, then shared: π ← (1 − α)π + α/M."""
 
-    def __init__(self, lambdas, lambda_t0, logistics):
+    def __init__(self, lambdas, lambda_t0, logistics, share):
         self.svms = [PegasosClassifier(lambda_=lam, t0=round(lambda_t0 / lam)) for lam in lambdas]
         self.logistics = [AdaGradLogistic(rate, None, epsilon) for rate, epsilon in logistics]
         members = len(lambdas) * (len(logistics) + 1) + len(logistics)
         self.platts = [OnlinePlatt() for _ in range(members)]
         self.losses = [0.0] * members
+        self.weights = [1.0 / members] * members
+        self.share, self.t = share, 0
 
     def member_probas(self, x):
         logistic = [model.decision_function_one(x) for model in self.logistics]
@@ -58,26 +63,35 @@ class _PlainMixture:
 
     def proba(self, x):
         probas, _ = self.member_probas(x)
-        weights = [math.exp(min(self.losses) - loss) for loss in self.losses]
-        return sum(w * p for w, p in zip(weights, probas)) / sum(weights)
+        return sum(w * p for w, p in zip(self.weights, probas))
 
     def learn(self, x, y):
         probas, margins = self.member_probas(x)
-        for k, (platt, p, m) in enumerate(zip(self.platts, probas, margins)):
-            self.losses[k] -= math.log(p if y else 1.0 - p)
+        likelihoods = [p if y else 1.0 - p for p in probas]
+        for k, (platt, likelihood, m) in enumerate(zip(self.platts, likelihoods, margins)):
+            self.losses[k] -= math.log(likelihood)
             platt.update(m, y)
+        self.t += 1
+        alpha = self.share / (self.t + 2 * self.share)
+        total = sum(w * likelihood for w, likelihood in zip(self.weights, likelihoods))
+        self.weights = [
+            (1 - alpha) * w * likelihood / total + alpha / len(self.weights)
+            for w, likelihood in zip(self.weights, likelihoods)
+        ]
         for learner in (*self.svms, *self.logistics):
             learner.learn_one(x, y)
 
 
-def test_the_mixture_weights_its_members_by_their_log_loss():
-    mixture, plain = PegasosMixture(**PARAMS), _PlainMixture(**PARAMS)
+@pytest.mark.parametrize("share", [0.0, 3.0])
+def test_the_mixture_weights_its_members_by_their_log_loss_and_shares(share):
+    mixture, plain = PegasosMixture(**PARAMS, share=share), _PlainMixture(**PARAMS, share=share)
     for x, y in _stream(300, 3):
         assert mixture.predict_proba_one(x)[True] == pytest.approx(plain.proba(x), rel=1e-9, abs=1e-12)
         mixture.learn_one(x, y)
         plain.learn(x, y)
     assert list(mixture.member_losses.values()) == pytest.approx(plain.losses, rel=1e-9)
     weights = mixture.member_weights
+    assert list(weights.values()) == pytest.approx(plain.weights, rel=1e-9, abs=1e-300)
     assert sum(weights.values()) == pytest.approx(1.0) and list(weights) == [
         *("svm(0.001)+logistic(0.3)", "svm(0.001)+logistic(2)", "svm(0.001)"),
         *("svm(0.01)+logistic(0.3)", "svm(0.01)+logistic(2)", "svm(0.01)"),
@@ -94,18 +108,48 @@ def test_the_mixture_weights_its_members_by_their_log_loss():
     st.integers(1, 400),
     st.floats(0.0, 0.5),
     st.sampled_from([(1e-4,), (1e-3, 1e-1), (1e-5, 1e-3, 1e-1)]),
+    st.sampled_from([0.0, 0.5, 3.0, 20.0]),
 )
-def test_the_mixture_never_loses_more_than_ln_m_to_its_best_member(seed, n, flip, lambdas):
-    mixture = PegasosMixture(lambdas=lambdas, lambda_t0=0.3, logistics=((0.7, 1e-6), (5.0, 1.0)))
+def test_the_mixture_never_loses_more_than_its_regret_bound_to_its_best_member(seed, n, flip, lambdas, share):
+    mixture = PegasosMixture(lambdas=lambdas, lambda_t0=0.3, logistics=((0.7, 1e-6), (5.0, 1.0)), share=share)
     rows, signs = _rows(_stream(n, seed, flip))
     decisions, probas = np.empty(n), np.empty(n)
     assert mixture.learn_rows(rows, signs, np.ones(n), decisions, probas) == (n, None)
     mixed_loss = -np.log(np.where(signs > 0, probas, 1.0 - probas)).sum()
     losses = np.array(list(mixture.member_losses.values()))
+    members = len(losses)
+    assert mixture.regret_bound == pytest.approx(
+        math.log(members) + sum(-math.log1p(-share / (s + 2 * share)) for s in range(1, n)), rel=1e-9, abs=1e-12
+    )
     assert mixed_loss <= losses.min() + mixture.regret_bound + 1e-9 * n
-    # the telescoping identity behind the bound: the mixture's loss is −log of the mean of e^{−L_k}
-    assert mixed_loss == pytest.approx(-np.log(np.mean(np.exp(losses.min() - losses))) + losses.min(), rel=1e-9)
+    if share == 0.0:  # the telescoping identity behind the bound: the mixture's loss is −log of the mean of e^{−L_k}
+        assert mixed_loss == pytest.approx(-np.log(np.mean(np.exp(losses.min() - losses))) + losses.min(), rel=1e-9)
     assert np.array_equal(decisions > 0, probas > 0.5)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(1, 9),
+    st.integers(0, 60),
+    st.integers(0, 10**6),
+    st.floats(0.0, 50.0),
+    st.integers(0, 10**9),
+    st.booleans(),
+)
+def test_the_compiled_mixing_loop_is_bit_identical_to_its_python_reference(members, n, seed, share, learned, update):
+    if hedge._fast is None:
+        pytest.skip("the compiled module is not in use")
+    rng = np.random.default_rng(seed)
+    probas = np.clip(rng.uniform(-0.2, 1.2, (members, n)), 2.0**-53, 1 - 2.0**-53)
+    log_p, log_q = np.log(probas), np.log(1.0 - probas)
+    signs, weights = np.where(rng.random(n) < 0.5, 1.0, -1.0), rng.choice([0.0, 0.5, 1.0, 3.0], n)
+    start = list(rng.normal(-math.log(members), 2.0, members))
+    results = []
+    for mix in (hedge.mix_rows, hedge.mix_rows_python):
+        decisions, log_weights, losses = np.empty(n), list(start), [0.5] * members
+        mix(log_p, log_q, decisions, log_weights, (signs, weights, losses, learned, share) if update else None)
+        results.append((decisions.tobytes(), log_weights, losses))
+    assert results[0] == results[1]
 
 
 @pytest.mark.parametrize("n_features", [None, N_COLUMNS])
@@ -176,6 +220,9 @@ def test_a_saved_mixture_loads_bit_for_bit_and_learns_on_alike(tmp_path, n_featu
         ({"logistics": ()}, "logistics"),
         ({"logistics": ((0.7,),)}, "logistics"),
         ({"logistics": ((-1.0, 1e-6),)}, "learning_rate"),
+        ({"share": -1.0}, "share"),
+        ({"share": math.nan}, "share"),
+        ({"share": True}, "share"),
     ],
 )
 def test_bad_settings_are_refused(params, message):
@@ -204,3 +251,20 @@ def test_the_shipped_spam_configuration_runs_in_batches_as_one_at_a_time(n_featu
         digests.add(model_digest(runner.model))
         scores.add(runner.report.summary()["roc_auc"])
     assert len(digests) == 1 and len(scores) == 1
+
+
+def test_a_mixture_saved_before_the_share_mixes_on_by_its_losses():
+    plain = PegasosMixture(**PARAMS, share=0.0)
+    stream = _stream(120, 13)
+    for x, y in stream[:60]:
+        plain.learn_one(x, y)
+    tree, arrays = encode(plain)
+    for name in ("share", "_log_weights"):  # the state as the mixture saved it before it had a share
+        index = tree["attributes"]["keys"].index(name)
+        del tree["attributes"]["keys"][index], tree["attributes"]["values"][index]
+    old = decode(tree, arrays)
+    assert old.share == 0.0 and old.member_weights == pytest.approx(plain.member_weights, rel=1e-12)
+    for x, y in stream[60:]:
+        assert old.decision_function_one(x) == pytest.approx(plain.decision_function_one(x), rel=1e-9, abs=1e-12)
+        old.learn_one(x, y)
+        plain.learn_one(x, y)

@@ -106,14 +106,15 @@ def _spam_prequential():
     """A hand-written prequential loop over the bundled sample, as configs/spam.yaml describes it: Pegasos for
     λ = 1e-5 and 1e-3 and two logistic regressions with AdaGrad's steps (η = 0.7, ε = 1e-6; η = 10, ε = 1) written
     out here; the members (each SVM plus each logistic regression, each SVM alone, each logistic regression alone)
-    calibrated by their Platt scaling and mixed by exp(−log loss)."""
+    calibrated by their Platt scaling and mixed by weights multiplied by each member's probability of the label,
+    normalised, then shared: π ← (1 − α)π + α/8 with α = 3/(t + 6) after the t-th message."""
     features = EmailFeatures(
         reader="bytes", char_ngram=4, words=True, shapes=True, max_chars=3000, binary=True, normalize=True, hash_bits=19
     )
     svms = [PegasosClassifier(lambda_=1e-5, t0=30000), PegasosClassifier(lambda_=1e-3, t0=300)]
     logistics = [(0.7, 1e-6, {}, {}), (10.0, 1.0, {}, {})]  # (η, ε, weights, ε plus the sum of squared gradients)
     platts = [OnlinePlatt() for _ in range(8)]
-    losses = [0.0] * 8
+    mix = [1.0 / 8] * 8
     rows = []
     with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines:
         for line in lines:
@@ -127,13 +128,14 @@ def _spam_prequential():
                 margins += [svm.decision_function_one(x) + other for other in logistic] + [svm.decision_function_one(x)]
             margins += logistic
             probas = [platt.proba(margin) for platt, margin in zip(platts, margins)]
-            mix = [math.exp(min(losses) - loss) for loss in losses]
-            p = sum(w * q for w, q in zip(mix, probas)) / sum(mix)
-            not_p = sum(w * (1.0 - q) for w, q in zip(mix, probas)) / sum(mix)
+            p = sum(w * q for w, q in zip(mix, probas))
+            not_p = sum(w * (1.0 - q) for w, q in zip(mix, probas))
             positive = event["label"] == "spam"
             rows.append((event["id"], math.log(p) - math.log(not_p), positive))
-            for k, (platt, margin, q) in enumerate(zip(platts, margins, probas)):
-                losses[k] -= math.log(q if positive else 1.0 - q)
+            likelihoods = [q if positive else 1.0 - q for q in probas]
+            alpha = 3.0 / (len(rows) + 6.0)
+            mix = [(1 - alpha) * w * q / (p if positive else not_p) + alpha / 8 for w, q in zip(mix, likelihoods)]
+            for platt, margin in zip(platts, margins):
                 platt.update(margin, positive)
             for svm in svms:
                 svm.learn_one(x, positive)
