@@ -40,6 +40,7 @@ class OptionalBuildExt(build_ext):
         self.failures: list[str] = []  # a line per module not built: why
 
     def run(self) -> None:
+        self._remove_earlier_builds()
         try:
             super().run()
         except BUILD_ERRORS as error:  # no compiler at all: nothing was built
@@ -56,6 +57,18 @@ class OptionalBuildExt(build_ext):
                     ]
                 )
             )
+
+    def _remove_earlier_builds(self) -> None:
+        """Remove the compiled modules an earlier build left, in the build directory and (for an in-place or
+        editable build) in the package, so that each module is built from the sources now or is absent: setuptools
+        would skip a module whose file is newer than its sources, and install the earlier file of a module it
+        could not build."""
+        for ext in self.extensions:
+            built = [Path(self.build_lib, self.get_ext_filename(self.get_ext_fullname(ext.name)))]
+            if self.inplace:
+                built.append(Path(self.get_ext_fullpath(ext.name)))
+            for path in built:
+                path.unlink(missing_ok=True)
 
     def build_extension(self, ext: Extension) -> None:
         ext.extra_compile_args = MSVC_FLAGS if self.compiler.compiler_type == "msvc" else FLAGS

@@ -40,7 +40,7 @@ import pytest
 import yaml
 
 from pegasos_stream import KernelPegasosClassifier, PegasosClassifier, PegasosMulticlass, cli, load, save
-from pegasos_stream.cli.config import config_hash, load_config
+from pegasos_stream.cli.config import LEARNERS, config_hash, load_config
 from pegasos_stream.learners.svstore import DENSE_MAX_COLUMNS
 from pegasos_stream.persist import checkpoint as ck
 from pegasos_stream.persist.checkpoint import (
@@ -58,6 +58,7 @@ from pegasos_stream.persist.checkpoint import (
 )
 from pegasos_stream.persist.codec import StateError
 from pegasos_stream.stream.evaluation import BinaryReport, MulticlassReport
+from pegasos_stream.stream.inputs import FileHead
 from pegasos_stream.stream.parsing import EventParser
 from pegasos_stream.stream.pending import PendingLabels
 from pegasos_stream.stream.runner import Runner
@@ -821,8 +822,9 @@ def test_keep_drops_the_oldest_files(tmp_path):
 # -- 4. inspect ------------------------------------------------------------------------------
 
 
-def _tiny_run(tmp_path: Path, model: dict, n: int = 120) -> tuple[Path, dict]:
-    """A real `run` (in process) over n events with checkpoints; returns (checkpoint dir, config)."""
+def _tiny_run(tmp_path: Path, model: dict, n: int = 120, features: dict | None = None) -> tuple[Path, dict]:
+    """A real `run` (in process) over n events with checkpoints (``features``: dict features, as they come by
+    default); returns (checkpoint dir, config)."""
     events = tmp_path / "events.jsonl"
     rng = random.Random(1)
     events.write_text(
@@ -833,7 +835,7 @@ def _tiny_run(tmp_path: Path, model: dict, n: int = 120) -> tuple[Path, dict]:
     )
     config = {
         "model": model,
-        "features": {"type": "dict"},
+        "features": features or {"type": "dict"},
         "source": {"type": "file", "path": str(events)},
         "output": {"type": "none"},
         "checkpoint": {"dir": str(tmp_path / "ck"), "every_events": 50, "keep": 3},
@@ -848,6 +850,9 @@ def test_inspect_prints_the_summary_of_a_file_and_of_a_directory(tmp_path, capsy
     directory, config = _tiny_run(tmp_path, {"kind": "linear", "lambda_": 0.01, "average": True})
     capsys.readouterr()
     newest = checkpoints(directory)[0]
+    events = newest.parent.parent / "events.jsonl"
+    with open(events, "rb") as file:
+        identity = FileHead(events).identity(file)
     state, manifest = read_checkpoint(newest)
     expected = {
         "path": str(newest),
@@ -857,7 +862,11 @@ def test_inspect_prints_the_summary_of_a_file_and_of_a_directory(tmp_path, capsy
         "t": 120,
         "weights": 2,
         "events": 120,
-        "source": {"offset": newest.parent.parent.joinpath("events.jsonl").stat().st_size, "line": 120},
+        "source": {
+            "offset": events.stat().st_size,
+            "line": 120,
+            "input": identity,
+        },
         "model_sha256": model_digest(state["model"]),
     }
     assert manifest["source"] == expected["source"]
@@ -918,6 +927,28 @@ def test_inspect_counts_support_vectors_of_a_kernel_model(tmp_path, capsys):
         "source": None,
         "model_sha256": model_digest(model),
     }
+
+
+@pytest.mark.parametrize(
+    "model, features",
+    [({"kind": kind}, None) for kind in LEARNERS]
+    + [({"kind": "linear", "lambda_": 0.01, "n_features": 2**12}, {"type": "dict", "hash_bits": 12})],
+    ids=[*LEARNERS, "linear-array"],
+)
+def test_inspect_summarises_every_kind_of_learner(tmp_path, capsys, model, features):
+    """Each learner at its defaults (a linear one: lambda_="auto"), and a linear one with its weights in an
+    array, as JSON and as text: the model's digest, its steps and its size."""
+    directory, _ = _tiny_run(tmp_path, model, features=features)
+    capsys.readouterr()
+    assert cli.main(["inspect", str(directory), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    state, _ = read_checkpoint(summary["path"])
+    assert summary["learner"] == LEARNERS[model["kind"]] == type(state["model"]).__name__
+    assert summary["model_sha256"] == model_digest(state["model"]) and summary["t"] == 120
+    assert summary.get("weights", summary.get("support_vectors", 0)) > 0
+    assert cli.main(["inspect", summary["path"]]) == 0
+    text = capsys.readouterr().out
+    assert f"model_sha256: {summary['model_sha256']}" in text
 
 
 def test_inspect_a_corrupt_file_exits_1_with_the_reason(tmp_path):

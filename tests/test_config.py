@@ -15,8 +15,10 @@ import pytest
 import yaml
 
 from pegasos_stream import cli
+from pegasos_stream.cli import options
 from pegasos_stream.cli.assemble import ARRAY_COLUMNS, build_features, build_model
 from pegasos_stream.cli.config import (
+    INPUT_KEYS,
     KAFKA_CONNECTION,
     SECRETS,
     ConfigError,
@@ -24,11 +26,14 @@ from pegasos_stream.cli.config import (
     check_kafka_checkpoints,
     config_file,
     config_hash,
+    input_format,
     kafka_client_settings,
     load_config,
     parse_override,
     shipped_configs,
     validate,
+    without_secrets,
+    written_for,
 )
 from pegasos_stream.features import DictHasher
 from pegasos_stream.persist.checkpoint import latest_valid
@@ -509,7 +514,7 @@ def test_config_hash_ignores_keys_at_their_default(name):
     that has it at its default; the same key at another value, or at its default of another type, does not."""
     config = load_config(ROOT / "configs" / name)
     digest = config_hash(config)
-    for section, key in (("source", "label"), ("source", "folders")):  # keys added with a default
+    for section, key in (("source", "max_bytes"), ("evaluation", "exact_auc")):  # keys added with a default
         older = copy.deepcopy(config)
         default = older[section].pop(key)
         assert config_hash(older) == digest, f"{section}.{key}"
@@ -527,15 +532,15 @@ def test_config_hash_changes_with_any_value(name):
     digest = config_hash(config)
     # Not part of the job the hash identifies: the run, metrics, publish and cluster sections (how long this run
     # goes on, where it serves its figures and publishes its model, how often a cluster learner syncs), the kafka
-    # section (the validated client sections hold its settings, and the hash counts them there), the Kafka client
-    # (either reads and commits the same offsets) and the passwords (a password changed is the same job, and a
-    # digest is no place for one).
+    # section (the validated client sections hold its settings, and the hash counts them there), the input (the
+    # file or topics read, with either Kafka client, their format, fields and labels: a run may go on learning
+    # from another input) and the passwords (a password changed is the same job, and a digest is no place for one).
     ignored = [
         keys
         for keys, _ in _leaves(config)
         if keys[0] in ("run", "metrics", "publish", "cluster", "kafka")
         or keys[-1] in SECRETS
-        or keys == ("source", "client")
+        or (keys[0] == "source" and keys[1] in INPUT_KEYS)
     ]
     leaves = [(keys, value) for keys, value in _leaves(config) if keys not in ignored]
     assert len(leaves) > 30 and len(ignored) > 10
@@ -563,6 +568,48 @@ def test_config_hash_changes_with_any_value(name):
     b = copy.deepcopy(config)
     b["delayed_labels"]["max_pending"] = 1.0
     assert config_hash(a) != config_hash(b)
+
+
+def test_a_checkpoint_of_another_input_is_of_the_same_job_and_one_of_another_model_is_not(tmp_path):
+    """The input (its path, type, format and labels) leaves the hash; a checkpoint written while it was part of
+    the hash is of the job its stored configuration, hashed now, names."""
+    spam = ROOT / "configs" / "spam.yaml"
+    config = load_config(spam, [f"source.path={tmp_path / 'a.mbox'}", "source.format=mbox", "source.label=spam"])
+    other = load_config(spam, ["source.type=stdin", "source.format=raw", "source.label=ham"])
+    assert config_hash(other) == config_hash(config) == config_hash(load_config(spam))
+    assert config_hash(load_config(spam, ["source.labels.positive=SPAM"])) != config_hash(config)
+    older = {"config": without_secrets(config), "config_sha256": "the digest of the configuration and its input"}
+    assert written_for(older, other)
+    assert not written_for(older, load_config(ROOT / "configs" / "spam.yaml", ["model.lambdas=[0.1]"]))
+    assert not written_for({"config_sha256": "another digest"}, other)
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("a.mbox", "mbox"),
+        ("a.MBOX.gz", "mbox"),
+        ("m.eml", "raw"),
+        ("m.eml.gz", "raw"),
+        ("x.jsonl", None),
+        ("mbox", None),
+    ],
+)
+def test_the_name_of_an_input_says_its_format(name, expected):
+    assert input_format(name) == expected
+
+
+def test_a_format_given_wins_over_the_name(tmp_path):
+    """A format written beside the path, or given with --set, wins; --input sets the one its name says over the
+    file's (whose format was about its own input)."""
+    spam = ROOT / "configs" / "spam.yaml"
+    assert load_config(spam, [f"source.path={tmp_path / 'a.mbox'}", "source.format=raw"])["source"]["format"] == "raw"
+    written = _write(tmp_path / "job.yaml", {"source": {"type": "file", "path": "a.mbox", "format": "json"}})
+    assert load_config(written)["source"]["format"] == "json"
+    for args, expected in (([], "mbox"), (["--set", "source.format=raw"], "raw")):
+        given = options.overrides(options.common_options().parse_args(["--input", str(tmp_path / "a.mbox"), *args]))
+        config = load_config(spam, [text for text, _ in given], [flag for _, flag in given])
+        assert config["source"]["format"] == expected
 
 
 # -- YAML: aliases, nesting and size -------------------------------------------------------

@@ -22,6 +22,7 @@ from river import stream
 
 from pegasos_stream.learners.validation import binary_sign
 from pegasos_stream.stream import sources
+from pegasos_stream.stream.inputs import FileHead
 from pegasos_stream.stream.parsing import BadRecord, Event, EventParser
 from pegasos_stream.stream.records import Cursors, Record
 from pegasos_stream.stream.sources import FileSource, Source, StdinSource
@@ -290,6 +291,12 @@ def test_record_at_the_size_limit_is_accepted():
 # -- file source ---------------------------------------------------------------------------
 
 
+def _identity(path: Path) -> dict:
+    """The identity of the file at ``path`` that a position taken now records."""
+    with open(path, "rb") as file:
+        return FileHead(path).identity(file)
+
+
 def _events_file(tmp_path, lines: list[bytes], suffix: str):
     """``lines`` as the file tmp_path/events<suffix>, one per line, gzip-compressed for ".gz"."""
     data = b"\n".join(lines) + b"\n"
@@ -371,7 +378,7 @@ def test_a_file_line_longer_than_max_bytes_is_cut_as_it_is_read(tmp_path, batch)
     assert [r.value for r in records] == [lines[0], b"a" * (max_bytes + 1), b'{"id": 2}', lines[3], lines[4]]
     ends = list(accumulate(len(line) + 1 for line in lines))
     assert [r.cursor for r in records] == [(end, number) for number, end in enumerate(ends, 1)]
-    assert source.position() == {"offset": path.stat().st_size, "line": 5}
+    assert source.position() == {"offset": path.stat().st_size, "line": 5, "input": _identity(path)}
     parser = EventParser(max_bytes=max_bytes)
     with pytest.raises(BadRecord, match=rf"^{path}:2: record of more than 1000 bytes exceeds 1000$"):
         parser.parse(records[1])
@@ -490,11 +497,11 @@ def test_an_unclaimed_file_batch_is_read_again(tmp_path, monkeypatch, suffix, bl
     batch = source.claim(source.read(4))  # lines 2 to 5 (or fewer), the blank one left out
     assert [r.value for r in batch] == lines[2 : 2 + len(batch)] and len(batch) == (3 if block > 100 else 1)
     source.unclaim(batch, 0)  # none of it was processed: back to before the blank line 2
-    assert source.position() == {"offset": 10, "line": 1}
+    assert source.position() == {"offset": 10, "line": 1, "input": _identity(path)}
     again = source.claim(source.read(4))
     assert [(r.value, r.cursor) for r in again] == [(r.value, r.cursor) for r in batch]
     source.unclaim(again, 1)  # only record 2 (line 3) was processed
-    assert source.position() == {"offset": 21, "line": 3}
+    assert source.position() == {"offset": 21, "line": 3, "input": _identity(path)}
     rest = []
     while (more := source.read(10)) is not None:
         rest += [r.position for r in more]

@@ -24,6 +24,7 @@ import yaml
 
 from pegasos_stream.cli.config import ConfigError, load_config
 from pegasos_stream.persist.checkpoint import describe, latest_valid
+from pegasos_stream.stream.inputs import FileHead
 from pegasos_stream.stream.mail import MaildirSource, MboxSplitter, MessageFileSource, MessageStdinSource
 from pegasos_stream.stream.parsing import BadRecord, EventParser
 from pegasos_stream.stream.records import Record
@@ -55,6 +56,12 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
+def _identity(path: Path) -> dict:
+    """The identity of the file at ``path`` that a position taken now records."""
+    with open(path, "rb") as file:
+        return FileHead(path).identity(file)
+
+
 def _read_all(source) -> list[Record]:
     try:
         return [record for record in source if record is not None]
@@ -81,7 +88,7 @@ def test_an_mbox_file_is_cut_into_its_messages(tmp_path, name, batch):
     assert [r.position for r in records] == [f"{path}:1", f"{path}:2", f"{path}:3"]
     starts = [match.start() + 1 for match in re.finditer(rb"\nFrom ", data)]
     assert [r.cursor for r in records] == [(starts[0], 1), (starts[1], 2), (len(data), 3)]
-    assert source.position() == {"offset": len(data), "message": 3}
+    assert source.position() == {"offset": len(data), "message": 3, "input": _identity(path)}
     events = [EventParser("mbox", labels={"positive": "spam", "negative": "ham"}).parse(r) for r in records]
     assert [(e.id, e.text, e.label) for e in events] == [
         (f"{path}:{i}", r.value, True) for i, r in enumerate(records, 1)
@@ -146,7 +153,7 @@ def test_an_mbox_file_resumes_at_the_start_of_the_next_message(tmp_path):
     batch = source.claim(source.read(3))
     source.unclaim(batch, 1)  # only the first message was processed
     position = source.position()
-    assert position == {"offset": batch.cursors[0][0], "message": 1}
+    assert position == {"offset": batch.cursors[0][0], "message": 1, "input": _identity(path)}
     assert data[position["offset"] :].startswith(_envelope(2))
     assert [(r.value, r.position) for r in source.read(3)] == [(SECOND, f"{path}:2"), (THIRD, f"{path}:3")]
     source.close()
@@ -161,7 +168,7 @@ def test_a_raw_file_is_one_message_however_many_from_lines_it_holds(tmp_path, na
     source = MessageFileSource(path, "raw", max_bytes=10_000, label="ham")
     [record] = _read_all(source)
     assert (record.value, record.position, record.label) == (data, f"{path}:1", "ham")
-    assert source.position() == {"offset": len(data), "message": 1}
+    assert source.position() == {"offset": len(data), "message": 1, "input": _identity(path)}
     assert _read_all(MessageFileSource(path, "raw", len(data), 1)) == []  # resumed after it: nothing left
 
 
@@ -312,6 +319,25 @@ def test_an_mbox_gives_the_learner_the_messages_of_its_json_lines_and_resumes_ex
     assert _summary(resumed) == _summary(done)
     assert _final(tmp_path / "stopped" / "ck") == _final(tmp_path / "whole" / "ck")
     assert _predictions(stopped) == _predictions(whole)
+
+
+def test_an_mbox_of_new_mail_resumed_after_another_is_learned_whole(sample_messages, tmp_path):
+    """A checkpoint at the end of a.mbox (its format from its name, every message spam), then ``--resume --input
+    b.mbox`` of ham, a smaller file than a's offset: b is read from its first message, each one learned."""
+    messages, _ = sample_messages
+    first = _write(tmp_path / "a.mbox", _mbox(messages[:60]))
+    second = _write(tmp_path / "b.mbox", _mbox(messages[60:90]))
+    assert second.stat().st_size < first.stat().st_size
+    job = _job(tmp_path, {"type": "file", "path": str(first), "label": "spam"}, checkpoint=True)
+    assert _summary(_run(job))["learned"] == 60
+    newest = describe(tmp_path / "ck")
+    done = _run(job, "--resume", "--input", str(second), "--set", "source.label=ham")
+    assert done.stderr.decode().splitlines()[0] == (
+        f"file {second.resolve()} is not the input of {newest['path']} (file {first.resolve()}): reading it from its"
+        " beginning"
+    )
+    summary = _summary(done)
+    assert (summary["learned"], summary["rejected"], summary["t"]) == (90, 0, newest["t"] + 30)
 
 
 def _maildir(root: Path, messages: list[bytes], labels: list[str]) -> list[Path]:

@@ -167,3 +167,15 @@ def test_a_message_needs_email_features_and_a_missing_input_is_refused_first(tmp
     done = _predict("--model", model, str(events))
     assert done.returncode == 0, done.stderr
     assert [(p["id"], p["predicted"]) for p in _lines(done.stdout)] == [(1, True), (2, False)]  # no source.labels
+
+
+def test_predict_without_a_message_is_one_line_and_status_2(spam_checkpoint, tmp_path):
+    """Nothing on standard input, or a file of blank lines: no message to score, not the score of an empty one."""
+    done = _predict("--model", str(spam_checkpoint))
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert done.stderr.decode().splitlines() == ["error: standard input: empty: no message to score"]
+    blank = tmp_path / "blank.eml"
+    blank.write_bytes(b"\r\n\n")
+    done = _predict("--model", str(spam_checkpoint), str(blank))
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert done.stderr.decode().splitlines() == [f"error: {blank}: empty: no message to score"]

@@ -177,12 +177,9 @@ def _copy_project(target: Path) -> None:
     )
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(os.name == "nt", reason="CC does not choose the compiler on Windows")
-def test_the_package_installs_and_runs_without_a_c_compiler(tmp_path):
-    source, venv, elsewhere = tmp_path / "source", tmp_path / "venv", tmp_path / "elsewhere"
-    _copy_project(source)
-    elsewhere.mkdir()
+def _venv(venv: Path) -> tuple[Path, str]:
+    """A virtual environment that sees this interpreter's packages (pip, setuptools, numpy, river...), so that
+    nothing is downloaded: (its python, its directory of packages)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", venv], check=True)
     python = venv / "bin" / "python"
     purelib = subprocess.run(
@@ -191,11 +188,13 @@ def test_the_package_installs_and_runs_without_a_c_compiler(tmp_path):
         text=True,
         check=True,
     ).stdout.strip()
-    # this interpreter's packages (pip, setuptools, numpy, river...), so that nothing is downloaded
     ours = [*site.getsitepackages(), sysconfig.get_paths()["purelib"]]
     Path(purelib, "test-packages.pth").write_text("\n".join(dict.fromkeys(ours)) + "\n", encoding="utf-8")
-    env = _environment(CC=str(tmp_path / "no-such-compiler"), PIP_DISABLE_PIP_VERSION_CHECK="1")
-    env.pop("PYTHONPATH", None)
+    return python, purelib
+
+
+def _install(python: Path, source: Path, env: dict[str, str]) -> str:
+    """Install ``source`` into ``python``'s environment (no index, no build isolation); pip's output."""
     install = subprocess.run(
         [python, "-m", "pip", "install", "-v", "--no-deps", "--no-build-isolation", "--no-index", source],
         env=env,
@@ -204,22 +203,43 @@ def test_the_package_installs_and_runs_without_a_c_compiler(tmp_path):
         timeout=600,
     )
     assert install.returncode == 0, install.stdout[-4000:] + install.stderr[-4000:]
-    assert "could not be built; it will run its pure-Python code" in install.stdout + install.stderr
+    return install.stdout + install.stderr
+
+
+def _install_environment(**variables: str) -> dict[str, str]:
+    """The environment of an install: this process's, without PYTHONPATH, plus ``variables``."""
+    env = _environment(PIP_DISABLE_PIP_VERSION_CHECK="1", **variables)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def _compiled_in_use(python: Path, purelib: str, cwd: Path) -> dict[str, bool]:
+    """Which compiled modules the package installed in ``purelib`` uses, run by ``python`` from ``cwd``."""
+    code = "import json, pegasos_stream._compiled as c; print(json.dumps([c.__file__, c.in_use()]))"
+    done = subprocess.run([python, "-c", code], cwd=cwd, env=_install_environment(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    installed, in_use = json.loads(done.stdout)
+    assert Path(installed).resolve().is_relative_to(Path(purelib).resolve())
+    return in_use
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name == "nt", reason="CC does not choose the compiler on Windows")
+def test_the_package_installs_and_runs_without_a_c_compiler(tmp_path):
+    source, elsewhere = tmp_path / "source", tmp_path / "elsewhere"
+    _copy_project(source)
+    elsewhere.mkdir()
+    python, purelib = _venv(tmp_path / "venv")
+    env = _install_environment(CC=str(tmp_path / "no-such-compiler"))
+    assert "could not be built; it will run its pure-Python code" in _install(python, source, env)
 
     def run(*args: str) -> str:
         done = subprocess.run(args, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{args}: {done.stdout[-2000:]}\n{done.stderr[-4000:]}"
         return done.stdout
 
-    installed = json.loads(
-        run(
-            str(python),
-            "-c",
-            "import json, pegasos_stream as p; print(json.dumps([p.__file__, p.compiled_available()]))",
-        )
-    )
-    assert Path(installed[0]).resolve().is_relative_to(Path(purelib).resolve()) and installed[1] is False
-    command = venv / "bin" / "pegasos-stream"
+    assert not any(_compiled_in_use(python, purelib, elsewhere).values())
+    command = python.parent / "pegasos-stream"
     assert "pure Python, compiled modules not built" in run(str(command), "--version")
     listed = run(str(command), "configs")
     assert [line.split()[0] for line in listed.splitlines()] == ["kafka", "kernel-rbf", "replay-svmlight", "spam"]
@@ -227,3 +247,23 @@ def test_the_package_installs_and_runs_without_a_c_compiler(tmp_path):
     summary = json.loads(run(str(command), "eval", "--max-events", "50", "--json"))
     assert summary["events"] == summary["learned"] == summary["n"] == 50 and summary["rejected"] == 0
     assert 0.0 <= summary["roc_auc"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name == "nt", reason="CC does not choose the compiler on Windows")
+@pytest.mark.skipif(shutil.which((sysconfig.get_config_var("CC") or "cc").split()[0]) is None, reason="no C compiler")
+def test_an_install_without_a_c_compiler_never_takes_the_modules_of_an_earlier_build(tmp_path):
+    """A checkout holding the build directory of an earlier install with a compiler (its modules newer than the
+    sources, which setuptools would skip rebuilding): without a compiler now, they are left out, not installed."""
+    source, elsewhere = tmp_path / "source", tmp_path / "elsewhere"
+    _copy_project(source)
+    elsewhere.mkdir()
+    python, purelib = _venv(tmp_path / "venv")
+    _install(python, source, _install_environment())
+    assert all(_compiled_in_use(python, purelib, elsewhere).values())
+    earlier = sorted(path.name for path in (source / "build").rglob("*.so"))
+    assert len(earlier) == len(_compiled.MODULES), earlier
+    output = _install(python, source, _install_environment(CC=str(tmp_path / "no-such-compiler")))
+    assert "could not be built; it will run its pure-Python code" in output
+    assert not any(_compiled_in_use(python, purelib, elsewhere).values())
+    assert not list((source / "build").rglob("*.so"))

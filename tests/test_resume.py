@@ -29,6 +29,7 @@ import gzip
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import random
@@ -46,7 +47,9 @@ import numpy as np
 import pytest
 import yaml
 
-from pegasos_stream.persist.checkpoint import MAGIC, checkpoints, latest_valid, read_checkpoint
+from pegasos_stream.cli.config import load_config
+from pegasos_stream.cli.inputs import resume_position
+from pegasos_stream.persist.checkpoint import MAGIC, checkpoints, latest_valid, read_checkpoint, write_checkpoint
 from pegasos_stream.stream.pending import PendingLabels
 from pegasos_stream.testing.kafka_broker import committed_offset, kafka_source_config
 
@@ -236,8 +239,8 @@ def _assert_same_job_result(directory: Path, reference: Reference, stderr: bytes
     assert summary["model_sha256"] == reference.summary["model_sha256"]
     if stdin:  # standard input has line numbers, no offsets
         assert summary["source"] == {"line": reference.summary["source"]["line"]}
-    else:  # the end of the file (offset and line), or of the topic
-        assert summary["source"] == reference.summary["source"]
+    else:  # the end of the file (offset and line; the reference's file may be another), or of the topic
+        assert _offsets(summary["source"]) == _offsets(reference.summary["source"])
     assert (summary["t"], summary["weights"], summary["events"]) == (
         reference.summary["t"],
         reference.summary["weights"],
@@ -251,6 +254,11 @@ def _assert_same_job_result(directory: Path, reference: Reference, stderr: bytes
         reference.runner["counts"][3],
     )
     assert runner == reference.runner  # counts, pending examples, their counters, the metrics
+
+
+def _offsets(position: dict) -> dict:
+    """A source position less the identity of its input."""
+    return {key: value for key, value in position.items() if key != "input"}
 
 
 # -- directory watching (the kill triggers) ------------------------------------------------
@@ -696,3 +704,189 @@ def test_kafka_resume_with_every_checkpoint_corrupt_reads_the_topic_from_the_beg
         f" (t={again['t']}): it started at the group's committed offset"
     )
     assert again["model_sha256"] == uninterrupted["model_sha256"]
+
+
+# -- 6. another input, or the same one grown or changed ----------------------------------------
+
+
+def _labelled_lines(n: int, seed: int) -> list[bytes]:
+    """``n`` JSON lines, each a labelled event: a run learns every one of them (its t grows by one an event)."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(n):
+        x = {f"w{k}": round(rng.gauss(0, 1), 6) for k in rng.sample(range(50_000), 60)}
+        lines.append(json.dumps({"id": f"s{seed}-{i}", "x": x, "label": sum(x.values()) > 0}).encode())
+    return lines
+
+
+def _write_lines(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+@dataclass
+class TwoInputs:
+    first: Path  # 2,000 events
+    second: Path  # 1,500 events: a smaller file than the first, whose offsets pass its end
+    both: Path  # the first, then the second
+    reference: dict  # inspect --json of one uninterrupted run over both
+
+
+SECOND_EVENTS = 1500
+
+
+@pytest.fixture(scope="module")
+def two_inputs(tmp_path_factory) -> TwoInputs:
+    directory = tmp_path_factory.mktemp("inputs")
+    first, second = _labelled_lines(2000, 1), _labelled_lines(SECOND_EVENTS, 2)
+    inputs = TwoInputs(
+        _write_lines(directory / "a.jsonl", first),
+        _write_lines(directory / "b.jsonl", second),
+        _write_lines(directory / "ab.jsonl", first + second),
+        {},
+    )
+    assert inputs.second.stat().st_size < inputs.first.stat().st_size
+    inputs.reference = _reference(_file_job(directory / "reference", inputs.both)).summary
+    return inputs
+
+
+def _another_input_line(reading: Path, checkpoint: Path, taken_from: Path) -> str:
+    return (
+        f"file {reading.resolve()} is not the input of {checkpoint} (file {taken_from.resolve()}): reading it from"
+        " its beginning"
+    )
+
+
+def test_resume_on_another_input_reads_it_from_its_beginning(two_inputs, tmp_path):
+    """A checkpoint at the end of a.jsonl, resumed on b.jsonl (smaller: a's offset would have skipped all of it):
+    b is read from its first line, as one line says, and the model is that of one run over a, then b."""
+    job = _file_job(tmp_path, two_inputs.first)
+    assert _run(job).returncode == 0
+    before = _inspect(tmp_path / "ck")
+    done = _run(job, "--resume", "--input", str(two_inputs.second))
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stderr.decode().splitlines()[:2] == [
+        _another_input_line(two_inputs.second, Path(before["path"]), two_inputs.first),
+        f"resuming from {before['path']} (t={before['t']}, {before['events']} events)",
+    ]
+    after = _inspect(tmp_path / "ck")
+    assert (after["t"], after["events"]) == (before["t"] + SECOND_EVENTS, before["events"] + SECOND_EVENTS)
+    assert after["model_sha256"] == two_inputs.reference["model_sha256"]
+    assert after["source"]["input"]["path"] == str(two_inputs.second.resolve())
+
+
+def test_resume_on_the_same_input_grown_goes_on_where_it_stopped(two_inputs, tmp_path):
+    """A log appended to since its checkpoint: the run reads on from the stored offset."""
+    log = tmp_path / "log.jsonl"
+    log.write_bytes(two_inputs.first.read_bytes())
+    job = _file_job(tmp_path, log)
+    assert _run(job).returncode == 0
+    before = _inspect(tmp_path / "ck")
+    with open(log, "ab") as appended:
+        appended.write(two_inputs.second.read_bytes())
+    done = _run(job, "--resume")
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stderr.decode().splitlines()[0] == (
+        f"resuming from {before['path']} (t={before['t']}, {before['events']} events)"
+    )
+    after = _inspect(tmp_path / "ck")
+    assert after["t"] == before["t"] + SECOND_EVENTS
+    assert after["model_sha256"] == two_inputs.reference["model_sha256"]
+
+
+@pytest.mark.parametrize("change", ["first bytes", "shorter"])
+def test_resume_on_the_same_input_changed_in_the_part_read_is_refused(two_inputs, tmp_path, change):
+    """The file a checkpoint read, rewritten in its first bytes (same size) or cut shorter than it was: one line,
+    status 2, nothing written."""
+    log = tmp_path / "log.jsonl"
+    data = two_inputs.both.read_bytes()
+    log.write_bytes(data)
+    job = _file_job(tmp_path, log)
+    assert _run(job, "--max-events", "2500").returncode == 0
+    files = {path: path.read_bytes() for path in checkpoints(tmp_path / "ck")}
+    newest = checkpoints(tmp_path / "ck")[0]
+    if change == "first bytes":
+        log.write_bytes(data.replace(b'"id": "s1-0"', b'"id": "s9-0"', 1))
+        reason = "its first 65536 bytes are not those it held then"
+    else:
+        log.write_bytes(data[: len(data) // 2])
+        reason = f"it holds {len(data) // 2} bytes, fewer than the {len(data)} it held then"
+    done = _run(job, "--resume")
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == [
+        f"error: {log} changed since {newest} read it ({reason}): its position there would fall elsewhere; to learn"
+        " it as a new input, give it under another name"
+    ]
+    assert {path: path.read_bytes() for path in checkpoints(tmp_path / "ck")} == files
+
+
+def _as_written_before_inputs_were_named(path: Path) -> None:
+    """Rewrite checkpoint ``path`` as an earlier version wrote it: a position without its input, and the digest of
+    a configuration hash that held the input's path."""
+    state, manifest = read_checkpoint(path)
+    extra = {key: value for key, value in manifest.items() if key not in ("format", "version", "state")}
+    extra["source"] = _offsets(extra["source"])
+    extra["config_sha256"] = hashlib.sha256(b"a digest of the configuration and its input's path").hexdigest()
+    write_checkpoint(path, state, extra)
+
+
+@pytest.mark.parametrize("same_input", [True, False])
+def test_a_checkpoint_without_an_input_resumes_on_the_input_its_configuration_names(two_inputs, tmp_path, same_input):
+    """A checkpoint of an earlier version (no input in its position, a configuration hash of the input's path):
+    resumed on the path its stored configuration names, it goes on at its offset as it did (there is no digest of
+    that file to check); resumed on another, that one is read from its beginning."""
+    job = _file_job(tmp_path, two_inputs.both if same_input else two_inputs.first)
+    assert _run(job, "--max-events", "2000").returncode == 0
+    newest = checkpoints(tmp_path / "ck")[0]
+    _as_written_before_inputs_were_named(newest)
+    done = _run(job, "--resume") if same_input else _run(job, "--resume", "--input", str(two_inputs.second))
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    lines = done.stderr.decode().splitlines()
+    resuming = f"resuming from {newest} (t=2000, 2000 events)"
+    expected = (
+        [resuming] if same_input else [_another_input_line(two_inputs.second, newest, two_inputs.first), resuming]
+    )
+    assert lines[: len(expected)] == expected
+    assert not any("warning" in line for line in lines)
+    assert _inspect(tmp_path / "ck")["model_sha256"] == two_inputs.reference["model_sha256"]
+
+
+def test_sigkill_on_a_new_input_then_resume_gives_old_t_plus_its_events(two_inputs, tmp_path):
+    """The run on the new input is killed between two of its checkpoints; resumed on the same new input, it goes on
+    from its own checkpoint: t is the first input's t plus the new input's events, the model that of one run."""
+    job = _file_job(tmp_path, two_inputs.first)
+    assert _run(job).returncode == 0
+    before = _inspect(tmp_path / "ck")
+    directory = tmp_path / "ck"
+    proc = _spawn(job, tmp_path / "killed.err", "--input", str(two_inputs.second))
+    try:
+        kill = _kill(proc, "between", random.Random(7), directory)
+    finally:
+        _reap(proc)
+    assert kill is not None, (tmp_path / "killed.err").read_text()[-3000:]
+    newest = _assert_every_checkpoint_loads(directory)
+    assert newest is not None and newest["source"]["input"]["path"] == str(two_inputs.second.resolve())
+    assert before["events"] < newest["events"] < before["events"] + SECOND_EVENTS
+
+    done = _run(job, "--resume", "--input", str(two_inputs.second))
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    lines = done.stderr.decode().splitlines()
+    assert f"resuming from {newest['path']} (t={newest['t']}, {newest['events']} events)" in lines
+    assert not any("is not the input" in line for line in lines)
+    after = _inspect(directory)
+    assert after["t"] == before["t"] + SECOND_EVENTS
+    assert after["events"] == before["events"] + SECOND_EVENTS
+    assert after["model_sha256"] == two_inputs.reference["model_sha256"]
+
+
+def test_kafka_topics_a_checkpoint_holds_no_offsets_of_start_where_the_group_committed(caplog):
+    """A position's Kafka offsets name their topic and partition: they are never applied to another topic, and the
+    topics they do not cover are said to start at the group's committed offsets."""
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "kafka.yaml", ["source.topics=[mail, new]"])
+    stored = {"offsets": [["mail", 0, 17]]}
+    with caplog.at_level(logging.INFO, logger="pegasos_stream"):
+        assert resume_position(config, {"source": stored, "config": config}, Path("ck/checkpoint.pgs")) == stored
+    assert caplog.messages == [
+        "ck/checkpoint.pgs holds no offsets of the topics new: they start at the consumer group's committed offsets"
+        " (source.start where none)"
+    ]

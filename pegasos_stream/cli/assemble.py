@@ -335,6 +335,7 @@ def build_runner(config: dict, model=None, exact_auc: bool | None = None) -> Run
         stats_every_seconds=config["evaluation"]["stats_every_seconds"],
         batch_size=config["run"]["batch_size"],
         batch_bytes=config["run"]["batch_bytes"],
+        stop_after_leading_rejections=config["run"]["stop_after_leading_rejections"],
     )
 
 

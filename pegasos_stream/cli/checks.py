@@ -4,11 +4,17 @@ before it, with one line that names the file, flag or key at fault."""
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["StartupError", "check_files", "check_plot", "checkpoint_directory_error"]
+from ..stream.mail import maildir_folders
+from ..stream.parsing import MAIL_FORMATS
+
+__all__ = ["StartupError", "check_files", "check_mail_labels", "check_plot", "checkpoint_directory_error"]
+
+_log = logging.getLogger(__name__)
 
 
 class StartupError(Exception):
@@ -28,13 +34,53 @@ def check_files(config: dict, given_as: Mapping[str, str]) -> None:
         _check_writable(dead["path"], "errors.dead_letter.path")
 
 
-def check_plot(path: str) -> None:
-    """``--plot PATH`` can be written, and matplotlib is there to draw it."""
+def check_mail_labels(config: dict, evaluate: bool) -> None:
+    """Mail that a run would learn nothing from is refused: a maildir with neither ``source.folders`` nor
+    ``source.label``, and, for ``eval`` (which scores what it learns), any mail without a label. ``run`` predicts
+    unlabelled mail of a file or standard input, and says so."""
+    source = config["source"]
+    if source["label"] is not None or source["folders"]:
+        return
+    if source["type"] == "maildir":
+        raise StartupError(_maildir_without_labels(source))
+    if source["format"] not in MAIL_FORMATS:
+        return
+    where = source["path"] if source["type"] == "file" else "standard input"
+    if evaluate:
+        raise StartupError(
+            f"source.label: the messages of {where} carry no label, and eval learns from labels: set the label of"
+            " every message of this input, e.g. --set source.label=spam"
+        )
+    _log.info("the messages of %s carry no label (source.label): they are predicted, not learned", where)
+
+
+def _maildir_without_labels(source: dict) -> str:
+    """The refusal of a maildir without labels, with the fix."""
+    labels = source["labels"]
+    positive, negative = (labels["positive"], labels["negative"]) if labels["positive"] is not None else (1, 0)
+    path = source["path"]
+    found = f" (its folders: {', '.join(maildir_folders(path))})" if os.path.isdir(path) else ""
+    return (
+        f"source.folders: the messages of the maildir {path} take the label of their folder, and source.folders"
+        f" names none, so nothing would be learned: set it, e.g. --set 'source.folders={{Spam: {positive}, INBOX:"
+        f" {negative}}}'{found}, or source.label for every message"
+    )
+
+
+def check_plot(path: str, config: dict) -> None:
+    """``--plot PATH`` can be written, in a format matplotlib (which must be there) writes, and the learner is
+    binary: the curve is of its error rate."""
+    if config["model"]["kind"] == "multiclass":
+        raise StartupError("--plot draws a binary learner's error rate; a multiclass run reports its accuracy only")
     _check_writable(path, "--plot")
     try:
-        importlib.import_module("matplotlib")
+        backend_bases = importlib.import_module("matplotlib.backend_bases")
     except ImportError as error:
         raise StartupError(f"--plot needs matplotlib ({error}): pip install 'pegasos-stream[plot]'") from None
+    formats = backend_bases.FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix and suffix not in formats:
+        raise StartupError(f"--plot {path}: not an image format matplotlib writes ({', '.join(sorted(formats))})")
 
 
 def checkpoint_directory_error(directory: str, error: OSError) -> StartupError:

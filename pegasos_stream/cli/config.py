@@ -36,6 +36,7 @@ from ..persist.checkpoint import sha256
 from ..stream.parsing import MAIL_FORMATS
 
 __all__ = [
+    "INPUT_KEYS",
     "KAFKA_CONNECTION",
     "LEARNERS",
     "PACKAGE_PREFIX",
@@ -44,6 +45,7 @@ __all__ = [
     "check_kafka_checkpoints",
     "config_file",
     "config_hash",
+    "input_format",
     "kafka_client_settings",
     "load_config",
     "override_config",
@@ -51,6 +53,7 @@ __all__ = [
     "set_flag",
     "shipped_configs",
     "without_secrets",
+    "written_for",
 ]
 
 #: The learner class of each ``model.kind``, by its name in ``pegasos_stream.learners``.
@@ -329,6 +332,8 @@ SCHEMA: dict = {
         "batch_size": _integer(65536, 0),  # most records per compiled batch (0: one at a time)
         # about the most bytes of records per batch: more than a file's block, so a batch of lines takes it whole
         "batch_bytes": _integer(2 << 20, 1),
+        # the run stops (status 2, saying what the records look like) when each of its first this many is rejected
+        "stop_after_leading_rejections": _integer(100, 0),
     },
     "checkpoint": {
         "dir": _text(None, "a directory path"),
@@ -654,13 +659,24 @@ def _check_publish(publish: dict, checkpoints: str | None, where: str) -> None:
 #: The most folders ``source.folders`` may name.
 MAX_FOLDERS = 1024
 
+#: The endings of file names that say the file's format (each also followed by ``.gz``): an mbox, one raw message.
+FORMAT_SUFFIXES = {".mbox": "mbox", ".eml": "raw"}
+
+
+def input_format(path: str) -> str | None:
+    """The format the name of the file ``path`` says (`FORMAT_SUFFIXES`, in any case), if it says one."""
+    name = path.lower().removesuffix(".gz")
+    return next((format for suffix, format in FORMAT_SUFFIXES.items() if name.endswith(suffix)), None)
+
 
 def _check_mail(given: dict, config: dict, multiclass: bool, where: str) -> None:
     """The mail sources: a format that fits the source type, email features, and labels (``source.label``,
     ``source.folders``) only where messages take them, each one the learner can learn. A maildir's
     format, one message per file, is set to raw (``given``, the source section as written, may say
-    raw or nothing)."""
+    raw or nothing); a file's, when ``given`` says none, to the one its name says (`input_format`)."""
     source = config["source"]
+    if source["type"] == "file" and "format" not in given:
+        source["format"] = input_format(source["path"]) or source["format"]
     kind, format = source["type"], source["format"]
     if kind == "maildir":
         if given.get("format", "raw") != "raw":
@@ -879,23 +895,38 @@ def _resolve_paths(raw: dict, base: Path | None) -> None:
 #: Sections that say how a run goes, not what the job learns: left out of `config_hash`.
 _RUN_SECTIONS = ("run", "metrics", "publish", "cluster")
 
+#: The keys of ``source`` that say which input a run reads and how that input is laid out and labelled, not what
+#: the job learns: left out of `config_hash` (a source position says which input it was taken from).
+INPUT_KEYS = ("type", "path", "topics", "client", "format", "fields", "label", "folders")
+
 
 def config_hash(config: dict) -> str:
     """SHA-256 of the configuration's canonical JSON form, less the ``run``, ``metrics``, ``publish`` and
     ``cluster`` sections (how long this particular run goes on, where it shows its figures and publishes its
     model, how often a cluster learner syncs, do not change the job), less the ``kafka`` section (its settings
-    count where they are used: the validated Kafka client sections hold them), less ``source.client`` (either
-    Kafka client reads and commits the same offsets), less the secrets (`SECRETS`: a password changed is the
-    same job, and a digest is no place for a password) and less every key at its default value (same value,
-    same type): a key a later version adds with a default leaves the hash, and the checkpoints written before
-    it, as they were."""
+    count where they are used: the validated Kafka client sections hold them), less the input (`INPUT_KEYS`:
+    the file, directory or topics read, with either Kafka client, their format, fields and labels: a run may go
+    on learning from another input), less the secrets (`SECRETS`: a password changed is the same job, and a
+    digest is no place for a password) and less every key at its default value (same value, same type): a key
+    a later version adds with a default leaves the hash, and the checkpoints written before it, as they were."""
     public = without_secrets(config)
-    public.get("source", {}).pop("client", None)
+    for key in INPUT_KEYS:
+        public.get("source", {}).pop(key, None)
     job = _without_defaults(
         {section: value for section, value in public.items() if section not in (*_RUN_SECTIONS, "kafka")},
         _DEFAULTS,
     )
     return _digest(job)
+
+
+def written_for(manifest: dict, config: dict) -> bool:
+    """Whether a checkpoint's ``manifest`` is of the job ``config`` configures: its digest is ``config_hash``'s, or
+    (a checkpoint written while the input was part of the digest) its stored configuration hashes to it now."""
+    digest = config_hash(config)
+    if manifest.get("config_sha256") == digest:
+        return True
+    stored = manifest.get("config")
+    return isinstance(stored, dict) and isinstance(stored.get("source", {}), dict) and config_hash(stored) == digest
 
 
 def _digest(job: dict) -> str:

@@ -12,31 +12,35 @@ import math
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, cast
+from typing import TYPE_CHECKING, cast
 
 from .. import __version__, _compiled
 from ..persist.checkpoint import CheckpointError, Checkpoints, describe, latest_valid
 from ..persist.checkpoint import checkpoints as checkpoint_files
-from ..stream.runner import Runner, RunStats, StopRun
-from ..stream.sources import Source, SourceError
+from ..stream.diagnosis import AllRejected
+from ..stream.runner import Runner, StopRun
+from ..stream.sources import SourceError
 from . import options
 from .assemble import build_checkpoints, build_cluster, build_metrics, build_publisher, build_runner, build_source
-from .checks import StartupError, check_files, check_plot, checkpoint_directory_error
+from .checks import StartupError, check_files, check_mail_labels, check_plot, checkpoint_directory_error
 from .config import (
     ConfigError,
     check_kafka_checkpoints,
     config_file,
-    config_hash,
     load_config,
     shipped_configs,
+    written_for,
 )
+from .inputs import resume_position
+from .plot import write_learning_curve
 from .predict import EVENT_SUFFIXES, command_predict
+from .progress import ProgressBar
 from .serve import add_serve_command, command_serve
 
 if TYPE_CHECKING:
+    from ..stream.evaluation import BinaryReport
     from ..stream.kafka_group import GroupSource
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
@@ -97,80 +101,13 @@ def process_wide(runner: Runner) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-class ProgressBar:
-    """A one-line progress bar on stderr when stderr is a terminal, redrawn at most twice a second: the
-    share of the input read, the events processed, the bytes read of the input's size (on disk: compressed
-    for a gzip file), the rate since the start and the time left at that pace."""
-
-    def __init__(self, stats: RunStats, stream: TextIO | None = None) -> None:
-        self._stats = stats
-        self._stream = stream or sys.stderr
-        self._start = time.monotonic()
-        self._shown = 0.0
-        self.enabled = self._stream.isatty()
-
-    def __call__(self, source: Source) -> None:
-        now = time.monotonic()
-        if not self.enabled or now - self._shown < 0.5:
-            return
-        progress = source.progress()
-        if progress is None:
-            return
-        done, total = progress
-        fraction = min(done / total, 1.0) if total else 1.0
-        elapsed = now - self._start
-        events = self._stats.events
-        rate = f"{events / elapsed:,.0f}/s" if elapsed > 0 else "-"
-        left = f"{elapsed * (total - done) / done:,.0f} s" if 0 < done < total else "-"
-        mib = 2**20
-        print(
-            f"\r[{'#' * int(30 * fraction):<30}] {100 * fraction:5.1f}%  {events:,} events  "
-            f"{done / mib:,.1f}/{total / mib:,.1f} MiB  {rate}  ETA {left}   ",
-            end="",
-            file=self._stream,
-            flush=True,
-        )
-        self._shown = now
-
-    def close(self) -> None:
-        if self.enabled and self._shown:
-            print(file=self._stream)
-
-
-def _plot(report, path: str) -> None:
-    """Error rate of the last 500 examples, and the cumulative one, against the number of examples."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("--plot needs matplotlib: pip install 'pegasos-stream[plot]'") from None
-    errors = [(score > 0.0) != positive for score, positive in zip(report.scores, report.positives)]
-    cumulative, recent, window = [], [], 500
-    total = in_window = 0
-    for i, error in enumerate(errors):
-        total += error
-        in_window += error - (errors[i - window] if i >= window else 0)
-        cumulative.append(total / (i + 1))
-        recent.append(in_window / min(i + 1, window))
-    figure, axes = plt.subplots(figsize=(8, 4))
-    axes.plot(cumulative, label="cumulative error")
-    axes.plot(recent, label=f"error over the last {window}", alpha=0.7)
-    axes.set_xlabel("examples (prequential)")
-    axes.set_ylabel("error rate")
-    axes.set_yscale("log")
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-
-
 def _resume(config: dict, accept_config: bool = False) -> tuple[dict | None, dict | None]:
     """(state, source position) to resume from: the newest valid checkpoint's; without one, (None,
     None) for a new learner (files from the start, Kafka at its group's committed offsets, else
     ``source.start``), or (None, from the beginning) when checkpoints exist but none is usable (the
     model that learned what the group committed is lost). A checkpoint written with another
-    configuration is refused (a ConfigError) unless ``accept_config``."""
+    configuration is refused (a ConfigError) unless ``accept_config``; its position applies only to
+    the input it was taken from (`inputs.resume_position`)."""
     directory = config["checkpoint"]["dir"]
     if not directory:
         raise ConfigError("--resume needs checkpoint.dir in the configuration")
@@ -186,19 +123,16 @@ def _resume(config: dict, accept_config: bool = False) -> tuple[dict | None, dic
             )
         return None, {"from_beginning": True} if lost else None
     path, state, manifest = found
-    if manifest.get("config_sha256") != config_hash(config):
+    if not written_for(manifest, config):
         if not accept_config:
             raise ConfigError(
                 f"{path} was written with another configuration; "
                 "resume with --accept-config to continue its model and state under this one"
             )
         _log.warning("warning: %s was written with another configuration", path)
-    if config["source"]["type"] == "stdin":
-        covered = manifest["source"]
-        skipped = f"{covered['line']} lines" if "line" in covered else f"{covered['messages']} messages"
-        _log.info("standard input cannot be re-read: skipping its first %s", skipped)
+    position = resume_position(config, manifest, path)
     _log.info("resuming from %s (t=%s, %s events)", path, state["model"].t, manifest["events"])
-    return state, manifest["source"]
+    return state, position
 
 
 def _checkpoints(config: dict) -> Checkpoints | None:
@@ -255,8 +189,9 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     if not evaluate:
         check_kafka_checkpoints(config, str(config_path))
     check_files(config, options.flags_of_paths(args))
+    check_mail_labels(config, evaluate)
     if evaluate and args.plot:
-        check_plot(args.plot)
+        check_plot(args.plot, config)
     clustered = not evaluate and bool(config["cluster"]["delta_topic"])
     if clustered and args.resume:
         raise ConfigError(
@@ -287,14 +222,12 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         opened.callback(source.close)
         if cluster is not None:
             cluster.attach(cast("GroupSource", source))
-        progress = ProgressBar(runner.stats) if evaluate else None
-        if progress is not None:
-            opened.callback(progress.close)
+        progress = ProgressBar(runner.stats, source) if evaluate else None
         metrics = None if evaluate else build_metrics(config, runner, source, checkpoints)
         if metrics is not None:
             opened.callback(metrics.close)
         try:
-            with process_wide(runner):
+            with process_wide(runner), progress.shown() if progress is not None else contextlib.nullcontext():
                 stats = runner.run(
                     source,
                     config["run"]["max_events"],
@@ -305,6 +238,9 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         except StopRun as error:
             print(f"stopped: {error}", file=sys.stderr)
             return 1
+        except AllRejected as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         except SourceError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
@@ -331,7 +267,7 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         for key, value in summary.items():
             print(f"{key:>20}: {value:.6g}" if isinstance(value, float) else f"{key:>20}: {value}")
     if evaluate and args.plot:
-        _plot(runner.report, args.plot)
+        write_learning_curve(cast("BinaryReport", runner.report), args.plot, Path(config_name).stem)
     return 0
 
 

@@ -1,6 +1,7 @@
 """The flags the commands share (``--config``, ``--input``, ``--output``, ``--max-events``,
 ``--stop-when-idle``, ``--set``), and what they change in a configuration: overrides, applied after
-the file's settings."""
+the file's settings. ``--input`` sets the format its name says (`config.input_format`), unless a
+``--set`` gives ``source.format``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .config import set_flag
+from .config import input_format, set_flag
 
 __all__ = ["common_options", "flags_of_paths", "overrides"]
 
@@ -39,6 +40,9 @@ def overrides(args: argparse.Namespace) -> list[tuple[str, str]]:
             texts = ("source.type=maildir", "source.format=raw", f"source.path={json.dumps(args.input)}")
         else:
             texts = ("source.type=file", f"source.path={json.dumps(args.input)}")
+            named = input_format(args.input)
+            if named is not None and not _sets_format(args.set):
+                texts += (f"source.format={named}",)
         sets += [(text, f"--input {args.input}") for text in texts]
     if args.output == "-":
         sets.append(("output.type=stdout", "--output -"))
@@ -50,6 +54,11 @@ def overrides(args: argparse.Namespace) -> list[tuple[str, str]]:
     if args.stop_when_idle is not None:
         sets.append((f"run.stop_when_idle={args.stop_when_idle}", f"--stop-when-idle {args.stop_when_idle:g}"))
     return sets
+
+
+def _sets_format(sets: list[str]) -> bool:
+    """Whether the ``--set`` overrides ``sets`` give ``source.format`` (or the whole ``source`` section)."""
+    return any(text.partition("=")[0].strip() in ("source", "source.format") for text in sets)
 
 
 def flags_of_paths(args: argparse.Namespace) -> dict[str, str]:

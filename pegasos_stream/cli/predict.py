@@ -103,9 +103,11 @@ class _Scoring:
         self.rejected = 0
 
     def message(self, name: str) -> None:
-        """Score the message in file ``name`` ("-": standard input)."""
+        """Score the message in file ``name`` ("-": standard input); a StartupError when it holds none."""
         event_id = STDIN_NAME if name == "-" else name
         message = Record(sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes(), event_id)
+        if not message.value.strip():
+            raise StartupError(f"{'standard input' if name == '-' else name}: empty: no message to score")
         features = self.predictor.features
         assert isinstance(features, EmailFeatures)  # checked with the inputs
         try:

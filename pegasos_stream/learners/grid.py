@@ -85,6 +85,11 @@ class PegasosGrid(Members, PlattScaledMargin, base.Classifier):
         yield {"lambdas": (1e-2, 1e-1), "discount": 0.9, "class_weight": "balanced", "horizon": 20, "t0": 10}
 
     @property
+    def learners(self) -> list[PegasosClassifier]:
+        """The learners of the grid, one per λ."""
+        return list(self._members)
+
+    @property
     def norm(self) -> float:
         """‖w‖ of the member that predicts now."""
         return self.leader.norm

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO, NamedTuple, Protocol
 
+from .inputs import FileHead
 from .records import RecordBatch
 from .sources import BATCH_BYTES, READ_BUFFER, Source, StdinReader, open_input
 
@@ -29,6 +30,7 @@ __all__ = [
     "MessageStdinSource",
     "Splitter",
     "WholeInput",
+    "maildir_folders",
     "splitter",
 ]
 
@@ -242,7 +244,8 @@ class MessageFileSource(Source):
 
     A record is named ``path:number``, the message's number in the file (from 1). Its cursor is (the
     offset where the next message starts in the decompressed file, its number): a resumed source
-    reopens the file at the start of the message after the last one processed.
+    reopens the file at the start of the message after the last one processed. The position holds
+    the file's identity too (`stream.inputs`).
     """
 
     def __init__(
@@ -259,6 +262,7 @@ class MessageFileSource(Source):
         self.format = format
         self.max_bytes = max_bytes
         self.label = label
+        self._head = FileHead(self.path)
         self._raw, self._file, self._size = open_input(self.path)
         self._restart(offset, message)
         self._read_from = (offset, message)  # the position before the last batch read
@@ -302,7 +306,7 @@ class MessageFileSource(Source):
         return self._raw.tell(), self._size
 
     def position(self) -> dict:
-        return {"offset": self.offset, "message": self.message}
+        return {"offset": self.offset, "message": self.message, "input": self._head.identity(self._raw)}
 
 
 def _take(ready: deque[Message], n: int) -> list[Message]:
@@ -427,6 +431,11 @@ def _walk(root: Path) -> Iterator[_Entry]:
                 stack.append((path, inner))
             elif not (maildir or entry.name.startswith(".")):
                 yield _Entry(_key(path), path, folder or INBOX)
+
+
+def maildir_folders(root: str | Path) -> list[str]:
+    """The folders of the tree at ``root`` that hold a message file, sorted (named as `MaildirSource` names them)."""
+    return sorted({entry.folder for entry in _walk(Path(root)) if entry.error is None})
 
 
 def _is_directory(entry: os.DirEntry) -> bool:

@@ -16,6 +16,7 @@ from ..features import DictHasher, EmailFeatures
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
 from .batches import BatchParser, Parsed, ParsedBatch, parse_record
+from .diagnosis import AllRejected, LeadingRejections
 from .evaluation import BinaryReport, MulticlassReport
 from .parsing import BadRecord, Event, EventParser
 from .pending import PendingLabels
@@ -240,6 +241,10 @@ class Runner:
         loop (``learn_rows``), which gives the same model, predictions and metrics as one record at a
         time. 0, a learner without ``learn_rows`` or ``on_error: stop`` (which must stop right after
         the bad record): one at a time.
+    stop_after_leading_rejections
+        A run of which each of the first this many records is rejected (each record, when the input ends
+        before) stops with `AllRejected`, saying what the records look like, and neither checkpoints nor
+        commits them (0: never; see `stream.diagnosis`). No checkpoint is due until a record is taken.
 
     """
 
@@ -256,6 +261,7 @@ class Runner:
         stats_every_seconds: float = 10.0,
         batch_size: int = 0,
         batch_bytes: int | None = None,
+        stop_after_leading_rejections: int = 0,
     ) -> None:
         self.model = model
         self.features = features
@@ -281,6 +287,8 @@ class Runner:
         self.monitor: RunMonitor | None = None  # told of each round of the loop and each rejection (metrics)
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
+        self.stop_after_leading_rejections = stop_after_leading_rejections
+        self._leading: LeadingRejections | None = None  # the watch over the first records, while all are rejected
 
     # -- one record ------------------------------------------------------------------------
 
@@ -327,6 +335,8 @@ class Runner:
     def _reject(self, record: Record, error: Exception) -> None:
         """Stop, or log, dead-letter and count ``record`` (counted once its dead letter is out)."""
         reject(record, error, self.dead_letters, self.on_error)
+        if self._leading is not None:
+            self._leading.note(record, rejection_reason(record, error))
         self.stats.rejected += 1
         if self.monitor is not None:
             self.monitor.rejected("malformed" if isinstance(error, BadRecord) else "refused")
@@ -459,12 +469,16 @@ class Runner:
             checkpoints.mark(self.stats.events)
             if hasattr(source, "on_revoke"):
                 source.on_revoke = lambda partitions: self._checkpoint(checkpoints, source)
-        exact = True  # whether the source's position covers only records processed
+        # whether the source's position may be checkpointed and committed: it covers only records processed, and
+        # not the first records of a run that rejected each of them (read again once the cause is mended)
+        keep_position = True
+        self._leading = self._leading_watch()
         try:
             while not self._enough(max_events):
                 size = self._read_size(max_events, checkpoints, last_stats + self.stats_every_seconds, pace)
                 records = source.read(size)
                 if records is None:
+                    self._watch_leading(ended=True)
                     break
                 arrived = bool(records)
                 if arrived:
@@ -479,13 +493,17 @@ class Runner:
                             elif records:
                                 self.process_many(records)
                         except BaseException:
-                            exact = give_back(source, records, self.stats.events - counted)
+                            keep_position = give_back(source, records, self.stats.events - counted)
                             raise
                     ended = time.perf_counter()
                     self.stats.seen(len(records), started, ended)
                     pace = len(records) / (ended - started) if records and ended > started else pace
+                    self._watch_leading()
+                    if on_progress is not None and records:
+                        on_progress(source)  # before the statistics line, so that both give the same count
                 if (
                     checkpoints is not None
+                    and self._leading is None
                     and (arrived or checkpoints.writes_when_idle)
                     and checkpoints.due(self.stats.events)
                 ):
@@ -496,11 +514,9 @@ class Runner:
                 if now - last_stats >= self.stats_every_seconds:
                     self._log_stats(source, now - last_stats, self.stats.events - events_at_stats)
                     self.sink.flush()
-                    if checkpoints is None:
+                    if checkpoints is None and self._leading is None:
                         source.commit()
                     last_stats, events_at_stats = now, self.stats.events
-                if on_progress is not None and records:
-                    on_progress(source)
                 if self.monitor is not None:
                     self.monitor.tick(idle=not records)
                 if self._stop_requested:
@@ -508,8 +524,11 @@ class Runner:
                 if stop_when_idle is not None and now - last_event >= stop_when_idle:
                     _log.info("no event for %g s: stopping", stop_when_idle)
                     break
+        except AllRejected:
+            keep_position = False
+            raise
         finally:
-            if not exact:
+            if not keep_position:
                 self._flush_outputs()
             elif checkpoints is not None:
                 self._checkpoint(checkpoints, source)
@@ -517,6 +536,20 @@ class Runner:
                 self._flush_outputs()
                 source.commit()
         return self.stats
+
+    def _leading_watch(self) -> LeadingRejections | None:
+        """The watch over the first records of the run (None: ``stop_after_leading_rejections`` is 0)."""
+        if not self.stop_after_leading_rejections:
+            return None
+        multiclass = isinstance(self.report, MulticlassReport)
+        limit = self.stop_after_leading_rejections
+        return LeadingRejections(limit, self.parser, multiclass, self.stats.events, self.stats.rejected)
+
+    def _watch_leading(self, ended: bool = False) -> None:
+        """Stop watching the first records once one was not rejected; `AllRejected` once each of them was (each
+        record of the input, when it has ``ended``)."""
+        if self._leading is not None and not self._leading.check(self.stats.events, self.stats.rejected, ended):
+            self._leading = None
 
     def _enough(self, max_events: int | None) -> bool:
         """Whether ``max_events`` records have been processed (none are, with ``max_events`` 0)."""
@@ -530,7 +563,8 @@ class Runner:
         in the last batch), before the statistics line is due at ``stats_due``, or in a
         ``STATS_BATCHES``-th of the statistics interval (but ``MIN_BATCH_SECONDS`` at least), so
         that a misjudged pace delays the line little; ``FIRST_BATCH`` while the pace is not known;
-        nor more than ``batch_bytes`` of records of the last batch's mean size."""
+        nor more than ``batch_bytes`` of records of the last batch's mean size; nor past the first
+        records a run watches while each is rejected (`LeadingRejections`)."""
         size = self.batch_size or 1
         if size > 1:
             seconds = min(stats_due - time.monotonic(), self.stats_every_seconds / STATS_BATCHES)
@@ -541,6 +575,8 @@ class Runner:
             size = min(size, max_events - self.stats.events)
         if checkpoints is not None:
             size = min(size, checkpoints.events_until_due(self.stats.events) or size)
+        if self._leading is not None:
+            size = min(size, self._leading.left(self.stats.events))
         return size
 
     def _flush_outputs(self) -> None:

@@ -28,6 +28,7 @@ from typing import BinaryIO, NamedTuple
 import numpy as np
 
 from .._compiled import FAST as _fast
+from .inputs import FileHead
 from .records import Cursors, Lines, Record, RecordBatch
 from .threads import helper_thread
 
@@ -147,7 +148,8 @@ class FileSource(Source):
     """JSON lines or svmlight lines from a file; gzip when the name ends in ``.gz``.
 
     ``offset`` is the byte offset (in the decompressed stream) after the last record read and
-    ``line`` its line number, so a reader can be reopened exactly where it stopped. A record's
+    ``line`` its line number, so a reader can be reopened exactly where it stopped; the position holds
+    them with the file's identity (`stream.inputs`), which says what they are offsets into. A record's
     cursor is its (offset after it, line number); blank lines are counted and skipped. The file is
     read a block of ``READ_BUFFER`` bytes at a time (the next one read ahead on another thread, see
     `_Blocks`) and a batch's records are left in their block (`Lines`), none copied unless asked for: a batch
@@ -159,6 +161,7 @@ class FileSource(Source):
     def __init__(self, path: str | Path, offset: int = 0, line: int = 0, max_bytes: int | None = None) -> None:
         self.path = Path(path)
         self.name = str(path)
+        self._head = FileHead(self.path)
         self._raw, self._file, self._size = open_input(self.path)
         if offset:
             self._file.seek(offset)
@@ -252,7 +255,7 @@ class FileSource(Source):
         return self._raw.tell(), self._size
 
     def position(self) -> dict:
-        return {"offset": self.offset, "line": self.line}
+        return {"offset": self.offset, "line": self.line, "input": self._head.identity(self._raw)}
 
 
 def open_input(path: Path) -> tuple[BinaryIO, BinaryIO, int]:

@@ -1,0 +1,167 @@
+"""A run that rejects everything stops, and says why: what the records look like against what the parser expects.
+
+`LeadingRejections` watches the first records of a run. Once each of its first ``limit`` records (each record of
+an input that ends before) was rejected, it raises `AllRejected` with a hint: the format the records look like
+(an mbox, one raw RFC 822 message, svmlight lines, JSON objects) when they are read as another; the fields of
+JSON objects that have none of those the parser reads; or the label values seen against those expected.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from .parsing import EventParser
+from .records import Record
+
+__all__ = ["AllRejected", "LeadingRejections"]
+
+#: The lines of a rejected record looked at (a message read as one record has many).
+LINES_LOOKED_AT = 20
+#: The most field names and label values a hint names.
+NAMED_AT_MOST = 8
+
+#: An mbox envelope line: "From ", the sender, then the date, which starts with the day of the week.
+_ENVELOPE = re.compile(rb"From \S+\s+(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b")
+#: A header field of an RFC 822 message: a name of printable characters but ":", then ":".
+_HEADER = re.compile(rb"[!-9;-~]+:")
+#: A svmlight line with at least one pair: a number, then name:value pairs, then an optional comment.
+_SVMLIGHT = re.compile(rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[ \t]+[^\s:#]+:\S+)+[ \t]*(?:#.*)?")
+
+#: What each format looks like, in a hint; the first that any line looks like is the records' (an mbox's
+#: envelope line is rare among its lines, a JSON or svmlight line rare in a message).
+_FORMATS = {
+    "mbox": "an mbox",
+    "json": "JSON objects",
+    "svmlight": "svmlight lines",
+    "raw": "a raw RFC 822 message",
+}
+
+
+class AllRejected(RuntimeError):
+    """Each of the first records of a run was rejected; the message says what they look like."""
+
+
+class _Look(NamedTuple):
+    """What a line looks like: its format (None: none of them), a JSON object's fields, and its label."""
+
+    format: str | None
+    fields: tuple[str, ...] = ()
+    label: object = None
+
+
+def _look(line: bytes, label_field: str) -> _Look:
+    if _ENVELOPE.match(line):
+        return _Look("mbox")
+    if line.startswith(b"{"):
+        try:
+            found = json.loads(line)
+        except (ValueError, RecursionError):
+            found = None
+        if isinstance(found, dict):
+            return _Look("json", tuple(map(str, found)), found.get(label_field))
+    if _SVMLIGHT.fullmatch(line):
+        return _Look("svmlight", label=float(line.split()[0]))
+    return _Look("raw" if _HEADER.match(line) else None)
+
+
+def _distinct(values: Iterable[object]) -> list[object]:
+    """``values`` without repeats (a value counted once, however many times it comes), in order."""
+    seen: list[object] = []
+    for value in values:
+        if value not in seen:
+            seen.append(value)
+    return seen
+
+
+def _named(values: list[object]) -> str:
+    """The first ``NAMED_AT_MOST`` of ``values``, each as Python shows it, and how many more."""
+    shown = ", ".join(map(repr, values[:NAMED_AT_MOST]))
+    return shown + (f" and {len(values) - NAMED_AT_MOST} more" if len(values) > NAMED_AT_MOST else "")
+
+
+class LeadingRejections:
+    """The watch over the first ``limit`` records of a run while each of them is rejected.
+
+    ``events`` and ``rejected`` are the runner's counts when the run starts (a resumed run's included). The runner
+    notes each rejected record (`note`) and checks its counts after each batch (`check`), reading no more than
+    the records `left` at a time, so that the limit falls between two batches."""
+
+    def __init__(self, limit: int, parser: EventParser, multiclass: bool, events: int, rejected: int) -> None:
+        self.limit = limit
+        self._parser = parser
+        self._multiclass = multiclass
+        self._start = (events, rejected)
+        self._looks: list[_Look] = []
+        self._first_reason: str | None = None
+
+    def note(self, record: Record, reason: str) -> None:
+        """``record`` was rejected for ``reason``."""
+        if self._first_reason is None:
+            self._first_reason = reason
+        lines = record.value.split(b"\n", LINES_LOOKED_AT)[:LINES_LOOKED_AT]  # (the rest of a message left whole)
+        self._looks += [_look(line.strip(), self._parser.fields["label"]) for line in lines if line.strip()]
+
+    def left(self, events: int) -> int:
+        """The records still to read before the limit, with ``events`` processed."""
+        return self.limit - (events - self._start[0])
+
+    def check(self, events: int, rejected: int, ended: bool = False) -> bool:
+        """Whether to go on watching, with ``events`` processed and ``rejected`` rejected: not once a record of the
+        run was not rejected; `AllRejected` once each of ``limit`` records was (each of them, when the input has
+        ``ended``)."""
+        processed, refused = events - self._start[0], rejected - self._start[1]
+        if refused < processed:
+            return False
+        if processed >= self.limit or (ended and processed):
+            raise AllRejected(
+                f"{_each(processed, self.limit)} rejected: {self._hint()} (to read on regardless:"
+                " --set run.stop_after_leading_rejections=0)"
+            )
+        return True
+
+    def _hint(self) -> str:
+        """What the records look like against what the parser expects."""
+        parser = self._parser
+        formats = {look.format for look in self._looks}
+        seen = next((format for format in _FORMATS if format in formats), None)
+        if seen is not None and seen != parser.format:
+            return f"the input looks like {_FORMATS[seen]}, read as {parser.format}: set source.format: {seen}"
+        objects = [look for look in self._looks if look.format == seen]
+        if seen == "json":
+            fields = parser.fields
+            names = _distinct(name for look in objects for name in look.fields)
+            if not {fields["x"], fields["text"], fields["label"]} & set(names):
+                return (
+                    f"the input holds JSON objects with the fields {_named(names)}, where source.fields expects"
+                    f" {fields['id']!r}, {fields['x']!r} or {fields['text']!r}, and {fields['label']!r}"
+                )
+        if seen in ("json", "svmlight") and not self._multiclass:
+            signs = parser.label_signs()
+            labels = _distinct(look.label for look in objects if look.label is not None)
+            if any(not _accepted(label, signs) for label in labels):
+                return f"its labels are {_named(labels)}, {_expected(parser)}"
+        return f"the first: {self._first_reason}"
+
+
+def _each(processed: int, limit: int) -> str:
+    """Which records were rejected, of ``processed``: the first ``limit``, or all the input held."""
+    if processed >= limit:
+        return f"each of the first {processed} records was"
+    return "the input's one record was" if processed == 1 else f"each of the input's {processed} records was"
+
+
+def _accepted(label: object, signs: dict) -> bool:
+    try:
+        return label in signs
+    except TypeError:  # an unhashable label (a list, an object) is no class
+        return False
+
+
+def _expected(parser: EventParser) -> str:
+    """The label values ``parser`` takes for a binary learner, in a hint."""
+    if parser.labels:
+        return f"where source.labels expects {parser.labels['positive']!r} or {parser.labels['negative']!r}"
+    return "not true | false, 1 | 0 | -1: map them to those with source.labels: {positive: ..., negative: ...}"
