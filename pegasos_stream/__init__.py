@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         PegasosClassifier,
         PegasosCommittee,
         PegasosGrid,
+        PegasosLogistic,
         PegasosMixture,
         PegasosMulticlass,
     )
@@ -27,6 +28,7 @@ __all__ = [
     "PegasosClassifier",
     "PegasosCommittee",
     "PegasosGrid",
+    "PegasosLogistic",
     "PegasosMixture",
     "PegasosMulticlass",
     "compiled_available",
@@ -42,6 +44,7 @@ _WHERE = {
     "PegasosClassifier": ".learners",
     "PegasosCommittee": ".learners",
     "PegasosGrid": ".learners",
+    "PegasosLogistic": ".learners",
     "PegasosMixture": ".learners",
     "PegasosMulticlass": ".learners",
     "load": ".persist",

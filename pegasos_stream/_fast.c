@@ -10,6 +10,7 @@
  *     in their order (the Python side builds and reads the arrays by these names).
  * learn_logistic_rows: AdaGradLogistic.learn_one over the rows of a CSR batch, bit-identical likewise;
  *     dense_dot, logistic_step: its margin and its step on one example over its weight arrays.
+ * learn_pegasos_logistic_rows: PegasosLogistic.learn_one over the rows of a CSR batch, bit-identical likewise.
  * dense_axpy: the step of a PegasosClassifier with n_features on one example over its weight array;
  *     dense_dict_dot, dense_dict_axpy: its margin and step taking the example's dict as it is.
  * platt_rows: OnlinePlatt over a run of margins (a committee's sums), as learn_rows calibrates its own.
@@ -1041,6 +1042,180 @@ static PyObject *dense_axpy(PyObject *self, PyObject *args) {
     }
     release(b, 3);
     return PyFloat_FromDouble(sum_result(&fresh) - sum_result(&old));
+}
+
+/* -- Pegasos on the logistic loss ------------------------------------------------------------------- */
+
+enum { G_INDPTR, G_INDICES, G_DATA, G_SIGNS, G_WEIGHTS, G_COLUMNS, G_V, G_PRESENT, G_NEW, G_DECISIONS,
+       N_PEGASOS_LOGISTIC };
+static const struct { const char *name; Kind kind; int writable; } PEGASOS_LOGISTIC_ARRAYS[N_PEGASOS_LOGISTIC] = {
+    {"indptr", I64, 0}, {"indices", IDX, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
+    {"columns", I64, 0}, {"v", F64, 1}, {"present", BOOL, 1}, {"new", I64, 1}, {"decisions", F64, 1},
+};
+
+/* The settings of pegasos_logistic_loop, and the model's state it reads and writes: w = scale*v, sq_norm = |v|^2,
+ * t the steps taken. */
+typedef struct { double lambda, min_scale, max_norm, scale, sq_norm; int64_t t0, t; } LogisticPegasos;
+
+/* learn_pegasos_logistic_rows' loop over the checked buffers ``b`` from row ``start``, for int64 (``wide``) or int32
+ * indices, summing as Python 3.12's sum() (``comp``) or as 3.11's; counts the columns first written in ``n_new``,
+ * updates ``m`` and returns the row it stopped before. Runs without the GIL. */
+static ALWAYS_INLINE Py_ssize_t pegasos_logistic_loop(const Buf *b, Py_ssize_t start, LogisticPegasos *m, int comp,
+                                                      Py_ssize_t *n_new, int wide) {
+    const int64_t *indptr = b[G_INDPTR].view.buf, *columns = b[G_COLUMNS].view.buf;
+    const void *idx = b[G_INDICES].view.buf;
+    const double *x = b[G_DATA].view.buf, *signs = b[G_SIGNS].view.buf, *weights = b[G_WEIGHTS].view.buf;
+    double *v = b[G_V].view.buf, *decisions = b[G_DECISIONS].view.buf;
+    char *present = b[G_PRESENT].view.buf;
+    int64_t *new = b[G_NEW].view.buf;
+    Py_ssize_t i, n = length(&b[G_SIGNS]);
+    int mapped = b[G_COLUMNS].held, tracked = length(&b[G_PRESENT]) != 0;
+    int far = length(&b[G_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
+    double scale = m->scale, sq_norm = m->sq_norm;
+    int64_t t = m->t;
+#define COLUMN(k) (mapped ? columns[AT(idx, wide, k)] : AT(idx, wide, k))
+    for (i = start; i < n; i++) {
+        Py_ssize_t a = indptr[i], e = indptr[i + 1];
+        int64_t t_eff = t + 1 + m->t0;
+        if (t_eff == 1) break;  /* the shrink clears the weights: learn_one's business */
+        Sum vx = {0.0, 0.0, comp}, xx = {0.0, 0.0, comp};
+        for (Py_ssize_t k = a; k < e; k++) {
+            if (far && k + AHEAD < e) PREFETCH(&v[COLUMN(k + AHEAD)]);  /* a text row's weights lie scattered */
+            sum_add(&vx, v[COLUMN(k)] * x[k]);
+            sum_add(&xx, x[k] * x[k]);
+        }
+        double margin = sum_result(&vx) * scale;
+        if (!isfinite(margin)) break;  /* a value that is not finite, or too large: refused by learn_one */
+        double sign = signs[i];
+        double coef = weights[i] * sign / (1.0 + exp(py_max(py_min(sign * margin, 700.0), -700.0)));
+        double rate = 1.0 / (m->lambda * (double)t_eff), shrink = 1.0 - 1.0 / (double)t_eff;
+        double shrunk = scale * shrink;
+        if (shrunk < m->min_scale) break;  /* the scale is folded into v: learn_one's business */
+        if (coef != 0.0) {
+            double bound = shrink * (scale * sqrt(py_max(sq_norm, 0.0)));
+            bound += rate * fabs(coef) * sqrt(sum_result(&xx));
+            if (!(bound < m->max_norm)) break;  /* refused by learn_one */
+        }
+        decisions[i] = margin;
+        t++;
+        scale = shrunk;
+        if (coef != 0.0) {
+            double d = rate * coef / scale;
+            Sum fresh = {0.0, 0.0, comp}, old = {0.0, 0.0, comp};
+            for (Py_ssize_t k = a; k < e; k++) {
+                int64_t j = COLUMN(k);
+                double before = v[j], after = before + d * x[k];
+                v[j] = after;
+                sum_add(&fresh, after * after);
+                sum_add(&old, before * before);
+                if (tracked && !present[j]) {
+                    present[j] = 1;
+                    new[(*n_new)++] = j;
+                }
+            }
+            sq_norm += sum_result(&fresh) - sum_result(&old);
+        }
+    }
+#undef COLUMN
+    m->scale = scale;
+    m->sq_norm = sq_norm;
+    m->t = t;
+    return i;
+}
+
+/* learn_pegasos_logistic_rows(indptr, indices, data, signs, weights, columns, v, present, new, decisions, scale,
+ *                             sq_norm, t, lambda, t0, min_scale, max_norm, compensated, start[, distinct])
+ *     -> (stop row, columns first written, scale, sq_norm)
+ * PegasosLogistic.learn_one over CSR rows from ``start``, with the same floating-point operations in the same order,
+ * on the weights w = scale*v (sq_norm = |v|^2, t steps taken). The rows' column j is the weights' column columns[j]
+ * (None: column j itself): v and present have one entry per weight column (the gathered weights of a dict learner,
+ * or a dense learner's array, whose columns are all present: ``present`` and ``new`` may then be empty). Each row's
+ * margin m = <v, x>*scale (summed as sum() sums) goes into decisions[i]; then, with T = t + 1 + t0,
+ * c = weight*sign/(1 + exp(clamp(sign*m, ±700))), rate = 1/(lambda*T) and shrink = 1 - 1/T: scale *= shrink and,
+ * unless c == 0, v += (rate*c/scale)*x for each feature in row order, sq_norm following. A column first written
+ * is marked present and appended to ``new``. The loop stops before a row learn_one takes itself: a margin that is
+ * not finite, a step past the norm bound (refused), the first step of t0 = 0 (which clears the weights) or a scale
+ * falling below min_scale (folded into v). Every array is checked first (``distinct``: as in learn_rows); the loop
+ * runs without the GIL. */
+static PyObject *learn_pegasos_logistic_rows(PyObject *self, PyObject *args) {
+    static const char *function = "learn_pegasos_logistic_rows";
+    PyObject *o[N_PEGASOS_LOGISTIC];
+    LogisticPegasos model;
+    long long t, t0;
+    int comp, distinct = 0;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOddLdLddpn|p", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+                          &o[8], &o[9], &model.scale, &model.sq_norm, &t, &model.lambda, &t0, &model.min_scale,
+                          &model.max_norm, &comp, &start, &distinct))
+        return NULL;
+    Buf b[N_PEGASOS_LOGISTIC];
+    memset(b, 0, sizeof b);
+    int mapped = o[G_COLUMNS] != Py_None;  /* None: the rows' columns are the weights' columns */
+    for (int a = 0; a < N_PEGASOS_LOGISTIC; a++)
+        if ((a != G_COLUMNS || mapped) && get_buffer(o[a], &b[a], PEGASOS_LOGISTIC_ARRAYS[a].writable,
+                                                     PEGASOS_LOGISTIC_ARRAYS[a].kind, function,
+                                                     PEGASOS_LOGISTIC_ARRAYS[a].name) < 0) {
+            release(b, N_PEGASOS_LOGISTIC);
+            return NULL;
+        }
+    Py_ssize_t n = length(&b[G_SIGNS]), nnz = length(&b[G_INDICES]), M = length(&b[G_V]);
+    Py_ssize_t m = mapped ? length(&b[G_COLUMNS]) : M;
+    const Py_ssize_t want[N_PEGASOS_LOGISTIC] = {n + 1, nnz, nnz, n, n, m, M, M, m, n};
+    int tracked = length(&b[G_PRESENT]) != 0;  /* no presence flags: every column is present */
+    for (int a = 0; a < N_PEGASOS_LOGISTIC; a++) {
+        if ((a != G_COLUMNS || mapped) && length(&b[a]) != want[a] && !((a == G_PRESENT || a == G_NEW) && !tracked)) {
+            PyErr_Format(PyExc_ValueError, "%s: %s: %zd items, expected %zd", function, PEGASOS_LOGISTIC_ARRAYS[a].name,
+                         length(&b[a]), want[a]);
+            release(b, N_PEGASOS_LOGISTIC);
+            return NULL;
+        }
+    }
+    if (!(model.lambda > 0.0 && isfinite(model.lambda) && model.min_scale >= 0.0 && isfinite(model.min_scale)
+          && model.max_norm > 0.0 && isfinite(model.max_norm))) {
+        PyErr_Format(PyExc_ValueError, "%s: lambda = %R, min_scale = %R, max_norm = %R: expected finite numbers, "
+                     "lambda and max_norm > 0, min_scale >= 0", function, PyTuple_GET_ITEM(args, 13),
+                     PyTuple_GET_ITEM(args, 15), PyTuple_GET_ITEM(args, 16));
+        release(b, N_PEGASOS_LOGISTIC);
+        return NULL;
+    }
+    if (!(model.scale > 0.0 && isfinite(model.scale) && model.sq_norm >= 0.0 && isfinite(model.sq_norm))) {
+        PyErr_Format(PyExc_ValueError, "%s: scale = %R, sq_norm = %R: expected a finite scale > 0 and a finite "
+                     "sq_norm >= 0", function, PyTuple_GET_ITEM(args, 10), PyTuple_GET_ITEM(args, 11));
+        release(b, N_PEGASOS_LOGISTIC);
+        return NULL;
+    }
+    if (t < 0 || t > (1LL << 53) || t0 < 0 || t0 > (1LL << 53)) {
+        PyErr_Format(PyExc_ValueError, "%s: t = %lld, t0 = %lld: expected whole numbers from 0 to 2**53", function, t,
+                     t0);
+        release(b, N_PEGASOS_LOGISTIC);
+        return NULL;
+    }
+    model.t = t;
+    model.t0 = t0;
+    if (check_csr("learn_pegasos_logistic_rows: ", b[G_INDPTR].view.buf, n, &b[G_INDICES], m, start, NULL, distinct,
+                  NULL) < 0) {
+        release(b, N_PEGASOS_LOGISTIC);
+        return NULL;
+    }
+    const int64_t *columns = mapped ? b[G_COLUMNS].view.buf : NULL;
+    for (Py_ssize_t j = 0; mapped && j < m; j++)
+        if (columns[j] < 0 || columns[j] >= M) {
+            PyErr_Format(PyExc_ValueError, "%s: columns[%zd] = %lld is outside 0..%zd (the weights)", function, j,
+                         (long long)columns[j], M - 1);
+            release(b, N_PEGASOS_LOGISTIC);
+            return NULL;
+        }
+    Py_ssize_t stop, n_new = 0;
+    Py_BEGIN_ALLOW_THREADS
+        if (wide(&b[G_INDICES]))
+            stop = comp ? pegasos_logistic_loop(b, start, &model, 1, &n_new, 1)
+                        : pegasos_logistic_loop(b, start, &model, 0, &n_new, 1);
+        else
+            stop = comp ? pegasos_logistic_loop(b, start, &model, 1, &n_new, 0)
+                        : pegasos_logistic_loop(b, start, &model, 0, &n_new, 0);
+    Py_END_ALLOW_THREADS
+    release(b, N_PEGASOS_LOGISTIC);
+    return Py_BuildValue("nndd", stop, n_new, model.scale, model.sq_norm);
 }
 
 /* -- one example at a time ------------------------------------------------------------------------ */
@@ -2778,6 +2953,8 @@ static PyMethodDef methods[] = {
      "Keep freed blocks under a size in malloc's heap, for reuse (glibc); whether it was set."},
     {"learn_logistic_rows", learn_logistic_rows, METH_VARARGS,
      "AdaGradLogistic.learn_one over CSR rows; returns (stop row, columns first written)."},
+    {"learn_pegasos_logistic_rows", learn_pegasos_logistic_rows, METH_VARARGS,
+     "PegasosLogistic.learn_one over CSR rows; returns (stop row, columns first written, scale, sq_norm)."},
     {"platt_rows", platt_rows, METH_VARARGS, "OnlinePlatt over a run of margins: probabilities, then updates."},
     {"mix_rows", mix_rows, METH_VARARGS, "Exponential weights with a fixed share over members' log-probabilities."},
     {"dense_dot", dense_dot, METH_VARARGS, "<w, x> of one example over a weight array, summed as sum() sums."},

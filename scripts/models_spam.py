@@ -26,7 +26,14 @@ from _harness import REPO, add_data_argument, add_out_argument, fmt, invocation,
 from _stress import SHAPES, build_stream
 from sklearn.metrics import roc_auc_score
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosCommittee, PegasosGrid, PegasosMixture
+from pegasos_stream import (
+    AdaGradLogistic,
+    PegasosClassifier,
+    PegasosCommittee,
+    PegasosGrid,
+    PegasosLogistic,
+    PegasosMixture,
+)
 from pegasos_stream.cli.assemble import build_features, build_model
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.learners.rows import Rows
@@ -36,7 +43,7 @@ SPAM_CONFIG = REPO / "configs" / "spam.yaml"
 STREAMS = [shape for shape in SHAPES if "spamassassin" in SHAPES[shape].corpora]
 
 
-Model = PegasosMixture | PegasosCommittee | PegasosClassifier | AdaGradLogistic | PegasosGrid
+Model = PegasosMixture | PegasosCommittee | PegasosClassifier | AdaGradLogistic | PegasosLogistic | PegasosGrid
 
 
 def prequential(model: Model, rows: Rows, labels: np.ndarray) -> float:
@@ -67,6 +74,8 @@ def members(mixture: PegasosMixture) -> dict[str, Callable[[], Model]]:
         made[f"svm({lambda_:g})"] = partial(PegasosClassifier, lambda_=lambda_, **settings)
     for rate, epsilon in mixture.logistics:
         made[f"logistic({rate:g})"] = partial(AdaGradLogistic, rate, mixture.n_features, epsilon)
+    for lambda_, t0 in mixture.pegasos_logistics:
+        made[f"pegasos_logistic({lambda_:g})"] = partial(PegasosLogistic, lambda_, t0, mixture.n_features)
     assert list(made) == mixture.member_names
     return made
 

@@ -4,8 +4,8 @@
 # Builds the compiled modules (pegasos_stream/_fast.c, pegasos_stream/features/_text.c) with
 # -fsanitize=address,undefined into a temporary copy of the package (the in-place build is never
 # touched), runs tests/test_compiled.py, tests/test_compiled_boundary.py, tests/test_text_compiled.py,
-# tests/test_mime_rule.py and tests/test_committee.py there with the ASan runtime preloaded, and exits
-# non-zero on any sanitizer report or test failure.
+# tests/test_mime_rule.py, tests/test_committee.py and tests/test_logistic_pegasos.py there with the ASan
+# runtime preloaded, and exits non-zero on any sanitizer report or test failure.
 #
 # Usage: scripts/sanitize.sh [pytest arguments...]    (PYTHON=... picks the interpreter; default:
 # .venv/bin/python when present, else python3; CC=... the compiler, gcc by default)
@@ -53,7 +53,8 @@ status=0
         ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$reports/asan" \
         UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan" \
         "$python" -m pytest -q -p no:cacheprovider tests/test_compiled.py tests/test_compiled_boundary.py \
-        tests/test_text_compiled.py tests/test_mime_rule.py tests/test_committee.py tests/test_dense_weights.py "$@"
+        tests/test_text_compiled.py tests/test_mime_rule.py tests/test_committee.py tests/test_dense_weights.py \
+        tests/test_logistic_pegasos.py "$@"
 ) || status=$?
 
 if [ -n "$(ls -A "$reports")" ]; then

@@ -14,7 +14,7 @@
    that is not an archive: each is a CheckpointError naming the file and the reason; so is a
    checksummed file whose manifest cannot be rebuilt into a learner. ``latest_valid`` skips
    refused files, newest first, and says so; ``Checkpoints`` never reuses a number.
-4. ``pegasos-stream inspect`` on a file and a directory (text and --json), and exit code 1 on a
+4. ``pegasos-stream inspect`` on a file and a directory (text and --json), and exit code 2 on a
    corrupt one.
 
 The pause of a checkpoint of a million weights is measured by ``scripts/bench_checkpoint.py``.
@@ -587,7 +587,7 @@ def test_truncations_and_empty_and_garbage_files_are_refused(tmp_path, good_chec
     _refused(framed, "unreadable payload")
     missing = tmp_path / "missing.pgs"
     _refused(missing, "cannot read: No such file or directory")
-    _refused(tmp_path, "cannot read: Is a directory")
+    _refused(tmp_path, "not a regular file (a directory)")
 
 
 def test_another_format_version_or_format_is_refused(tmp_path, good_checkpoint):
@@ -655,7 +655,7 @@ CRAFTED = [
 @pytest.mark.parametrize("case", CRAFTED)
 def test_a_checksummed_file_whose_state_cannot_be_rebuilt_is_refused(tmp_path, good_checkpoint, case):
     """Past the checksum (a crafted or foreign file): still a CheckpointError, so that
-    ``latest_valid`` (and so ``run --resume``) falls back and ``inspect`` exits 1, rather than
+    ``latest_valid`` (and so ``run --resume``) falls back and ``inspect`` exits 2, rather than
     a ValueError / AttributeError escaping."""
     manifest, arrays = _unpack(good_checkpoint)
     directory = tmp_path / "checkpoints"
@@ -951,13 +951,13 @@ def test_inspect_summarises_every_kind_of_learner(tmp_path, capsys, model, featu
     assert f"model_sha256: {summary['model_sha256']}" in text
 
 
-def test_inspect_a_corrupt_file_exits_1_with_the_reason(tmp_path):
+def test_inspect_a_corrupt_file_exits_2_with_the_reason(tmp_path):
     directory, _ = _tiny_run(tmp_path, {"kind": "linear", "lambda_": 0.01})
     files = checkpoints(directory)
     newest = files[0]
     newest.write_bytes(newest.read_bytes()[:-1])
     done = subprocess.run([BIN, "inspect", str(newest)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr == f"error: {newest}: {CHECKSUM}\n"
     # The directory: the newest is skipped (and said so), the previous one summarised.
@@ -965,11 +965,11 @@ def test_inspect_a_corrupt_file_exits_1_with_the_reason(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr == f"skipping {newest}: {CHECKSUM}\n"
     assert json.loads(done.stdout)["path"] == str(files[1])
-    # Every file corrupt: exit 1, each skip reported, then why.
+    # Every file corrupt: exit 2, each skip reported, then why.
     for path in files:
         path.write_bytes(b"\x00" * 10)
     done = subprocess.run([BIN, "inspect", str(directory)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and done.stdout == ""
+    assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [f"skipping {p}: {NOT_A_CHECKPOINT}" for p in files] + [
         f"error: {directory}: no valid checkpoint"
     ]

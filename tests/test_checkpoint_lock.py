@@ -3,10 +3,12 @@
 1. ``Checkpoints`` locks its directory: a second one on the same directory is refused with the
    holder's pid, host and start time, and gets it once the first is closed (which removes the lock
    file). A lock left by a process killed with SIGKILL is taken over, with a message naming it.
-2. The command line: a run started while another process holds the directory exits 1 with one
-   line naming the holder, and touches nothing in the directory.
-3. Free space: a start with less room than ``keep + 1`` checkpoints the size of the newest one is
-   refused with the figures (``shutil.disk_usage`` is replaced to pretend a full disk).
+2. The command line: a run started while another process holds the directory exits 2 (a start-up
+   refusal) with one line naming the holder, and touches nothing in the directory.
+3. Free space: a start with less room than ``keep + 1`` checkpoints the size of the newest one (or, in a
+   directory without one yet, of the first one the run would write) is refused with the figures, with
+   status 2 (``shutil.disk_usage`` is replaced to pretend a full disk). A disk that fills during the
+   run is one line and status 1, the checkpoints written before kept.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def test_the_lock_of_a_killed_process_is_taken_over_with_a_message(tmp_path, cap
     taken.close()
 
 
-def test_a_run_on_a_directory_in_use_exits_1_with_one_line(tmp_path):
+def test_a_run_on_a_directory_in_use_exits_2_with_one_line(tmp_path):
     events = tmp_path / "events.jsonl"
     events.write_text("".join(json.dumps({"id": i, "x": {"a": i / 7}, "label": i % 3 == 0}) + "\n" for i in range(60)))
     directory = tmp_path / "ck"
@@ -115,7 +117,7 @@ def test_a_run_on_a_directory_in_use_exits_1_with_one_line(tmp_path):
         record = json.loads((directory / ".lock").read_text())
         for args in ([], ["--resume"]):
             done = subprocess.run([BIN, "run", "--config", str(job), *args], capture_output=True, text=True, timeout=60)
-            assert done.returncode == 1
+            assert done.returncode == 2
             assert done.stderr.splitlines() == [
                 f"error: checkpoint directory {directory} is in use by pid {holder.pid} on host {record['host']} "
                 f"(since {record['started']})"
@@ -149,3 +151,60 @@ def test_a_start_without_room_for_keep_plus_one_checkpoints_is_refused(tmp_path,
     assert not (tmp_path / ".lock").exists()  # released
     monkeypatch.setattr(ck.shutil, "disk_usage", lambda path: DiskUsage(10**12, 10**12 - needed, needed))
     Checkpoints(tmp_path, keep=keep).close()
+
+
+def _job(tmp_path: Path, events: int = 300) -> Path:
+    """A small job over ``events`` events with checkpoints every 100 in tmp_path/ck (hashed into 2^16 columns:
+    weight arrays that make a checkpoint of about 1 MB)."""
+    lines = [json.dumps({"id": i, "x": {f"f{i % 7}": 1.0}, "label": i % 2 == 0}) for i in range(events)]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = {
+        "model": {"kind": "linear", "lambda_": 0.01},
+        "features": {"type": "dict", "hash_bits": 16},
+        "source": {"type": "file", "path": "events.jsonl"},
+        "output": {"type": "none"},
+        "checkpoint": {"dir": "ck", "every_events": 100, "keep": 2},
+    }
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return job
+
+
+def test_a_start_without_room_for_its_first_checkpoints_is_refused_with_status_2(tmp_path, monkeypatch, capsys):
+    from pegasos_stream import cli
+
+    job = _job(tmp_path)
+    monkeypatch.setattr(ck.shutil, "disk_usage", lambda path: DiskUsage(10**12, 10**12 - 1_000_000, 1_000_000))
+    assert cli.main(["run", "--config", str(job)]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    directory = tmp_path / "ck"
+    assert line.startswith(f"error: checkpoint directory {directory} has 1000000 bytes free; its checkpoints need ")
+    assert "(keep + 1 = 3 files of about " in line
+    assert checkpoints(tmp_path / "ck") == []
+
+
+def test_a_disk_that_fills_during_the_run_is_one_error_line_and_keeps_the_checkpoints_written(
+    tmp_path, monkeypatch, capsys
+):
+    from pegasos_stream import cli
+
+    job = _job(tmp_path)
+    write = ck.write_checkpoint
+    written = []
+
+    def write_until_full(path, *args):
+        if written:
+            raise OSError(28, "No space left on device")
+        written.append(path)
+        return write(path, *args)
+
+    monkeypatch.setattr(ck, "write_checkpoint", write_until_full)
+    assert cli.main(["run", "--config", str(job)]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    directory = tmp_path / "ck"
+    assert line == (
+        f"error: checkpoint directory {directory}: cannot write checkpoint-000000000002.pgs: No space left on device"
+        " (the checkpoints written before are kept)"
+    )
+    [kept] = checkpoints(directory)
+    assert ck.read_checkpoint(kept)[1]["events"] == 100

@@ -2,9 +2,9 @@
 code run from inside a compiled pass (a key's __eq__ or __hash__, a value's __float__) neither breaks it
 nor changes what the Python expression it stands for gives.
 
-``learn_csr`` and the raw ``_fast.learn_rows`` and ``_fast.learn_logistic_rows`` entries get each malformed input
-in turn: each is a ValueError saying what is wrong, and the model (or every array the raw entry writes) is left as
-it was.
+``learn_csr`` and the raw ``_fast.learn_rows``, ``_fast.learn_logistic_rows`` and ``_fast.learn_pegasos_logistic_rows``
+entries get each malformed input in turn: each is a ValueError saying what is wrong, and the model (or every array the
+raw entry writes) is left as it was.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, _compiled
+from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosLogistic, _compiled
 from pegasos_stream.cli.main import HEAP_BLOCK, HEAP_SLACK
 from pegasos_stream.learners import compiled, weights
 from pegasos_stream.learners.rows import Rows
+from pegasos_stream.learners.schedule import MAX_NORM
 from pegasos_stream.stream import sources
 
 if _compiled.FAST is None:
@@ -426,6 +427,127 @@ def test_the_logistic_loop_refuses_malformed_arrays_and_writes_nothing(case):
     change, message = LOGISTIC_CASES[case]
     _refused_writing_nothing(
         _logistic_call, _logistic_arguments(), LOGISTIC_ARRAYS, change, r"^learn_logistic_rows: " + message
+    )
+
+
+# -- learn_pegasos_logistic_rows: PegasosLogistic's loop --------------------------------------------
+
+PEGASOS_LOGISTIC_ARRAYS = (
+    "indptr", "indices", "data", "signs", "weights", "columns", "v", "present", "new", "decisions",
+)  # fmt: skip
+
+
+def _pegasos_logistic_arguments() -> dict:
+    """Valid arguments of ``_fast.learn_pegasos_logistic_rows``: three rows over three local columns mapped to weight
+    columns 4, 0 and 2 of five, the first two present, w = 0.5·v after 7 steps."""
+    v = np.array([0.2, 0.0, 0.0, 0.0, -0.4])
+    return {
+        "indptr": np.array([0, 2, 3, 5], dtype=np.int64),
+        "indices": np.array([0, 1, 2, 0, 2], dtype=np.int64),
+        "data": np.array([1.0, -0.5, 2.0, 0.25, 1.0]),
+        "signs": np.array([1.0, -1.0, 1.0]),
+        "weights": np.array([1.0, 2.0, 0.5]),
+        "columns": np.array([4, 0, 2], dtype=np.int64),
+        "v": v,
+        "present": np.array([True, False, False, False, True]),
+        "new": np.zeros(3, dtype=np.int64),
+        "decisions": np.zeros(3),
+        "scale": 0.5,
+        "sq_norm": math.fsum((v * v).tolist()),
+        "t": 7,
+        "lambda_": 0.1,
+        "t0": 3,
+        "min_scale": weights.MIN_SCALE,
+        "max_norm": MAX_NORM,
+        "start": 0,
+    }
+
+
+def _pegasos_logistic_call(arguments: dict, distinct: bool = False) -> tuple[int, int, float, float]:
+    return _fast.learn_pegasos_logistic_rows(
+        *(arguments[name] for name in PEGASOS_LOGISTIC_ARRAYS),
+        *(arguments[name] for name in ("scale", "sq_norm", "t", "lambda_", "t0", "min_scale", "max_norm")),
+        weights.COMPENSATED_SUM, arguments["start"], distinct,
+    )  # fmt: skip
+
+
+def test_the_pegasos_logistic_loop_learns_the_raw_arguments_as_learn_one():
+    arguments = _pegasos_logistic_arguments()
+    stop, n_new, scale, sq_norm = _pegasos_logistic_call(arguments)
+    assert (stop, n_new) == (3, 1) and arguments["new"][0] == 2  # column 2 first written
+    assert arguments["present"].tolist() == [True, False, True, False, True]
+    model = PegasosLogistic(lambda_=0.1, t0=3, n_features=5)
+    start = _pegasos_logistic_arguments()
+    model._u.v, model._u.scale, model._u.sq_norm, model._t = start["v"], start["scale"], start["sq_norm"], start["t"]
+    expected = []
+    for x, y, w in (({4: 1.0, 0: -0.5}, True, 1.0), ({2: 2.0}, False, 2.0), ({4: 0.25, 2: 1.0}, True, 0.5)):
+        expected.append(model.decision_function_one(x))
+        model.learn_one(x, y, w)
+    assert arguments["decisions"].tolist() == expected and arguments["v"].tolist() == model._u.v.tolist()
+    assert (scale, sq_norm, 7 + stop) == (model._u.scale, model._u.sq_norm, model.t)
+
+
+def test_the_pegasos_logistic_loop_reads_int32_indices_and_the_rows_columns_as_the_weights():
+    mapped, narrow, direct = (_pegasos_logistic_arguments() for _ in range(3))
+    narrow["indices"] = narrow["indices"].astype(np.int32)
+    direct["indices"] = mapped["columns"][mapped["indices"]]  # the weight columns themselves
+    direct["columns"], direct["new"] = None, np.zeros(5, dtype=np.int64)  # room for a new column per weight
+    result = _pegasos_logistic_call(mapped)
+    assert _pegasos_logistic_call(narrow) == _pegasos_logistic_call(direct) == result
+    for name in ("v", "present", "decisions"):
+        assert np.array_equal(narrow[name], mapped[name]) and np.array_equal(direct[name], mapped[name]), name
+    assert np.array_equal(direct["new"][: result[1]], mapped["new"][: result[1]])
+    direct = _pegasos_logistic_arguments()
+    direct["columns"], direct["new"], direct["indices"][0] = None, np.zeros(5, dtype=np.int64), 5
+    with pytest.raises(ValueError, match=r"^learn_pegasos_logistic_rows: row 0: column 5 is out of range"):
+        _pegasos_logistic_call(direct, distinct=True)  # (distinct rows are spared the repeat search, not the bounds)
+
+
+def test_the_pegasos_logistic_loop_stops_before_the_rows_learn_one_takes():
+    """The first step of t0 = 0, a fold of the scale, a margin that is not finite, a step past the norm bound."""
+    for change, stop in [
+        (lambda a: a.update(t=0, t0=0), 0),
+        (lambda a: a.update(scale=weights.MIN_SCALE * 1.25), 2),  # shrinks by 10/11, 11/12, 12/13: below at row 2
+        (lambda a: a["data"].__setitem__(2, math.nan), 1),
+        (lambda a: a["data"].__setitem__(3, 1e200), 2),
+    ]:
+        arguments = _pegasos_logistic_arguments()
+        change(arguments)
+        assert _pegasos_logistic_call(arguments)[0] == stop
+        assert not arguments["decisions"][stop:].any()
+
+
+PEGASOS_LOGISTIC_CASES = {
+    "int32 columns": (_replace("columns", lambda a: a.astype(np.int32)), r"columns: expected .* int64 array"),
+    "read-only v": (_replace("v", _read_only), r"v: expected a writable 1-d"),
+    "uint8 presence": (_replace("present", lambda a: a.astype(np.uint8)), r"present: expected .* bool array"),
+    "short present": (_replace("present", lambda a: a[:-1]), r"present: 4 items, expected 5"),
+    "short new": (_replace("new", lambda a: a[:-1]), r"new: 2 items, expected 3"),
+    "fewer weights than rows": (_replace("weights", lambda a: a[:-1]), r"weights: 2 items, expected 3"),
+    "column past the weights": (_set("columns", 1, 5), r"columns\[1\] = 5 is outside 0\.\.4 \(the weights\)"),
+    "negative column": (_set("columns", 0, -1), r"columns\[0\] = -1 is outside"),
+    "local column past columns": (_set("indices", 4, 3), r"row 2: column 3 is out of range"),
+    "repeated column": (_set("indices", 1, 0), r"row 0: column 0 appears more than once"),
+    "decreasing indptr": (_set("indptr", 2, 1), r"row 1: indptr\[2\] = 1 decreases"),
+    "no lambda": (_replace("lambda_", lambda _: 0.0), r"lambda = 0\.0, min_scale = .*: expected finite numbers"),
+    "infinite norm bound": (_replace("max_norm", lambda _: math.inf), r"lambda = 0\.1, .*, max_norm = inf: expected"),
+    "no scale": (_replace("scale", lambda _: 0.0), r"scale = 0\.0, sq_norm = .*: expected a finite scale > 0"),
+    "NaN norm": (_replace("sq_norm", lambda _: math.nan), r"scale = 0\.5, sq_norm = nan: expected a finite scale"),
+    "negative step count": (_replace("t", lambda _: -1), r"t = -1, t0 = 3: expected whole numbers from 0 to 2\*\*53"),
+    "t0 past 2**53": (_replace("t0", lambda _: 2**53 + 1), r"t = 7, t0 = 9007199254740993: expected whole numbers"),
+    "start past the rows": (_replace("start", lambda _: 4), r"start = 4 is outside 0\.\.3"),
+}
+
+
+@pytest.mark.parametrize("case", PEGASOS_LOGISTIC_CASES, ids=list(PEGASOS_LOGISTIC_CASES))
+def test_the_pegasos_logistic_loop_refuses_malformed_arguments_and_writes_nothing(case):
+    change, message = PEGASOS_LOGISTIC_CASES[case]
+    _refused_writing_nothing(
+        _pegasos_logistic_call,
+        _pegasos_logistic_arguments(),
+        PEGASOS_LOGISTIC_ARRAYS,
+        change,
+        r"^learn_pegasos_logistic_rows: " + message,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from pegasos_stream.cli.assemble import ARRAY_COLUMNS, build_features, build_mod
 from pegasos_stream.cli.config import (
     INPUT_KEYS,
     KAFKA_CONNECTION,
+    KEY_SETTINGS,
     SECRETS,
     ConfigError,
     apply_override,
@@ -92,10 +94,11 @@ def test_spam_config_points_at_the_bundled_sample():
     assert config["source"]["labels"] == {"positive": "spam", "negative": "ham"}
     assert config["model"] == {
         "kind": "mixture",
-        "lambdas": [1e-5, 1e-3],
+        "lambdas": [1e-5],
         "lambda_t0": 0.3,
         "logistics": [[0.7, 1e-6], [10.0, 1.0]],
         "share": 3.0,
+        "pegasos_logistics": [[1e-5, 5623]],
         "n_features": 2**19,
     }
     assert config["features"] == {
@@ -534,13 +537,15 @@ def test_config_hash_changes_with_any_value(name):
     # goes on, where it serves its figures and publishes its model, how often a cluster learner syncs), the kafka
     # section (the validated client sections hold its settings, and the hash counts them there), the input (the
     # file or topics read, with either Kafka client, their format, fields and labels: a run may go on learning
-    # from another input) and the passwords (a password changed is the same job, and a digest is no place for one).
+    # from another input), the passwords (a password changed is the same job, and a digest is no place for one) and
+    # where the checkpoint key is (signing a job's checkpoints leaves it the same job).
     ignored = [
         keys
         for keys, _ in _leaves(config)
         if keys[0] in ("run", "metrics", "publish", "cluster", "kafka")
         or keys[-1] in SECRETS
         or (keys[0] == "source" and keys[1] in INPUT_KEYS)
+        or (keys[0] == "checkpoint" and keys[1] in KEY_SETTINGS)
     ]
     leaves = [(keys, value) for keys, value in _leaves(config) if keys not in ignored]
     assert len(leaves) > 30 and len(ignored) > 10
@@ -661,6 +666,30 @@ def test_yaml_aliases_are_refused_in_overrides():
         parse_override("source.topics=[&t mail, *t]")
     with pytest.raises(ConfigError, match=r"^--set 'source.topics=\[': not valid YAML"):
         parse_override("source.topics=[")
+
+
+@pytest.mark.parametrize(
+    "text, refusal",
+    [
+        (
+            "model:\n  kind: linear\n  lambda_: 0.1\n  lambda_: 0.01\n",
+            "line 4: key 'lambda_' given twice (first on line 3)",
+        ),
+        ("output: {type: none}\nrun: {}\noutput: {type: file}\n", "line 3: key 'output' given twice (first on line 1)"),
+    ],
+    ids=["in-a-section", "a-section"],
+)
+def test_a_key_given_twice_is_refused_with_its_line(tmp_path, text, refusal, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value) == f"{path}: {refusal}"
+    assert cli.main(["run", "--config", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"configuration error: {path}: {refusal}"]
+    twice = r"^--set 'output=\{type: none, type: file\}': line 1: key 'type' given twice \(first on line 1\)$"
+    with pytest.raises(ConfigError, match=twice):
+        parse_override("output={type: none, type: file}")
 
 
 def test_deep_nesting_is_refused(tmp_path):
@@ -1094,3 +1123,32 @@ def test_a_shipped_configuration_writes_in_the_working_directory(tmp_path, monke
     copied.parent.mkdir()
     copied.write_text((ROOT / "configs" / "kafka.yaml").read_text(encoding="utf-8"), encoding="utf-8")
     assert Path(load_config(copied)["checkpoint"]["dir"]) == copied.parent.resolve() / "checkpoints" / "kafka"
+
+
+# -- settings that pass their type but overflow the first step --------------------------------
+
+TOO_MANY = 10**29  # an int, which the compiled loop (counts as floats, exact up to 2^53) cannot take
+LAMBDA_T0 = "expected a finite number > 0 with lambda_t0/λ at most 2**53 for each λ of lambdas"
+
+
+@pytest.mark.parametrize(
+    "kind, key, value, expected",
+    [
+        ("linear", "t0", TOO_MANY, "expected an integer from 0 to 2**53"),
+        ("linear", "horizon", TOO_MANY, "expected None or an integer from 1 to 2**53"),
+        ("linear", "average", TOO_MANY, "expected None, a bool or an integer from 1 to 2**53"),
+        ("grid", "t0", TOO_MANY, "expected an integer from 0 to 2**53"),
+        ("committee", "horizon", TOO_MANY, "expected None or an integer from 1 to 2**53"),
+        ("mixture", "lambda_t0", 1e300, LAMBDA_T0),
+        ("mixture", "lambda_t0", math.inf, LAMBDA_T0),
+    ],
+)
+def test_a_setting_that_overflows_the_first_step_is_refused_at_start_up(tmp_path, kind, key, value, expected, capsys):
+    (tmp_path / "events.jsonl").write_text('{"x": {"a": 1.0}, "label": true}\n' * 2, encoding="utf-8")
+    job = tmp_path / "job.yaml"
+    config = {"model": {"kind": kind, key: value}, "features": {"type": "dict"}, "output": {"type": "none"}}
+    job.write_text(yaml.safe_dump({**config, "source": {"type": "file", "path": "events.jsonl"}}), encoding="utf-8")
+    assert cli.main(["run", "--config", str(job)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"configuration error: {job}: model.{key}: {key}={value!r}: {expected}"
+    ]

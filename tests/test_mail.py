@@ -340,6 +340,29 @@ def test_an_mbox_of_new_mail_resumed_after_another_is_learned_whole(sample_messa
     assert (summary["learned"], summary["rejected"], summary["t"]) == (90, 0, newest["t"] + 30)
 
 
+@pytest.mark.parametrize("form", ["mbox", "json"])
+def test_a_named_pipe_is_read_whole_as_standard_input_is(sample_messages, tmp_path, form):
+    """``--input`` naming a pipe (a FIFO, or ``<(zcat ...)``), which cannot seek: every message learned, as from the
+    same file, each named by the pipe."""
+    messages, _ = sample_messages
+    messages = messages[:50]
+    if form == "mbox":
+        data, source = _mbox(messages), {"type": "file", "format": "mbox", "label": "spam"}
+    else:
+        data = _json_lines(tmp_path / "s.jsonl", messages, ["spam"] * len(messages)).read_bytes()
+        source = {"type": "file"}
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    job = _job(tmp_path / "job", {**source, "path": str(pipe)})
+    writer = threading.Thread(target=pipe.write_bytes, args=(data,))
+    writer.start()
+    done = _run(job)
+    writer.join()
+    summary = _summary(done)
+    assert (summary["learned"], summary["rejected"]) == (50, 0)
+    assert all(p["id"].startswith(f"{pipe}:") for p in _predictions(job)) if form == "mbox" else True
+
+
 def _maildir(root: Path, messages: list[bytes], labels: list[str]) -> list[Path]:
     """The messages as a Maildir, in order of delivery: ham in the INBOX (cur/ with flags, or new/),
     spam in the Maildir++ folder .Spam; the paths of the message files, in that order. Files that are

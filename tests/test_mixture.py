@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosMixture, load, save
+from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosLogistic, PegasosMixture, load, save
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config, shipped_configs
 from pegasos_stream.learners import hedge
@@ -21,7 +21,12 @@ from pegasos_stream.persist.checkpoint import model_digest
 from pegasos_stream.persist.codec import decode, encode
 
 N_COLUMNS = 64
-PARAMS = {"lambdas": (1e-3, 1e-2, 1e-1), "lambda_t0": 0.5, "logistics": ((0.3, 1e-6), (2.0, 1.0))}
+PARAMS = {
+    "lambdas": (1e-3, 1e-2, 1e-1),
+    "lambda_t0": 0.5,
+    "logistics": ((0.3, 1e-6), (2.0, 1.0)),
+    "pegasos_logistics": ((1e-2, 100),),
+}
 
 
 def _stream(n: int, seed: int, flip: float = 0.1) -> list[tuple[dict, bool]]:
@@ -43,10 +48,11 @@ class _PlainMixture:
     """The mixture restated: each member's margin through its own Platt scaling, mixed by weights that are
     multiplied by each member's probability of the label, normalised, then shared: π ← (1 − α)π + α/M."""
 
-    def __init__(self, lambdas, lambda_t0, logistics, share):
+    def __init__(self, lambdas, lambda_t0, logistics, pegasos_logistics, share):
         self.svms = [PegasosClassifier(lambda_=lam, t0=round(lambda_t0 / lam)) for lam in lambdas]
         self.logistics = [AdaGradLogistic(rate, None, epsilon) for rate, epsilon in logistics]
-        members = len(lambdas) * (len(logistics) + 1) + len(logistics)
+        self.logistic_svms = [PegasosLogistic(lambda_, t0) for lambda_, t0 in pegasos_logistics]
+        members = len(lambdas) * (len(logistics) + 1) + len(logistics) + len(pegasos_logistics)
         self.platts = [OnlinePlatt() for _ in range(members)]
         self.losses = [0.0] * members
         self.weights = [1.0 / members] * members
@@ -58,7 +64,7 @@ class _PlainMixture:
         for svm in self.svms:
             margin = svm.decision_function_one(x)
             margins += [margin + other for other in logistic] + [margin]
-        margins += logistic
+        margins += logistic + [model.decision_function_one(x) for model in self.logistic_svms]
         return [platt.proba(m) for platt, m in zip(self.platts, margins)], margins
 
     def proba(self, x):
@@ -78,7 +84,7 @@ class _PlainMixture:
             (1 - alpha) * w * likelihood / total + alpha / len(self.weights)
             for w, likelihood in zip(self.weights, likelihoods)
         ]
-        for learner in (*self.svms, *self.logistics):
+        for learner in (*self.svms, *self.logistics, *self.logistic_svms):
             learner.learn_one(x, y)
 
 
@@ -96,10 +102,11 @@ def test_the_mixture_weights_its_members_by_their_log_loss_and_shares(share):
         *("svm(0.001)+logistic(0.3)", "svm(0.001)+logistic(2)", "svm(0.001)"),
         *("svm(0.01)+logistic(0.3)", "svm(0.01)+logistic(2)", "svm(0.01)"),
         *("svm(0.1)+logistic(0.3)", "svm(0.1)+logistic(2)", "svm(0.1)"),
-        *("logistic(0.3)", "logistic(2)"),
+        *("logistic(0.3)", "logistic(2)", "pegasos_logistic(0.01)"),
     ]
     assert mixture.t == 300 and model_digest(mixture.svms[0]) == model_digest(plain.svms[1])
     assert model_digest(mixture.logistic_regressions[0]) == model_digest(plain.logistics[1])
+    assert model_digest(mixture.logistic_svms[0]) == model_digest(plain.logistic_svms[0])
 
 
 @settings(max_examples=40, deadline=None)
@@ -221,6 +228,9 @@ def test_a_saved_mixture_loads_bit_for_bit_and_learns_on_alike(tmp_path, n_featu
         ({"logistics": ((0.7,),)}, "logistics"),
         ({"logistics": ((-1.0, 1e-6),)}, "learning_rate"),
         ({"share": -1.0}, "share"),
+        ({"pegasos_logistics": "1e-5"}, "pegasos_logistics"),
+        ({"pegasos_logistics": ((1e-5,),)}, "pegasos_logistics"),
+        ({"pegasos_logistics": ((0.0, 10),)}, "lambda"),
         ({"share": math.nan}, "share"),
         ({"share": True}, "share"),
     ],
@@ -253,13 +263,14 @@ def test_the_shipped_spam_configuration_runs_in_batches_as_one_at_a_time(n_featu
     assert len(digests) == 1 and len(scores) == 1
 
 
-def test_a_mixture_saved_before_the_share_mixes_on_by_its_losses():
-    plain = PegasosMixture(**PARAMS, share=0.0)
+def test_a_mixture_saved_before_the_share_mixes_on_by_its_losses(tmp_path):
+    plain = PegasosMixture(**{**PARAMS, "pegasos_logistics": ()}, share=0.0)
     stream = _stream(120, 13)
     for x, y in stream[:60]:
         plain.learn_one(x, y)
+    save(plain, tmp_path / "mixture.pgs")  # (registers the learners' classes with the codec)
     tree, arrays = encode(plain)
-    for name in ("share", "_log_weights"):  # the state as the mixture saved it before it had a share
+    for name in ("share", "_log_weights", "pegasos_logistics", "logistic_svms"):  # as saved before they existed
         index = tree["attributes"]["keys"].index(name)
         del tree["attributes"]["keys"][index], tree["attributes"]["values"][index]
     old = decode(tree, arrays)

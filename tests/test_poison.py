@@ -11,10 +11,12 @@ import pytest
 import yaml
 
 from pegasos_stream import cli
+from pegasos_stream.cli import assemble
 from pegasos_stream.cli.assemble import build_checkpoints, build_runner, build_source
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.persist import model_digest
 from pegasos_stream.persist.checkpoint import latest_valid
+from pegasos_stream.stream.sinks import NullSink, SinkError
 from pegasos_stream.testing.kafka_broker import committed_offset, kafka_source_config
 
 try:  # tests/ as a package
@@ -123,7 +125,7 @@ def test_a_dead_letter_sink_that_fails_stops_at_the_last_record_processed_and_re
 ):
     dead = tmp_path / "run" / "missing" / "dead.jsonl"  # its directory does not exist yet
     job = _job(tmp_path / "run", _with_bad(MALFORMED), batch_size, dead)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(SinkError, match=r"dead\.jsonl: cannot write: No such file or directory"):
         _run_in_process(job)
     state, manifest = _newest(job)
     processed = POISON_AT - 1  # the good records before the bad one
@@ -161,26 +163,16 @@ class _FailingSink:
 
 
 @pytest.mark.parametrize("batch_size", BATCH_SIZES)
-def test_a_failing_output_sink_leaves_the_checkpoint_where_the_model_is(tmp_path, batch_size):
-    """The checkpoint holds exactly the records the model learned: in the compiled path a run of
-    rows (the batch that holds line 300, up to its end or to the bad record at line 400) is learned
-    before its predictions are emitted, so those records count as processed when the 300th emit
-    fails."""
+def test_a_failing_output_sink_leaves_the_checkpoint_at_the_last_record_whose_prediction_it_took(tmp_path, batch_size):
+    """A record counts as processed once its prediction was emitted. One at a time, the checkpoint written as the
+    run stops ends before the record whose emit failed (the 300th). In the compiled path a run of rows (the batch
+    of lines 201 to 300, cut at the checkpoint due at 300) is learned before its predictions are emitted: the model
+    is ahead of what was emitted, so no checkpoint is written past the one at 200."""
     job = _job(tmp_path / "run", _with_bad(MALFORMED, 400), batch_size, tmp_path / "run" / "dead.jsonl")
-    config = load_config(job)
+    config = load_config(job, ["checkpoint.every_events=100"])
     runner = build_runner(config)
     runner.sink = _FailingSink(fail_at=300)
     source = build_source(config)
-    batch_ends: list[int] = []  # the line each batch read ends with (the runner sizes them)
-    read = source.read
-
-    def read_and_note(n: int):
-        batch = read(n)
-        if batch:
-            batch_ends.append(batch.cursors[len(batch) - 1][1])
-        return batch
-
-    source.read = read_and_note
     checkpoints = build_checkpoints(config)
     assert checkpoints is not None
     try:
@@ -190,15 +182,43 @@ def test_a_failing_output_sink_leaves_the_checkpoint_where_the_model_is(tmp_path
         source.close()
         checkpoints.close()
     state, manifest = _newest(job)
-    processed = min(next(end for end in batch_ends if end >= 300), 399) if batch_size else 299
-    assert processed > 299 or not batch_size
-    assert (manifest["events"], manifest["t"], manifest["source"]["line"], runner.model.t) == (processed,) * 4
-    assert model_digest(state["model"]) == model_digest(runner.model)
+    processed = 200 if batch_size else 299
+    assert (manifest["events"], manifest["t"], manifest["source"]["line"]) == (processed,) * 3
+    assert runner.model.t == (300 if batch_size else 299)
 
-    assert cli.main(["run", "--config", str(job), "--resume"]) == 0
+    assert cli.main(["run", "--config", str(job), "--resume", "--set", "checkpoint.every_events=100"]) == 0
     state, manifest = _newest(job)
     assert (manifest["events"], manifest["t"]) == (GOOD + 1, GOOD)
     assert model_digest(state["model"]) == _clean_digest(tmp_path, batch_size)
+    predicted = [json.loads(line)["id"] for line in (tmp_path / "run" / "out.jsonl").read_text().splitlines()]
+    assert predicted == [f"e{i}" for i in range(processed, GOOD)]  # the first 299 went to the failing sink
+
+
+class _UndeliveredSink(_FailingSink):
+    """A sink that takes every emit, then reports at its ``fail_at``-th flush (1-based) that some were never
+    delivered, as a Kafka output whose broker stopped answering does."""
+
+    def __init__(self, fail_at: int) -> None:
+        super().__init__(fail_at=0)
+        self.flushes_left = fail_at
+
+    def flush(self) -> None:
+        self.flushes_left -= 1
+        if self.flushes_left == 0:
+            raise SinkError("topic out: 3 message(s) not delivered within 10 s")
+
+
+@pytest.mark.parametrize("batch_size", BATCH_SIZES)
+def test_an_output_not_delivered_at_a_checkpoint_leaves_the_previous_checkpoint_and_one_error_line(
+    tmp_path, batch_size, monkeypatch, capsys
+):
+    job = _job(tmp_path / "run", _good_lines(), batch_size, tmp_path / "run" / "dead.jsonl")
+    sink = _UndeliveredSink(fail_at=3)  # the flushes before the checkpoints at 100 and 200 go through
+    monkeypatch.setattr(assemble, "_sink", lambda kind, section, key: sink if key == "output" else NullSink())
+    assert cli.main(["run", "--config", str(job), "--set", "checkpoint.every_events=100"]) == 1
+    assert capsys.readouterr().err.splitlines() == ["error: topic out: 3 message(s) not delivered within 10 s"]
+    _, manifest = _newest(job)
+    assert (manifest["events"], manifest["t"], manifest["source"]["line"]) == (200, 200, 200)
 
 
 # -- Kafka -------------------------------------------------------------------------------------
@@ -245,7 +265,7 @@ def test_kafka_failing_dead_letter_sink_commits_only_what_was_processed(
     group = f"{topic}-group"
     dead = tmp_path / "missing" / "dead.jsonl"
     job = _kafka_job(tmp_path, kafka_broker, topic, group, dead, kafka_client)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(SinkError, match=r"dead\.jsonl: cannot write: No such file or directory"):
         _run_in_process(job)
     state, manifest = _newest(job)
     assert (manifest["events"], manifest["t"]) == (KAFKA_POISON_OFFSET, KAFKA_POISON_OFFSET)

@@ -14,6 +14,7 @@ from pegasos_stream import (
     PegasosClassifier,
     PegasosCommittee,
     PegasosGrid,
+    PegasosLogistic,
     PegasosMixture,
     PegasosMulticlass,
 )
@@ -35,9 +36,12 @@ def _variants():
         yield PegasosMixture(**params)
     for params in AdaGradLogistic._unit_test_params():
         yield AdaGradLogistic(**params)
+    for params in PegasosLogistic._unit_test_params():
+        yield PegasosLogistic(**params)
     yield preprocessing.StandardScaler() | PegasosClassifier()
     yield DictHasher(10) | PegasosCommittee(n_features=2**10)  # weights in arrays need int columns
     yield DictHasher(10) | AdaGradLogistic(n_features=2**10)
+    yield DictHasher(10) | PegasosLogistic(n_features=2**10)
     yield DictHasher(10) | PegasosMixture(n_features=2**10)
     yield multiclass.OneVsRestClassifier(PegasosClassifier())
 

@@ -104,17 +104,19 @@ def _pairwise_auc(scores, positives) -> float:
 @functools.lru_cache(maxsize=1)
 def _spam_prequential():
     """A hand-written prequential loop over the bundled sample, as configs/spam.yaml describes it: Pegasos for
-    λ = 1e-5 and 1e-3 and two logistic regressions with AdaGrad's steps (η = 0.7, ε = 1e-6; η = 10, ε = 1) written
-    out here; the members (each SVM plus each logistic regression, each SVM alone, each logistic regression alone)
-    calibrated by their Platt scaling and mixed by weights multiplied by each member's probability of the label,
-    normalised, then shared: π ← (1 − α)π + α/8 with α = 3/(t + 6) after the t-th message."""
+    λ = 1e-5, two logistic regressions with AdaGrad's steps (η = 0.7, ε = 1e-6; η = 10, ε = 1) and Pegasos on the
+    logistic loss (λ = 1e-5, t0 = 5623) written out here; the members (the SVM plus each logistic regression, the SVM
+    alone, each logistic regression alone, the logistic Pegasos) calibrated by their Platt scaling and mixed by
+    weights multiplied by each member's probability of the label, normalised, then shared: π ← (1 − α)π + α/6 with
+    α = 3/(t + 6) after the t-th message."""
     features = EmailFeatures(
         reader="bytes", char_ngram=4, words=True, shapes=True, max_chars=3000, binary=True, normalize=True, hash_bits=19
     )
-    svms = [PegasosClassifier(lambda_=1e-5, t0=30000), PegasosClassifier(lambda_=1e-3, t0=300)]
+    svms = [PegasosClassifier(lambda_=1e-5, t0=30000)]
     logistics = [(0.7, 1e-6, {}, {}), (10.0, 1.0, {}, {})]  # (η, ε, weights, ε plus the sum of squared gradients)
-    platts = [OnlinePlatt() for _ in range(8)]
-    mix = [1.0 / 8] * 8
+    scale, unscaled = 1.0, {}  # the logistic Pegasos's weights, scale·unscaled
+    platts = [OnlinePlatt() for _ in range(6)]
+    mix = [1.0 / 6] * 6
     rows = []
     with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines:
         for line in lines:
@@ -126,7 +128,8 @@ def _spam_prequential():
             margins = []
             for svm in svms:
                 margins += [svm.decision_function_one(x) + other for other in logistic] + [svm.decision_function_one(x)]
-            margins += logistic
+            pegasos_logistic = scale * sum(unscaled.get(key, 0.0) * value for key, value in x.items())
+            margins += [*logistic, pegasos_logistic]
             probas = [platt.proba(margin) for platt, margin in zip(platts, margins)]
             p = sum(w * q for w, q in zip(mix, probas))
             not_p = sum(w * (1.0 - q) for w, q in zip(mix, probas))
@@ -134,7 +137,7 @@ def _spam_prequential():
             rows.append((event["id"], math.log(p) - math.log(not_p), positive))
             likelihoods = [q if positive else 1.0 - q for q in probas]
             alpha = 3.0 / (len(rows) + 6.0)
-            mix = [(1 - alpha) * w * q / (p if positive else not_p) + alpha / 8 for w, q in zip(mix, likelihoods)]
+            mix = [(1 - alpha) * w * q / (p if positive else not_p) + alpha / 6 for w, q in zip(mix, likelihoods)]
             for platt, margin in zip(platts, margins):
                 platt.update(margin, positive)
             for svm in svms:
@@ -146,6 +149,11 @@ def _spam_prequential():
                     g = coef * value
                     squares[key] = squares.get(key, epsilon) + g * g
                     weights[key] = weights.get(key, 0.0) - rate * g / math.sqrt(squares[key])
+            steps = len(rows) + 5623  # T = t + t0: w ← (1 − 1/T)·w + y·σ(−y·m)/(λT)·x
+            scale *= 1.0 - 1.0 / steps
+            coef = sign / (1.0 + math.exp(sign * pegasos_logistic)) / (1e-5 * steps)
+            for key, value in x.items():
+                unscaled[key] = unscaled.get(key, 0.0) + coef * value / scale
     return rows, svms[0]
 
 
@@ -546,9 +554,9 @@ def _kernel_events(n: int, seed: int = 7) -> list[dict]:
     return events
 
 
-def _read_lines(proc: subprocess.Popen, count: int, timeout: float) -> list[bytes]:
-    """``count`` lines from the process's stdout, without blocking past ``timeout``."""
-    fd = proc.stdout.fileno()
+def _read_lines(proc: subprocess.Popen, count: int, timeout: float, stream: io.IOBase | None = None) -> list[bytes]:
+    """``count`` lines from the process's stdout (or ``stream``), without blocking past ``timeout``."""
+    fd = (stream or proc.stdout).fileno()
     selector = selectors.DefaultSelector()
     selector.register(fd, selectors.EVENT_READ)
     data, deadline = b"", time.monotonic() + timeout
@@ -632,6 +640,49 @@ def test_signal_stops_a_run_waiting_on_open_stdin(sig):
     assert "Traceback" not in stderr
     summary = _summary(stderr)
     assert summary["events"] == 2 and summary["t"] == 2
+
+
+#: Inputs that hold no line end (mbox: no message) for as long as they are read: /dev/zero (read as a pipe is), and
+#: a sparse file of 20 GB of zero bytes (read in blocks, as any file is).
+ENDLESS_LINES = {
+    "dev-zero-json": ("json", "/dev/zero"),
+    "dev-zero-mbox": ("mbox", "/dev/zero"),
+    "sparse-20GB-json": ("json", "sparse"),
+    "sparse-20GB-mbox": ("mbox", "sparse"),
+}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("input_format, path", list(ENDLESS_LINES.values()), ids=list(ENDLESS_LINES))
+def test_a_signal_stops_a_run_reading_a_line_that_never_ends(tmp_path, sig, input_format, path):
+    """The source hands back an empty batch after each ``MAX_READ_BYTES`` that end no record, so the loop sees the
+    signal (and logs its statistics meanwhile); the run stops with its summary."""
+    if path == "sparse":
+        path = str(tmp_path / "sparse.jsonl")
+        with open(path, "wb") as sparse:
+            sparse.truncate(20 << 30)  # 20 GB of zero bytes, on no disk
+    config = {
+        "model": {"kind": "linear", "lambda_": 0.01},
+        "features": {"type": "email" if input_format == "mbox" else "dict"},
+        "source": {"type": "file", "path": path, "format": input_format},
+        "output": {"type": "none"},
+        "evaluation": {"stats_every_seconds": 0.2},
+        "checkpoint": {"dir": str(tmp_path / "ck")},
+    }
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(config), encoding="utf-8")
+    proc = _spawn("run", "--config", str(job))
+    try:
+        reading = [line for line in _read_lines(proc, 3, 30, proc.stderr) if line.startswith(b"cumulative:")]
+        assert reading, "the run never got back to its loop"
+        proc.send_signal(sig)
+        returncode = proc.wait(timeout=30)
+        stderr = proc.stderr.read().decode()
+    finally:
+        _reap(proc)
+    assert returncode == 0, stderr
+    assert "Traceback" not in stderr
+    assert _summary(stderr)["events"] == 0
 
 
 # -- svmlight replay -----------------------------------------------------------------------

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from pegasos_stream.cli.assemble import build_runner
+from pegasos_stream.cli.config import load_config
+from pegasos_stream.stream.records import RecordBatch
+from pegasos_stream.stream.sources import Source
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = [sys.executable, "-m", "pegasos_stream.cli"]
@@ -18,15 +26,6 @@ STATS = re.compile(
     r"last ([\d.]+) s: events=(\d+) rate=\d+/s; last \d+ scores: roc_auc=\S+; now: pending=\d+"
     r"( members=(?:[^ :,]+:[\d.]+,?)+)?( norm=\S+)?"
 )
-
-#: Writes ``count`` binary events to standard output, one every ``pause`` seconds.
-SLOW_WRITER = """
-import json, sys, time
-count, pause = int(sys.argv[1]), float(sys.argv[2])
-for i in range(count):
-    print(json.dumps({"id": i, "x": {"a": (i % 3) - 1.0, "b": 1.0}, "label": i % 3 == 2}), flush=True)
-    time.sleep(pause)
-"""
 
 
 def _stats_lines(stderr: str) -> list[tuple[int, float, int]]:
@@ -46,23 +45,38 @@ def _check_intervals(lines: list[tuple[int, float, int]], interval: float, total
         assert interval <= seconds < interval + 1.0, lines
 
 
-def test_the_stats_line_comes_at_its_interval_while_events_trickle_in(tmp_path):
-    job = tmp_path / "job.yaml"
-    job.write_text(json.dumps({"model": {"lambda_": 0.01}, "source": {"poll_seconds": 0.1}}), encoding="utf-8")
-    writer = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, "16", "0.15"], stdout=subprocess.PIPE)
-    try:
-        args = ["run", "--config", str(job), "--input", "-", "--output", str(tmp_path / "predictions.jsonl")]
-        args += ["--set", "evaluation.stats_every_seconds=0.5"]
-        runner = subprocess.run([*COMMAND, *args], stdin=writer.stdout, capture_output=True, timeout=120)
-    finally:
-        writer.stdout.close()
-        writer.wait(timeout=30)
-    stderr = runner.stderr.decode()
-    assert runner.returncode == 0, stderr
-    lines = _stats_lines(stderr)
-    assert len(lines) >= 3, stderr  # a run of about 2.4 s
+class _TrickleSource(Source):
+    """``count`` binary events, one a read, each read ``pause`` seconds of ``clock`` after the one before."""
+
+    name = "trickle"
+
+    def __init__(self, count: int, pause: float, clock: list[float]) -> None:
+        self._count, self._pause, self._clock, self._read = count, pause, clock, 0
+
+    def read(self, n: int) -> RecordBatch | None:
+        if self._read == self._count:
+            return None
+        self._clock[0] += self._pause
+        i = self._read
+        self._read += 1
+        event = {"id": i, "x": {"a": (i % 3) - 1.0, "b": 1.0}, "label": i % 3 == 2}
+        return RecordBatch([json.dumps(event).encode()], [i], lambda cursor: f"trickle:{cursor}")
+
+
+def test_the_stats_line_comes_at_its_interval_while_events_trickle_in(caplog):
+    """Events one every 0.15 s of a driven clock, a line every 0.5 s: each line comes at the first batch
+    0.5 s or more after the one before, with the events processed between them."""
+    config = load_config(None, ["model.lambda_=0.01", "output.type=none", "evaluation.stats_every_seconds=0.5"])
+    runner = build_runner(config)
+    clock = [1000.0]
+    runner.clock = lambda: clock[0]
+    with caplog.at_level(logging.INFO, logger="pegasos_stream"):
+        stats = runner.run(_TrickleSource(16, 0.15, clock))
+    assert stats.events == 16
+    lines = _stats_lines("\n".join(record.getMessage() for record in caplog.records))
+    assert [events for events, _, _ in lines] == [4, 8, 12, 16]  # at 0.6 s, 1.2 s, 1.8 s, 2.4 s of the clock
     _check_intervals(lines, 0.5, 16)
-    assert json.loads(stderr.splitlines()[-1])["events"] == 16
+    assert all(seconds == pytest.approx(0.6) for _, seconds, _ in lines)
 
 
 def test_the_stats_line_comes_at_its_interval_when_a_file_is_read_in_long_batches(tmp_path):

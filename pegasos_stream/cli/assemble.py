@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import inspect
 import os
+import stat
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..features import DictHasher, EmailFeatures
 from ..persist.checkpoint import Checkpoints
@@ -17,7 +18,7 @@ from ..stream.predictions import Predictor, binary_classes
 from ..stream.runner import Runner
 from ..stream.sinks import JsonLinesSink, NullSink, Sink
 from ..stream.sources import FileSource, Source, StdinSource
-from .checks import StartupError
+from .checks import StartupError, checkpoint_key
 from .config import ConfigError, config_hash, kafka_client_settings, learner_class, learning_hash, without_secrets
 
 if TYPE_CHECKING:
@@ -68,6 +69,33 @@ def build_features(config: dict) -> EmailFeatures | DictHasher | None:
     return DictHasher(params["hash_bits"]) if params.get("hash_bits") is not None else None
 
 
+def _pipe(path: str) -> BinaryIO | None:
+    """The file at ``path`` opened for reading when it is not a regular file (a named pipe, a process substitution
+    such as ``<(zcat ...)``), which cannot seek; None for a regular file (or one that does not open: the source
+    then says why)."""
+    try:
+        if stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        return open(path, "rb")  # (the source holds it open)
+    except OSError:
+        return None
+
+
+def _pipe_source(source: dict, pipe: BinaryIO, position: dict) -> Source:
+    """A source over a pipe, read as standard input is, under the pipe's name: what is read of a pipe cannot be
+    read again, so a resumed run skips the records its position counts, as on standard input."""
+    reader: Source
+    if source["format"] in MAIL_FORMATS:
+        skip = position.get("message", position.get("messages", 0))
+        reader = MessageStdinSource(
+            source["format"], source["poll_seconds"], pipe, skip, source["max_bytes"], source["label"]
+        )
+    else:
+        reader = StdinSource(source["poll_seconds"], pipe, position.get("line", 0), source["max_bytes"])
+    reader.name = source["path"]
+    return reader
+
+
 def build_source(config: dict, position: dict | None = None) -> Source:
     """The configured source, resumed at ``position`` (a checkpoint's) when given; the position
     ``{"from_beginning": True}`` reads Kafka from the start whatever its group committed."""
@@ -77,6 +105,8 @@ def build_source(config: dict, position: dict | None = None) -> Source:
         return MaildirSource(
             source["path"], source["folders"], source["label"], source["max_bytes"], position.get("last")
         )
+    if source["type"] == "file" and (pipe := _pipe(source["path"])) is not None:
+        return _pipe_source(source, pipe, position)
     if source["format"] in MAIL_FORMATS and source["type"] == "file":
         return MessageFileSource(
             source["path"],
@@ -148,7 +178,10 @@ def build_checkpoints(config: dict) -> Checkpoints | None:
     if not section["dir"]:
         return None
     manifest = {"config": without_secrets(config), "config_sha256": config_hash(config)}
-    return Checkpoints(section["dir"], section["every_events"], section["every_seconds"], section["keep"], manifest)
+    key = checkpoint_key(section["key_file"], section["key_env"])
+    return Checkpoints(
+        section["dir"], section["every_events"], section["every_seconds"], section["keep"], manifest, key
+    )
 
 
 def build_publisher(config: dict, checkpoints: Checkpoints) -> ModelPublisher | None:

@@ -3,16 +3,29 @@ before it, with one line that names the file, flag or key at fault."""
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..stream.mail import maildir_folders
 from ..stream.parsing import MAIL_FORMATS
 
-__all__ = ["StartupError", "check_files", "check_mail_labels", "check_plot", "checkpoint_directory_error"]
+__all__ = [
+    "MIN_KEY_BYTES",
+    "StartupError",
+    "check_files",
+    "check_mail_labels",
+    "check_plot",
+    "checkpoint_directory_error",
+    "checkpoint_key",
+]
+
+#: The fewest bytes of a checkpoint key.
+MIN_KEY_BYTES = 16
 
 _log = logging.getLogger(__name__)
 
@@ -83,6 +96,35 @@ def check_plot(path: str, config: dict) -> None:
         raise StartupError(f"--plot {path}: not an image format matplotlib writes ({', '.join(sorted(formats))})")
 
 
+def checkpoint_key(
+    key_file: str | None, key_env: str | None, names: tuple[str, str] = ("checkpoint.key_file", "checkpoint.key_env")
+) -> bytes | None:
+    """The key that signs and checks checkpoints (HMAC-SHA256): the bytes of the file ``key_file`` (less the line
+    break that ends it) or of the environment variable ``key_env``; None when neither is given. A StartupError,
+    naming the key or flag of ``names`` (file, variable) that gave it, when both are given, the file cannot be read,
+    the variable is not set, or the key has fewer than ``MIN_KEY_BYTES`` bytes."""
+    file_name, env_name = names
+    if key_file is not None and key_env is not None:
+        raise StartupError(f"{file_name} and {env_name}: give the checkpoint key once, not both")
+    if key_file is not None:
+        where = f"{file_name} {key_file}"
+        try:
+            key = Path(key_file).read_bytes().rstrip(b"\r\n")
+        except OSError as error:
+            raise StartupError(f"{where}: cannot read: {error.strerror}") from None
+    elif key_env is not None:
+        where = f"{env_name} {key_env}"
+        value = os.environ.get(key_env)
+        if value is None:
+            raise StartupError(f"{where}: the environment variable is not set")
+        key = os.fsencode(value)  # (its bytes, as the environment holds them)
+    else:
+        return None
+    if len(key) < MIN_KEY_BYTES:
+        raise StartupError(f"{where}: a checkpoint key of {len(key)} bytes; a key needs at least {MIN_KEY_BYTES}")
+    return key
+
+
 def checkpoint_directory_error(directory: str, error: OSError) -> StartupError:
     """The start-up error of a checkpoint directory that cannot be created, locked or written."""
     if isinstance(error, FileExistsError):
@@ -92,7 +134,13 @@ def checkpoint_directory_error(directory: str, error: OSError) -> StartupError:
 
 
 def _check_readable(path: str, name: str) -> None:
+    """A StartupError when the file at ``path`` cannot be read; a pipe is not opened (that would take it from the
+    writer waiting on it), only its permission checked."""
     try:
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            if not os.access(path, os.R_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+            return
         with open(path, "rb"):
             pass
     except OSError as error:

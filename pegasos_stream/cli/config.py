@@ -2,7 +2,8 @@
 
 A configuration is a nested dict. Every key is checked against ``SCHEMA`` (or, for ``model`` and
 ``features``, against the constructor of the class they build): an unknown key, a wrong type or a
-bad value stops with a `ConfigError` naming the file, the key path and the expected form.
+bad value stops with a `ConfigError` naming the file, the key path and the expected form. A key given
+twice in one mapping is refused with its line (YAML would keep the last one silently).
 
 The ``kafka`` section holds the connection settings (`KAFKA_CONNECTION`) that the Kafka source, the Kafka
 output and the Kafka dead-letter topic share; each of those sections takes every setting of ``kafka`` it does
@@ -22,7 +23,7 @@ import inspect
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -38,6 +39,7 @@ from ..stream.parsing import MAIL_FORMATS
 __all__ = [
     "INPUT_KEYS",
     "KAFKA_CONNECTION",
+    "KEY_SETTINGS",
     "LEARNERS",
     "PACKAGE_PREFIX",
     "SECRETS",
@@ -52,6 +54,7 @@ __all__ = [
     "parse_override",
     "set_flag",
     "shipped_configs",
+    "without_paths",
     "without_secrets",
     "written_for",
 ]
@@ -86,12 +89,12 @@ MAX_DEPTH = 16
 
 
 class _RefusedYAML(yaml.YAMLError):
-    """YAML that parses but is not accepted in a configuration: an alias, or nesting too deep."""
+    """YAML that parses but is not accepted in a configuration: an alias, nesting too deep, a key given twice."""
 
 
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader, reading 1e-4 as a number (YAML 1.2) rather than as a string, and
-    refusing aliases and nesting deeper than ``MAX_DEPTH`` as it meets them."""
+    refusing aliases and nesting deeper than ``MAX_DEPTH`` as it meets them, and a key a mapping gives twice."""
 
     _depth = 0
 
@@ -109,6 +112,17 @@ class _Loader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        """The mapping of ``node``, refusing a key it gives twice (YAML would keep the last one silently)."""
+        lines: dict[object, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, Hashable) and key in lines:
+                raise _RefusedYAML(f"line {line}: key {_shown(key)} given twice (first on line {lines[key]})")
+            lines[key] = line
+        return super().construct_mapping(node, deep)
 
 
 _Loader.add_implicit_resolver(
@@ -340,6 +354,10 @@ SCHEMA: dict = {
         "every_events": _integer(None),
         "every_seconds": _number(None),
         "keep": _integer(3),
+        # the key that signs each checkpoint and without which none is resumed (HMAC-SHA256): a file's bytes, or an
+        # environment variable's; not part of the job (config_hash)
+        "key_file": _text(None, "a file path"),
+        "key_env": _text(None, "the name of an environment variable"),
     },
     "publish": {  # checkpoints published to a model topic (stream.publishing); not part of the job (config_hash)
         "topic": _text(None, "a topic name"),
@@ -872,6 +890,7 @@ _PATH_KEYS = (
     ("output", "path"),
     ("errors", "dead_letter", "path"),
     ("checkpoint", "dir"),
+    ("checkpoint", "key_file"),
     *((*section, key) for section in (("kafka",), *KAFKA_CLIENTS) for key in _KAFKA_FILES),
 )
 
@@ -892,12 +911,37 @@ def _resolve_paths(raw: dict, base: Path | None) -> None:
             node[keys[-1]] = str(base / value)
 
 
+def without_paths(config: dict) -> dict:
+    """A copy of ``config`` that opens no file: each path of `_PATH_KEYS` null (but the ``checkpoint`` section's,
+    which ``serve`` and ``predict`` neither write nor read), a file or maildir source standard input, a file output
+    standard output, a file dead-letter sink none. A checkpoint's stored configuration is taken so: a checkpoint is
+    data, and only the files a user names are opened."""
+    public = copy.deepcopy(config)
+    for keys in (keys for keys in _PATH_KEYS if keys[0] != "checkpoint"):
+        section = _section(public, keys[:-1])
+        if section.get(keys[-1]) is not None:
+            section[keys[-1]] = None
+    for keys, kinds, instead in (
+        (("source",), ("file", "maildir"), "stdin"),
+        (("output",), ("file",), "stdout"),
+        (("errors", "dead_letter"), ("file",), "none"),
+    ):
+        section = _section(public, keys)
+        if section.get("type") in kinds:
+            section["type"] = instead
+    return public
+
+
 #: Sections that say how a run goes, not what the job learns: left out of `config_hash`.
 _RUN_SECTIONS = ("run", "metrics", "publish", "cluster")
 
 #: The keys of ``source`` that say which input a run reads and how that input is laid out and labelled, not what
 #: the job learns: left out of `config_hash` (a source position says which input it was taken from).
 INPUT_KEYS = ("type", "path", "topics", "client", "format", "fields", "label", "folders")
+
+#: The keys of ``checkpoint`` that say where the key that signs checkpoints is: left out of `config_hash` (signing a
+#: job's checkpoints, or moving its key, leaves it the same job).
+KEY_SETTINGS = ("key_file", "key_env")
 
 
 def config_hash(config: dict) -> str:
@@ -907,11 +951,14 @@ def config_hash(config: dict) -> str:
     count where they are used: the validated Kafka client sections hold them), less the input (`INPUT_KEYS`:
     the file, directory or topics read, with either Kafka client, their format, fields and labels: a run may go
     on learning from another input), less the secrets (`SECRETS`: a password changed is the same job, and a
-    digest is no place for a password) and less every key at its default value (same value, same type): a key
-    a later version adds with a default leaves the hash, and the checkpoints written before it, as they were."""
+    digest is no place for a password), less where the checkpoint key is (`KEY_SETTINGS`) and less every key at
+    its default value (same value, same type): a key a later version adds with a default leaves the hash, and the
+    checkpoints written before it, as they were."""
     public = without_secrets(config)
     for key in INPUT_KEYS:
         public.get("source", {}).pop(key, None)
+    for key in KEY_SETTINGS:
+        public.get("checkpoint", {}).pop(key, None)
     job = _without_defaults(
         {section: value for section, value in public.items() if section not in (*_RUN_SECTIONS, "kafka")},
         _DEFAULTS,

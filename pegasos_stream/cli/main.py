@@ -17,14 +17,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from .. import __version__, _compiled
-from ..persist.checkpoint import CheckpointError, Checkpoints, describe, latest_valid
+from ..persist.checkpoint import CheckpointError, Checkpoints, CheckpointWriteError, describe, latest_valid
 from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..stream.diagnosis import AllRejected
-from ..stream.runner import Runner, StopRun
+from ..stream.runner import Runner, StopRun, check_resumable
+from ..stream.sinks import SinkError
 from ..stream.sources import SourceError
 from . import options
 from .assemble import build_checkpoints, build_cluster, build_metrics, build_publisher, build_runner, build_source
-from .checks import StartupError, check_files, check_mail_labels, check_plot, checkpoint_directory_error
+from .checks import (
+    StartupError,
+    check_files,
+    check_mail_labels,
+    check_plot,
+    checkpoint_directory_error,
+    checkpoint_key,
+)
 from .config import (
     ConfigError,
     check_kafka_checkpoints,
@@ -107,11 +115,14 @@ def _resume(config: dict, accept_config: bool = False) -> tuple[dict | None, dic
     ``source.start``), or (None, from the beginning) when checkpoints exist but none is usable (the
     model that learned what the group committed is lost). A checkpoint written with another
     configuration is refused (a ConfigError) unless ``accept_config``; its position applies only to
-    the input it was taken from (`inputs.resume_position`)."""
+    the input it was taken from (`inputs.resume_position`). A checkpoint whose runner state or position a
+    run could not take up (`check_resumable`), or not signed with ``checkpoint.key_file``/``key_env``'s key
+    when one is set, is skipped as a corrupt one is."""
     directory = config["checkpoint"]["dir"]
     if not directory:
         raise ConfigError("--resume needs checkpoint.dir in the configuration")
-    found = latest_valid(directory)
+    section = config["checkpoint"]
+    found = latest_valid(directory, key=checkpoint_key(section["key_file"], section["key_env"]), check=check_resumable)
     if found is None:
         lost = bool(checkpoint_files(directory))
         if lost or config["source"]["type"] != "kafka":
@@ -146,10 +157,10 @@ def _checkpoints(config: dict) -> Checkpoints | None:
 
 def _command_inspect(args: argparse.Namespace) -> int:
     try:
-        summary = describe(args.path)
+        summary = describe(args.path, options.key_of(args))
     except CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)
-        return 1
+        return 2
     if args.json:
         print(json.dumps(summary))
     else:
@@ -218,6 +229,8 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
             opened.callback(runner.dead_letters.close)
         if state:
             runner.restore(state["runner"])
+        if checkpoints is not None:
+            checkpoints.check_room(runner.model, runner.snapshot())
         source = build_source(config, position)
         opened.callback(source.close)
         if cluster is not None:
@@ -241,7 +254,7 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         except AllRejected as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-        except SourceError as error:
+        except (SourceError, CheckpointWriteError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
     summary: dict[str, object] = {
@@ -313,10 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         "--format", choices=["message", "events"], help="read every input as one message, or as events"
     )
     predict.add_argument("inputs", nargs="*", metavar="FILE", help="a message or events file, - for standard input")
+    options.add_key_options(predict)
     add_serve_command(commands, common)
     inspect = commands.add_parser("inspect", help="summarise a checkpoint (a file, or a directory's newest)")
     inspect.add_argument("path")
     inspect.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    options.add_key_options(inspect)
     configs = commands.add_parser("configs", help="list the shipped configurations, or print one")
     configs.add_argument("name", nargs="?", help="print this configuration (to start a file of one's own)")
     args = parser.parse_args(argv)
@@ -340,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         except CheckpointError as error:  # the checkpoint directory is locked, or too full to start
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except SinkError as error:  # an output that cannot take what it is given: a full disk, a broker gone
             print(f"error: {error}", file=sys.stderr)
             return 1
 

@@ -9,9 +9,13 @@ import argparse
 import json
 from pathlib import Path
 
+from .checks import checkpoint_key
 from .config import input_format, set_flag
 
-__all__ = ["common_options", "flags_of_paths", "overrides"]
+__all__ = ["add_key_options", "common_options", "flags_of_paths", "key_of", "overrides"]
+
+#: The flags that give the checkpoint key, file and environment variable.
+KEY_FLAGS = ("--checkpoint-key-file", "--checkpoint-key-env")
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -69,3 +73,20 @@ def flags_of_paths(args: argparse.Namespace) -> dict[str, str]:
     if args.output not in (None, "-"):
         flags["output.path"] = "--output"
     return flags
+
+
+def add_key_options(parser: argparse.ArgumentParser) -> None:
+    """The flags of a command that reads checkpoints: the key they must be signed with (`KEY_FLAGS`)."""
+    parser.add_argument(
+        KEY_FLAGS[0],
+        metavar="FILE",
+        help="read only checkpoints signed (HMAC-SHA256) with the key this file holds; refuse any other",
+    )
+    parser.add_argument(
+        KEY_FLAGS[1], metavar="NAME", help="as --checkpoint-key-file, the key held by this environment variable"
+    )
+
+
+def key_of(args: argparse.Namespace) -> bytes | None:
+    """The checkpoint key the flags of `add_key_options` give (None: none); a StartupError when it cannot be used."""
+    return checkpoint_key(args.checkpoint_key_file, args.checkpoint_key_env, KEY_FLAGS)

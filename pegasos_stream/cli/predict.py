@@ -25,9 +25,10 @@ from ..stream.records import Record
 from ..stream.runner import rejection_reason
 from ..stream.sinks import JsonLinesSink
 from ..stream.sources import FileSource, Source, StdinSource
+from . import options
 from .assemble import build_parser, build_predictor
 from .checks import StartupError
-from .config import validate
+from .config import validate, without_paths
 
 __all__ = ["EVENT_SUFFIXES", "command_predict", "input_format", "load_model", "stored_config"]
 
@@ -40,21 +41,22 @@ STDIN_NAME = "<stdin>"
 _log = logging.getLogger(__name__)
 
 
-def load_model(path: str | Path) -> tuple[Any, dict]:
+def load_model(path: str | Path, key: bytes | None = None) -> tuple[Any, dict]:
     """The learner and the validated configuration of a checkpoint of ``run`` (``path`` a file, or a
-    directory for its newest valid checkpoint); a StartupError saying why there is none."""
+    directory for its newest valid checkpoint; with ``key``, signed with it), less the paths it names
+    (`without_paths`: a checkpoint's paths are never opened); a StartupError saying why there is none."""
     path = Path(path)
     try:
         if path.is_dir():
-            found = latest_valid(path)
+            found = latest_valid(path, key=key)
             if found is None:
                 raise StartupError(f"--model {path}: no valid checkpoint in the directory")
             path, state, manifest = found
         else:
-            state, manifest = read_checkpoint(path)
+            state, manifest = read_checkpoint(path, key)
     except CheckpointError as error:
         raise StartupError(f"--model {error}") from None
-    return state["model"], validate(stored_config(path, manifest), f"{path}: its configuration")
+    return state["model"], validate(without_paths(stored_config(path, manifest)), f"{path}: its configuration")
 
 
 def stored_config(path: str | Path, manifest: dict) -> dict:
@@ -140,7 +142,7 @@ class _Scoring:
 
 def command_predict(args: argparse.Namespace) -> int:
     """Score every input; 0, or 1 when a record or message was rejected."""
-    model, config = load_model(args.model)
+    model, config = load_model(args.model, options.key_of(args))
     predictor = build_predictor(config, model)
     inputs = [(name, input_format(name, args.format)) for name in args.inputs or ["-"]]
     _check_inputs(inputs, predictor.features)

@@ -3,9 +3,12 @@
 Models come from checkpoints of ``run`` (`CheckpointProvider`): ``--model FILE``, or ``--model DIR`` for
 the newest valid checkpoint of a directory, which is looked at again every ``--reload-s`` seconds for a newer
 one; or from the checkpoints ``run`` publishes to a model topic (`TopicProvider`, ``--model-topic TOPIC``,
-read again as often). Each model is served with the configuration its checkpoint holds, under the command's
-overrides (``--set``, ``--input``, ``--output``...), with a Kafka source in a consumer group of its own (the
-training group's id + ".serve", unless ``--set source.group_id=...``). Without ``--http`` it predicts a stream (standard
+read again as often). A newer model is taken up only if it is of the job served (its `learning_hash`), its
+state is sound and, with a checkpoint key, it is signed with it. Each model is served with the configuration
+its checkpoint holds less the paths it names (`without_paths`: a checkpoint is data, and only the files the
+command line names are opened), under the command's overrides (``--set``, ``--input``, ``--output``...), with a
+Kafka source in a consumer group of its own (the training group's id + ".serve", unless ``--set
+source.group_id=...``). Without ``--http`` it predicts a stream (standard
 input, a file, Kafka) to the configured output, as ``run`` writes predictions, each with ``model_version``
 and ``model_age_s``; ``--input - --output -`` answers each line as it arrives (a co-process). With
 ``--http HOST:PORT`` it answers requests (`stream.http_api`).
@@ -33,11 +36,19 @@ from ..persist.checkpoint import (
     read_checkpoint,
     read_checkpoint_bytes,
 )
-from ..stream.serving import ServedModel, Serving, Watcher, serve_stream
+from ..stream.serving import Refusal, ServedModel, Serving, Watcher, serve_stream
 from . import options
 from .assemble import build_model, build_parser, build_predictor, build_sinks, build_source
 from .checks import StartupError, check_files
-from .config import ConfigError, config_file, kafka_client_settings, load_config, override_config
+from .config import (
+    ConfigError,
+    config_file,
+    kafka_client_settings,
+    learning_hash,
+    load_config,
+    override_config,
+    without_paths,
+)
 from .predict import stored_config
 
 if TYPE_CHECKING:
@@ -49,6 +60,8 @@ __all__ = ["CheckpointProvider", "TopicProvider", "add_serve_command", "command_
 BATCH_RECORDS = 1000
 #: How often, while no model is there yet, the stream form looks whether the watcher found one.
 WAIT_SECONDS = 0.1
+#: The most bytes of a checkpoint file ``serve`` reads, unless ``--max-model-bytes`` says otherwise.
+MAX_MODEL_BYTES = 4 << 30
 
 _log = logging.getLogger(__name__)
 
@@ -65,8 +78,9 @@ def served_model(model: Any, config: dict, version: int, written_at: float | Non
 def _checkpoint_model(
     configure: Configure, where: str, state: dict, manifest: dict, version: int, written_at: float, about: dict
 ) -> tuple[ServedModel, dict]:
-    """The model of the checkpoint ``where`` (its ``state`` and ``manifest``) to serve, and its configuration."""
-    config = configure(stored_config(where, manifest), f"{where}: its configuration")
+    """The model of the checkpoint ``where`` (its ``state`` and ``manifest``) to serve, and its configuration: the
+    one the checkpoint holds less the paths it names (`without_paths`), under ``configure``."""
+    config = configure(without_paths(stored_config(where, manifest)), f"{where}: its configuration")
     model = state["model"]
     written = manifest.get("written_at")
     if not isinstance(written, (int, float)):  # a checkpoint written before the manifest said when
@@ -75,41 +89,88 @@ def _checkpoint_model(
     return served_model(model, config, version, written, about), config
 
 
-class CheckpointProvider:
+class _Provider:
+    """What both providers share: the model served (``empty``, the untrained one, until one comes) and the
+    configuration it is served with, the job served (the `learning_hash` of that configuration: a model of another
+    job is refused), the checkpoint key (a model not signed with it is refused) and the last refusal."""
+
+    #: Where the models come from, for people.
+    origin: str
+
+    def __init__(self, configure: Configure, empty: tuple[ServedModel, dict] | None, key: bytes | None) -> None:
+        self._configure = configure
+        self._key = key
+        self._current: ServedModel | None = None
+        self.config: dict | None = None  # the configuration the current model is served with
+        self.job: str | None = None  # the learning hash of that configuration
+        self.last_refusal: Refusal | None = None
+        if empty is not None:
+            self._take(*empty)
+        self._lock = threading.Lock()  # one refresh at a time
+
+    @property
+    def current(self) -> ServedModel | None:
+        return self._current
+
+    def _take(self, served: ServedModel, config: dict) -> None:
+        """Serve ``served`` under ``config`` from now on."""
+        self._current, self.config, self.job = served, config, learning_hash(config)
+
+    def _model(
+        self, where: str, state: dict, manifest: dict, version: int, written_at: float, about: dict
+    ) -> tuple[ServedModel, dict]:
+        """`_checkpoint_model`; a StartupError when the model is of another job than the one served."""
+        served, config = _checkpoint_model(self._configure, where, state, manifest, version, written_at, about)
+        job = learning_hash(config)
+        if self.job is not None and job != self.job:
+            raise StartupError(
+                f"{where}: a model of another job (its model, features or labels differ: learning hash"
+                f" {job[:12]}..., the job served {self.job[:12]}...)"
+            )
+        return served, config
+
+    def _refuse(self, reason: str) -> None:
+        """Say that a newer model is refused and why; keep it as the last refusal."""
+        self.last_refusal = Refusal(reason, time.time())
+        _log.warning("refusing %s; %s", reason, _going_on(self._current))
+
+
+class CheckpointProvider(_Provider):
     """Models from checkpoints of ``run`` (a `ModelProvider`): the checkpoint file ``path``, or the newest valid
     checkpoint of the directory ``path``, and then each newer one that ``refresh`` finds there.
 
     A model's version is its checkpoint's sequence number (``checkpoint-000000000042.pgs``: 42, the order in
     which its run wrote it; 0 for a file named otherwise), its age counts from when it was written (the
-    manifest's ``written_at``, else the file's modification time). A newer checkpoint that cannot be served
-    (truncated, corrupted, or with a configuration the overrides make invalid) is refused with a warning, once
-    until the file changes, and the model served goes on. ``empty`` (version 0) is served until a checkpoint
-    is found. A StartupError when ``path`` does not exist, or is a file that cannot be served.
+    manifest's ``written_at``, else the file's modification time). Only a regular file of at most ``max_bytes``
+    is read, opened without waiting (a FIFO or a device named like a checkpoint is refused unread). A newer
+    checkpoint that cannot be served (truncated, corrupted, a state no learner leaves, not signed with ``key``
+    when one is set, of another job, or with a configuration the overrides make invalid) is refused with a
+    warning, once until the file changes, and the model served goes on. ``empty`` (version 0) is served until a
+    checkpoint is found. A StartupError when ``path`` does not exist, or is a file that cannot be served.
     """
 
-    def __init__(self, path: Path, configure: Configure, empty: tuple[ServedModel, dict] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        configure: Configure,
+        empty: tuple[ServedModel, dict] | None = None,
+        key: bytes | None = None,
+        max_bytes: int | None = MAX_MODEL_BYTES,
+    ) -> None:
         if not path.exists():
             raise StartupError(f"--model {path}: no such file or directory")
+        super().__init__(configure, empty, key)
         self.path = path
         self.origin = f"a checkpoint in {path}" if path.is_dir() else str(path)
-        self._configure = configure
-        self._current: ServedModel | None = None
-        self.config: dict | None = None  # the configuration the current model is served with
-        if empty is not None:
-            self._current, self.config = empty
+        self._max_bytes = max_bytes
         self._refused: dict[Path, tuple[int, int] | None] = {}  # checkpoint -> its _identity when refused
-        self._lock = threading.Lock()  # one refresh at a time
         if path.is_dir():
             self.refresh()
         else:
             try:
-                self._current, self.config = self._load(path)
+                self._take(*self._load(path))
             except (CheckpointError, ConfigError, StartupError) as error:
                 raise StartupError(f"--model {_reason(path, error)}") from None
-
-    @property
-    def current(self) -> ServedModel | None:
-        return self._current
 
     def refresh(self) -> bool:
         """Take up the newest valid checkpoint of the directory that is newer than the model served."""
@@ -123,56 +184,50 @@ class CheckpointProvider:
                 if path in self._refused and self._refused[path] == _identity(path):
                     continue  # refused, and unchanged since
                 try:
-                    self._current, self.config = self._load(path)
+                    current, config = self._load(path)
                 except (CheckpointError, ConfigError, StartupError, OSError) as error:
-                    self._refuse(path, error)
+                    self._refuse_file(path, error)
                     continue
-                current = self._current
+                self._take(current, config)
                 _log.info("serving model version %d: %s (t=%s)", current.version, path, current.about.get("model_t"))
                 return True
             return False
 
     def _load(self, path: Path) -> tuple[ServedModel, dict]:
-        state, manifest = read_checkpoint(path)
+        state, manifest = read_checkpoint(path, self._key, self._max_bytes)
         version, modified = checkpoint_sequence(path) or 0, path.stat().st_mtime
-        return _checkpoint_model(
-            self._configure, str(path), state, manifest, version, modified, {"model_path": str(path)}
-        )
+        return self._model(str(path), state, manifest, version, modified, {"model_path": str(path)})
 
-    def _refuse(self, path: Path, error: Exception) -> None:
+    def _refuse_file(self, path: Path, error: Exception) -> None:
         """Say that ``path`` is refused and why; it is not read again until it changes."""
         identity = _identity(path)
         if identity is None:  # removed since (a run keeps only its newest checkpoints)
             return
         self._refused[path] = identity
-        _log.warning("refusing the checkpoint %s; %s", _reason(path, error), _going_on(self._current))
+        self._refuse(f"the checkpoint {_reason(path, error)}")
 
 
-class TopicProvider:
+class TopicProvider(_Provider):
     """Models published by ``run`` to a model topic (a `ModelProvider`; see `stream.publishing`), read by
     ``reader``: the newest complete snapshot whose digest matches, and then each newer one that ``refresh``
     finds. A version is its checkpoint's sequence number, its age counts from when the checkpoint was written.
     A newer snapshot that cannot be served (chunks missing, a digest that does not match, a checkpoint that
     does not decode, or a configuration the overrides make invalid) is refused with a warning, and the model
-    served goes on. ``empty`` (version 0) is served until a snapshot is found.
+    served goes on; so is one of another job, a state no learner leaves, or not signed with ``key`` when one is
+    set. ``empty`` (version 0) is served until a snapshot is found.
     """
 
     def __init__(
-        self, reader: ModelTopicReader, configure: Configure, empty: tuple[ServedModel, dict] | None = None
+        self,
+        reader: ModelTopicReader,
+        configure: Configure,
+        empty: tuple[ServedModel, dict] | None = None,
+        key: bytes | None = None,
     ) -> None:
+        super().__init__(configure, empty, key)
         self.reader = reader
         self.origin = f"model topic {reader.topic}"
-        self._configure = configure
-        self._current: ServedModel | None = None
-        self.config: dict | None = None  # the configuration the current model is served with
-        if empty is not None:
-            self._current, self.config = empty
-        self._lock = threading.Lock()  # one refresh at a time
         self.refresh()
-
-    @property
-    def current(self) -> ServedModel | None:
-        return self._current
 
     def refresh(self) -> bool:
         """Read what was published since; take up the newest snapshot if it is newer and can be served."""
@@ -181,25 +236,20 @@ class TopicProvider:
             served = self._current.version if self._current is not None else 0
             for error in refused:
                 if error.version > served:
-                    self._refuse(str(error))
+                    self._refuse(f"{error} in {self.origin}")
             if snapshot is None or snapshot.version <= served:
                 return False
             where = f"model version {snapshot.version}"
             written = snapshot.manifest.get("written_at")
             about = {"model_topic": self.reader.topic}
             try:
-                state, manifest = read_checkpoint_bytes(snapshot.data, where)
-                self._current, self.config = _checkpoint_model(
-                    self._configure, where, state, manifest, snapshot.version, written or time.time(), about
-                )
+                state, manifest = read_checkpoint_bytes(snapshot.data, where, self._key)
+                self._take(*self._model(where, state, manifest, snapshot.version, written or time.time(), about))
             except (CheckpointError, ConfigError, StartupError) as error:
-                self._refuse(_reason(where, error))
+                self._refuse(f"{_reason(where, error)} in {self.origin}")
                 return False
             _log.info("serving model version %d from %s (t=%s)", snapshot.version, self.origin, state["model"].t)
             return True
-
-    def _refuse(self, reason: str) -> None:
-        _log.warning("refusing %s in %s; %s", reason, self.origin, _going_on(self._current))
 
 
 def _going_on(current: ServedModel | None) -> str:
@@ -285,6 +335,8 @@ def _serve_stream(serving: Serving, provider: CheckpointProvider | TopicProvider
             if stop.wait(WAIT_SECONDS):
                 return 0
         config = provider.config
+        if args.input is None and config["source"]["type"] == "stdin":
+            _log.info("reading standard input (a checkpoint's paths are never opened: --input FILE names a file)")
         check_files(config, options.flags_of_paths(args))
         with contextlib.ExitStack() as opened:
             sink, dead_letters = build_sinks(config)
@@ -355,15 +407,19 @@ def command_serve(args: argparse.Namespace) -> int:
     if (args.model is None) == (args.model_topic is None):
         raise ConfigError("serve needs either --model CHECKPOINT or --model-topic TOPIC")
     address = _listen_address(args.http) if args.http else None
+    if args.max_model_bytes < 1:
+        raise ConfigError(f"--max-model-bytes {args.max_model_bytes}: expected a number of bytes >= 1")
     configure = _configurer(args)
+    key = options.key_of(args)
     provider: CheckpointProvider | TopicProvider
     with contextlib.ExitStack() as opened:
         if args.model_topic:
             reader = _topic_reader(args)
             opened.callback(reader.close)
-            provider = TopicProvider(reader, configure, _untrained(args, configure))
+            provider = TopicProvider(reader, configure, _untrained(args, configure), key)
         else:
-            provider = CheckpointProvider(Path(args.model), configure, _untrained(args, configure))
+            empty = _untrained(args, configure)
+            provider = CheckpointProvider(Path(args.model), configure, empty, key, args.max_model_bytes)
         if provider.current is None:
             missing = f"no model in {provider.origin}" if args.model_topic else f"no valid checkpoint in {args.model}"
             _log.info("%s yet: waiting for one (looking every %g s)", missing, args.reload_s)
@@ -407,3 +463,11 @@ def add_serve_command(commands: argparse._SubParsersAction, common: argparse.Arg
         action="store_true",
         help="with no checkpoint yet, serve the untrained model of --config instead of waiting",
     )
+    serve.add_argument(
+        "--max-model-bytes",
+        type=int,
+        default=MAX_MODEL_BYTES,
+        metavar="BYTES",
+        help=f"refuse a checkpoint file larger than this (default {MAX_MODEL_BYTES})",
+    )
+    options.add_key_options(serve)

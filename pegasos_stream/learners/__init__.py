@@ -1,5 +1,5 @@
-"""The learners: linear, multiclass and kernel Pegasos, an AdaGrad logistic regression, their grid,
-committee and mixture, and the parts they are made of.
+"""The learners: linear, multiclass and kernel Pegasos, an AdaGrad logistic regression, Pegasos on the logistic
+loss, their grid, committee and mixture, and the parts they are made of.
 
 Nothing here knows about files, streams or the command line. Each module loads on first use, so a run of
 one learner imports that learner only.
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .grid import PegasosGrid
     from .kernel import KernelPegasosClassifier
     from .linear import PegasosClassifier
+    from .logistic_pegasos import PegasosLogistic
     from .mixture import PegasosMixture
     from .multiclass import PegasosMulticlass
 
@@ -30,6 +31,7 @@ __all__ = [
     "PegasosClassifier",
     "PegasosCommittee",
     "PegasosGrid",
+    "PegasosLogistic",
     "PegasosMixture",
     "PegasosMulticlass",
 ]
@@ -45,6 +47,7 @@ _WHERE = {
     "Linear": ".kernels",
     "Polynomial": ".kernels",
     "PegasosClassifier": ".linear",
+    "PegasosLogistic": ".logistic_pegasos",
     "Members": ".members",
     "PegasosMixture": ".mixture",
     "PegasosMulticlass": ".multiclass",
@@ -61,6 +64,7 @@ _LEARNERS = (
     "PegasosCommittee",
     "PegasosMixture",
     "AdaGradLogistic",
+    "PegasosLogistic",
     "PegasosMulticlass",
     "KernelPegasosClassifier",
 )

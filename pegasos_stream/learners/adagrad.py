@@ -15,6 +15,7 @@ from .._compiled import FAST as _fast
 from .calibration import squash
 from .compiled import Stored, gather, scatter
 from .rows import Rows
+from .state import InvalidState, check_array, check_count, check_floats, check_parts, new_like
 from .validation import binary_sign, check_features, check_sample_weight, reject_features
 from .weights import COMPENSATED_SUM, check_n_features, is_column, sparse_dot, weight_columns
 
@@ -107,6 +108,21 @@ class AdaGradLogistic(base.Classifier):
     def _unit_test_params(cls):
         yield {}
         yield {"learning_rate": 0.05, "initial_accumulator": 0.1}
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) settings the constructor refuses, or a rebuilt state that no sequence of steps
+        leaves: weights in dicts, or in arrays of ``n_features``, finite, and sums of squared gradients from ε on."""
+        fresh = new_like(self)
+        check_parts(self, fresh, ("_w", "_g2"))
+        if self.n_features is None:
+            largest = max(map(abs, check_floats(self, "_w").values()), default=0.0)
+            check_floats(self, "_g2", self.initial_accumulator)
+        else:
+            largest = float(np.abs(check_array(self, "_w", (self.n_features,))).max(initial=0.0))
+            check_array(self, "_g2", (self.n_features,), self.initial_accumulator)
+        bound = self.learning_rate * check_count(self, "_t")
+        if largest > bound * (1.0 + 1e-9):  # no step moves a weight by more than η (less a rounding)
+            raise InvalidState(f"AdaGradLogistic._w: a weight of {largest:.3g}, more than η·t = {bound:.3g}")
 
     @property
     def t(self) -> int:

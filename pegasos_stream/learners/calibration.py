@@ -18,6 +18,8 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .state import POSITIVE, check_attributes, check_count, check_float
+
 if TYPE_CHECKING:
     from river.base.typing import ClfTarget
 
@@ -61,6 +63,18 @@ class OnlinePlatt:
         self._sq_grad_offset = 0.0
         self.n_pos = 0
         self.n_neg = 0
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) a rebuilt state that ``update`` could not have left."""
+        check_attributes(self, vars(OnlinePlatt()))
+        check_float(self, "learning_rate", POSITIVE)
+        check_float(self, "log_slope", -MAX_LOG_SLOPE, MAX_LOG_SLOPE)
+        check_float(self, "slope", POSITIVE)
+        check_float(self, "offset")
+        check_float(self, "_sq_grad_slope", 0.0)
+        check_float(self, "_sq_grad_offset", 0.0)
+        check_count(self, "n_pos")
+        check_count(self, "n_neg")
 
     def proba(self, margin: float) -> float:
         """P(y = 1 | margin)."""

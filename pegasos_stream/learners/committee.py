@@ -13,6 +13,7 @@ from .calibration import OnlinePlatt, PlattScaledMargin
 from .compiled import calibrate_rows
 from .linear import PegasosClassifier
 from .rows import Rows
+from .state import InvalidState, check_parts, new_like
 from .validation import binary_sign, check_sample_weight
 
 __all__ = ["PegasosCommittee"]
@@ -86,6 +87,14 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
     def _unit_test_params(cls):
         yield {}
         yield {"lambda_": 1e-2, "t0": 10, "horizon": 20, "learning_rate": 0.1, "initial_accumulator": 0.1}
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) settings the constructor refuses, or members that are not those of these settings,
+        at one step count."""
+        fresh = new_like(self)
+        check_parts(self, fresh, ("svm", "logistic", "_platt"))
+        if self.svm.t != self.logistic.t:
+            raise InvalidState(f"PegasosCommittee: its members took {self.svm.t} and {self.logistic.t} steps")
 
     @property
     def t(self) -> int:

@@ -12,6 +12,7 @@ from .calibration import OnlinePlatt, PlattScaledMargin
 from .linear import PegasosClassifier
 from .members import Members
 from .rows import Rows
+from .state import check_parts, new_like
 from .validation import check_lambdas
 
 __all__ = ["PegasosGrid"]
@@ -83,6 +84,14 @@ class PegasosGrid(Members, PlattScaledMargin, base.Classifier):
     def _unit_test_params(cls):
         yield {}
         yield {"lambdas": (1e-2, 1e-1), "discount": 0.9, "class_weight": "balanced", "horizon": 20, "t0": 10}
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) settings the constructor refuses, or members and losses that ``learn`` could not
+        have left: a member per λ, of these settings."""
+        fresh = new_like(self)
+        self._check_members()
+        check_parts(self, fresh, ("_members", "_platt"))
+        self._check_losses()
 
     @property
     def learners(self) -> list[PegasosClassifier]:

@@ -12,6 +12,7 @@ from river import base
 from .budget import check_maintenance, maintain
 from .calibration import OnlinePlatt, PlattScaledMargin
 from .kernels import make_kernel
+from .state import InvalidState, check_count, check_equal, check_parts, new_like
 from .svstore import SupportVectorStore
 from .validation import binary_sign, check_lambda, check_sample_weight, reject_features
 
@@ -109,6 +110,19 @@ class KernelPegasosClassifier(PlattScaledMargin, base.Classifier):
         yield {"budget": 20, "maintenance": "remove", "kernel": "poly", "degree": 2}
         yield {"budget": 20, "maintenance": "merge", "gamma": 0.5}
         yield {"budget": 20, "maintenance": "project", "kernel": "linear", "lambda_": 1e-2}
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) settings the constructor refuses, or a store that is not one of this kernel and
+        maintenance, or holds more vectors than the budget."""
+        fresh = new_like(self)
+        check_parts(self, fresh, ("_kernel", "_store", "_platt"))
+        check_equal(self._kernel, fresh._kernel, vars(fresh._kernel))
+        check_parts(self._store, fresh._store, ("kernel",))
+        check_equal(self._store.kernel, fresh._kernel, vars(fresh._kernel))
+        check_equal(self._store, fresh._store, ("keep_gram",))
+        if self.budget is not None and len(self._store) > self.budget:
+            raise InvalidState(f"KernelPegasosClassifier._store: {len(self._store)} vectors, over the budget")
+        check_count(self, "_t")
 
     @property
     def t(self) -> int:

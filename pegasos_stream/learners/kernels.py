@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from .state import InvalidState
+
 __all__ = ["KERNELS", "Kernel", "make_kernel"]
 
 
@@ -24,6 +26,16 @@ class Kernel:
     def pair(self, dot: float, x_sq_norm: float, z_sq_norm: float) -> float:
         """K for one pair, from ⟨x, z⟩, ‖x‖² and ‖z‖²."""
         return float(self(np.array([dot]), np.array([x_sq_norm]), z_sq_norm)[0])
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) parameters ``make_kernel`` refuses, or attributes it does not give."""
+        parameters = {"gamma": 1.0, "degree": 3, "coef0": 1.0, **vars(self)}
+        try:
+            made = make_kernel(self.name, **parameters)
+        except (ValueError, TypeError) as error:
+            raise InvalidState(f"{type(self).__name__}: {error}") from None
+        if vars(made) != vars(self):
+            raise InvalidState(f"{type(self).__name__}: expected the attributes {sorted(vars(made))}")
 
 
 class Linear(Kernel):

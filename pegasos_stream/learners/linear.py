@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping, Sequence
 from operator import mul
 from types import ModuleType
@@ -17,9 +16,11 @@ from .calibration import OnlinePlatt, PlattScaledMargin
 from .members import Members
 from .rows import Rows
 from .schedule import effective_step, refuse_overflow
+from .state import InvalidState, check_count, check_equal, check_flag, check_float, check_parts, new_like
 from .steps import StepLog
 from .validation import (
     binary_sign,
+    check_average,
     check_features,
     check_fit_intercept,
     check_horizon,
@@ -218,8 +219,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         check_horizon(horizon)
         if t0 is not None:
             check_t0(t0)
-        if average is not None and (not isinstance(average, numbers.Integral) or average < 0):
-            raise ValueError(f"average={average!r}: expected None, a bool or an integer >= 1")
+        check_average(average)
         if isinstance(prior, PegasosClassifier):
             prior = prior.average_weights if prior.average else prior.weights
         self.lambda_ = lambda_
@@ -429,6 +429,29 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
             state["_last_scored"] = None  # a cache, not part of the model
         state.pop("_prior_columns", None)  # another (rebuilt from the prior)
         return state
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) settings the constructor refuses, or a rebuilt state that no sequence of steps
+        leaves; the parts it holds (weights, calibration, members) have checked their own."""
+        fresh = new_like(self)
+        check_flag(self, "projection")
+        check_flag(self, "calibrate")
+        check_parts(self, fresh, ("_grid", "_platt"))
+        if self._grid is not None:
+            check_parts(self._grid, fresh._grid, ("_members",))
+            check_equal(self._grid, fresh._grid, ("discount",))
+            self._grid._check_losses()
+            return
+        check_equal(self, fresh, ("_class_cost", "_prior", "_radius", "_average_from", "_last_scored"))
+        check_parts(self, fresh, ("_u",))
+        n_features = len(fresh._u.v) if isinstance(fresh._u, DenseWeightVector) else None
+        if self._u.average != fresh._u.average or (n_features is not None and len(self._u.v) != n_features):
+            columns = "" if n_features is None else f" of {n_features} columns"
+            raise InvalidState(f"PegasosClassifier._u: expected weights{columns} with average={fresh._u.average}")
+        check_float(self, "_b")
+        check_float(self, "_average_b")
+        for name in ("_t", "_n_pos", "_n_neg"):
+            check_count(self, name)
 
     def decision_function_one(self, x: Mapping) -> float:
         """The signed margin ⟨w, x⟩ + b of the predicting weights (averaged if ``average``; with

@@ -26,6 +26,7 @@ from . import compiled
 from .calibration import OnlinePlatt
 from .rows import Rows
 from .schedule import MAX_NORM
+from .state import InvalidState, check_attributes, check_float, check_instance, check_list
 from .validation import binary_sign, check_sample_weight
 
 if TYPE_CHECKING:
@@ -62,6 +63,25 @@ class Members:
         self._members = list(members)
         self.discount = discount
         self._losses = [0.0] * len(self._candidates())
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) a rebuilt state that ``learn`` could not have left (`_check_members`)."""
+        check_attributes(self, ("_members", "discount", "_losses"))
+        self._check_members()
+
+    def _check_members(self) -> None:
+        """Refuse (InvalidState) members that are no list, or a discount outside [0, 1). Whoever holds the members
+        checks that they are those of its settings, then `_check_losses`."""
+        if not check_instance(self, "_members", list):
+            raise InvalidState(f"{type(self).__name__}._members: expected at least one member")
+        check_float(self, "discount", 0.0, math.nextafter(1.0, 0.0))
+
+    def _check_losses(self) -> None:
+        """Refuse (InvalidState) members (of their owner's settings) that took different numbers of steps, or running
+        losses that are not a finite float >= 0 for each candidate."""
+        if len({member.t for member in self._members}) > 1:
+            raise InvalidState(f"{type(self).__name__}._members: they took different numbers of steps")
+        check_list(self, "_losses", len(self._candidates()), 0.0)
 
     def _candidates(self) -> list[tuple[PegasosClassifier, bool]]:
         """(member, averaged iterate?) for each candidate, in order."""

@@ -16,8 +16,10 @@ from .committee import PegasosCommittee
 from .compiled import calibrate_rows
 from .hedge import initial_log_weights, mix_rows, share_cost
 from .linear import PegasosClassifier
+from .logistic_pegasos import PegasosLogistic
 from .rows import Rows
-from .validation import binary_sign, check_lambdas, check_sample_weight
+from .state import InvalidState, check_list, check_parts, new_like
+from .validation import MAX_STEP_COUNT, binary_sign, check_lambdas, check_sample_weight
 
 __all__ = ["PegasosMixture"]
 
@@ -31,22 +33,26 @@ class PegasosMixture(base.Classifier):
     regression with AdaGrad's steps for each (η, ε) of ``logistics``: ε small gives AdaGrad's per-feature steps,
     which keep a rare feature weighty from its first sightings; ε large next to the squared gradients gives steps of
     nearly η/√ε for every feature, a plain logistic regression with large steps. All of them read one feature pass.
+    For each (λ, t0) of ``pegasos_logistics`` a `PegasosLogistic` (Pegasos's steps on the logistic loss) learns
+    beside them: the loss of the SGD logistic regressions a short text favours, and a member that learns from every
+    example, where the hinge loss learns only from margin violations.
     The members are, for each λ, the SVM's margin plus each logistic regression's and the SVM's margin alone, then
-    each logistic regression's margin alone. Each member's margin is calibrated online into a probability p_k
-    (`OnlinePlatt`); the mixture predicts p(x) = Σ_k π_k p_k(x). After each example the weights π_k are multiplied
-    by the probability each member gave its label (to the power of its sample weight) and normalised, the
-    exponentially weighted average forecaster with η = 1 on the log loss; then a fraction α_s = c/(s + 2c) of them,
-    s the examples learned so far and c = ``share``, is spread evenly over the members (fixed share at a
-    decreasing rate, `hedge`), so that a member that starts badly and learns to predict best takes the lead
-    within a few hundred examples rather than never. ``share=0`` gives the plain Bayes mixture, π_k ∝ exp(−L_k).
-    The decision is the log-odds log p − log(1 − p), and the probability is p.
+    each logistic regression's margin alone, then each logistic SVM's. Each member's margin is calibrated online
+    into a probability p_k (`OnlinePlatt`); the mixture predicts p(x) = Σ_k π_k p_k(x). After each example the
+    weights π_k are multiplied by the probability each member gave its label (to the power of its sample weight) and
+    normalised, the exponentially weighted average forecaster with η = 1 on the log loss; then a fraction
+    α_s = c/(s + 2c) of them, s the examples learned so far and c = ``share``, is spread evenly over the members
+    (fixed share at a decreasing rate, `hedge`), so that a member that starts badly and learns to predict best
+    takes the lead within a few hundred examples rather than never. ``share=0`` gives the plain Bayes mixture,
+    π_k ∝ exp(−L_k). The decision is the log-odds log p − log(1 − p), and the probability is p.
 
     **Guarantee.** With unit sample weights, on any stream of T examples, the mixture's cumulative log loss
     is at most its best member's plus the ``regret_bound``:
 
         Σ_t −log p(y_t | x_t) ≤ min_k L_k(T) + ln M + Σ_{s=1}^{T−1} −ln(1 − α_s),
 
-    L_k the member's prequential log loss, M = len(lambdas)·(len(logistics) + 1) + len(logistics) and the last term
+    L_k the member's prequential log loss, M = len(lambdas)·(len(logistics) + 1) + len(logistics) +
+    len(pegasos_logistics) and the last term
     about c·ln T (``share=0``: ln M alone). The bound holds whatever the members are; ``member_losses`` and
     ``member_weights`` show where the mixture stands.
 
@@ -55,7 +61,8 @@ class PegasosMixture(base.Classifier):
     lambdas
         The SVMs' regularisation strengths, each > 0.
     lambda_t0
-        λ·t0 of every SVM (> 0): its first step is η = 1/``lambda_t0``, and its step η = 1/(λ(t + t0)).
+        λ·t0 of every SVM (> 0, and at most 2**53 λ): its first step is η = 1/``lambda_t0``, and its step
+        η = 1/(λ(t + t0)).
     horizon
         The SVMs' step counter saturation (`PegasosClassifier`).
     logistics
@@ -65,6 +72,8 @@ class PegasosMixture(base.Classifier):
         None for weights in dicts, or every learner's weights in arrays of int columns 0..n − 1.
     share
         c ≥ 0 of the share rate α_s = c/(s + 2c).
+    pegasos_logistics
+        The (λ, t0) of each `PegasosLogistic` (none by default).
 
     Examples
     --------
@@ -91,6 +100,8 @@ class PegasosMixture(base.Classifier):
     committee: PegasosCommittee
     svms: list[PegasosClassifier]
     logistic_regressions: list[AdaGradLogistic]
+    pegasos_logistics: list[tuple[float, int]]
+    logistic_svms: list[PegasosLogistic]
     _platts: list[OnlinePlatt]
     _losses: list[float]
     _log_weights: list[float]
@@ -103,21 +114,31 @@ class PegasosMixture(base.Classifier):
         logistics: Sequence[Sequence[float]] = ((0.7, 1e-6), (10.0, 1.0)),
         n_features: int | None = None,
         share: float = 3.0,
+        pegasos_logistics: Sequence[Sequence[float]] = (),
     ):
         checked = check_lambdas(lambdas)
-        if isinstance(lambda_t0, bool) or not isinstance(lambda_t0, numbers.Real) or not lambda_t0 > 0:
-            raise ValueError(f"lambda_t0={lambda_t0!r}: expected a number > 0")
+        number = not isinstance(lambda_t0, bool) and isinstance(lambda_t0, numbers.Real)
+        if not (number and lambda_t0 > 0 and lambda_t0 / min(checked) <= MAX_STEP_COUNT):  # each SVM's t0 in range
+            raise ValueError(
+                f"lambda_t0={lambda_t0!r}: expected a finite number > 0 with lambda_t0/λ at most 2**53 for each λ of"
+                " lambdas"
+            )
         pairs = isinstance(logistics, Sequence) and not isinstance(logistics, (str, bytes, Mapping)) and logistics
         if not pairs or not all(map(_is_pair, logistics)):
             raise ValueError(f"logistics={logistics!r}: expected a non-empty list of [learning rate, ε] pairs")
         if isinstance(share, bool) or not isinstance(share, numbers.Real) or not 0 <= share < math.inf:
             raise ValueError(f"share={share!r}: expected a finite number >= 0")
+        many = isinstance(pegasos_logistics, Sequence) and not isinstance(pegasos_logistics, (str, bytes, Mapping))
+        if not many or not all(map(_is_pair, pegasos_logistics)):
+            raise ValueError(f"pegasos_logistics={pegasos_logistics!r}: expected a list of [λ, t0] pairs")
         self.lambdas = checked
         self.lambda_t0 = float(lambda_t0)
         self.horizon = horizon
         self.logistics = tuple((float(rate), float(epsilon)) for rate, epsilon in logistics)
         self.n_features = n_features
         self.share = float(share)
+        # a list: river's clone takes an empty tuple for a class and its settings
+        self.pegasos_logistics = [(float(lambda_), int(t0)) for lambda_, t0 in pegasos_logistics]
         (first_rate, first_epsilon), *other_logistics = self.logistics
         first, *others = self.lambdas
         self.committee = PegasosCommittee(first, self._t0(first), horizon, first_rate, n_features, first_epsilon)
@@ -126,18 +147,37 @@ class PegasosMixture(base.Classifier):
             for lambda_ in others
         ]
         self.logistic_regressions = [AdaGradLogistic(rate, n_features, epsilon) for rate, epsilon in other_logistics]
-        members = len(self.lambdas) * (len(self.logistics) + 1) + len(self.logistics)
+        self.logistic_svms = [PegasosLogistic(lambda_, t0, n_features) for lambda_, t0 in self.pegasos_logistics]
+        members = len(self.lambdas) * (len(self.logistics) + 1) + len(self.logistics) + len(self.logistic_svms)
         self._platts = [OnlinePlatt() for _ in range(members)]
         self._losses = [0.0] * members
         self._log_weights = initial_log_weights(members)
 
     def __setstate__(self, state: dict) -> None:
-        """The saved state; one saved before ``share`` existed mixes on as it did, by exp(−L_k) (share 0)."""
+        """The saved state; one saved before ``share`` existed mixes on as it did, by exp(−L_k) (share 0), and one
+        saved before ``pegasos_logistics`` existed has none."""
         self.__dict__.update(state)
+        if "pegasos_logistics" not in state:
+            self.pegasos_logistics, self.logistic_svms = [], []
         if "_log_weights" not in state and "_losses" in state:
             losses = np.array(self._losses)
             self.share = 0.0
             self._log_weights = (losses.min() - losses - np.log(np.exp(losses.min() - losses).sum())).tolist()
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) settings the constructor refuses, learners that are not those of these settings
+        or that took different numbers of steps, or calibrations, losses and log-weights that are not one per
+        member (finite floats, the losses >= 0, the weights adding up to 1)."""
+        fresh = new_like(self)
+        check_parts(self, fresh, ("committee", "svms", "logistic_regressions", "logistic_svms", "_platts"))
+        if len({learner.t for learner in self.learners}) > 1:
+            raise InvalidState("PegasosMixture: its learners took different numbers of steps")
+        members = len(fresh._losses)
+        check_list(self, "_losses", members, 0.0)
+        log_weights = check_list(self, "_log_weights", members)
+        top = max(log_weights)
+        if not abs(top + math.log(math.fsum(math.exp(weight - top) for weight in log_weights))) <= 1e-6:
+            raise InvalidState("PegasosMixture._log_weights: expected the logs of weights that add up to 1")
 
     def _t0(self, lambda_: float) -> int:
         return round(self.lambda_t0 / lambda_)
@@ -146,6 +186,7 @@ class PegasosMixture(base.Classifier):
     def _unit_test_params(cls):
         yield {}
         yield {"lambdas": (1e-2,), "lambda_t0": 1.0, "horizon": 20, "logistics": ((0.1, 1e-6),), "share": 0.0}
+        yield {"lambdas": (1e-3,), "logistics": ((0.7, 1e-6),), "pegasos_logistics": ((1e-2, 10),)}
 
     @property
     def t(self) -> int:
@@ -153,17 +194,18 @@ class PegasosMixture(base.Classifier):
         return self.committee.t
 
     @property
-    def learners(self) -> list[PegasosClassifier | AdaGradLogistic]:
+    def learners(self) -> list[PegasosClassifier | AdaGradLogistic | PegasosLogistic]:
         """The learners whose weights make the mixture: its SVMs and its logistic regressions."""
         return [*self.committee.learners, *self._others()]
 
     @property
     def member_names(self) -> list[str]:
         """The members, in order: for each λ, "svm(λ)+logistic(η)" for each logistic regression and "svm(λ)"; then
-        "logistic(η)" for each logistic regression."""
+        "logistic(η)" for each logistic regression; then "pegasos_logistic(λ)" for each of ``pegasos_logistics``."""
         logistics = [f"logistic({rate:g})" for rate, _ in self.logistics]
         svms = [f"svm({lambda_:g})" for lambda_ in self.lambdas]
-        return [name for svm in svms for name in (*(f"{svm}+{logistic}" for logistic in logistics), svm)] + logistics
+        sums = [name for svm in svms for name in (*(f"{svm}+{logistic}" for logistic in logistics), svm)]
+        return sums + logistics + [f"pegasos_logistic({lambda_:g})" for lambda_, _ in self.pegasos_logistics]
 
     @property
     def regret_bound(self) -> float:
@@ -182,10 +224,11 @@ class PegasosMixture(base.Classifier):
         weights = np.exp(self._log_weights)
         return dict(zip(self.member_names, (weights / weights.sum()).tolist()))
 
-    def _member_margins(self, svm_margins: np.ndarray, logistic_margins: np.ndarray) -> np.ndarray:
-        """The members' margins (one row each) from the SVMs' and the logistic regressions' (one row each)."""
+    def _member_margins(self, svm_margins: np.ndarray, logistic_margins: np.ndarray, others: np.ndarray) -> np.ndarray:
+        """The members' margins (one row each) from the SVMs', the logistic regressions' and the logistic SVMs' (one
+        row each)."""
         sums = [row for svm in svm_margins for row in (*(svm + logistic for logistic in logistic_margins), svm)]
-        return np.stack([*sums, *logistic_margins])
+        return np.stack([*sums, *logistic_margins, *others])
 
     def decision_function_one(self, x: Mapping) -> float:
         """log p(x) − log(1 − p(x)), p the mixture's probability."""
@@ -206,14 +249,17 @@ class PegasosMixture(base.Classifier):
         """The members' margins of x, one column."""
         svm_margins = [svm.decision_function_one(x) for svm in (self.committee.svm, *self.svms)]
         logistic_margins = [logistic.decision_function_one(x) for logistic in self._logistics()]
-        return self._member_margins(np.array(svm_margins)[:, None], np.array(logistic_margins)[:, None])
+        others = [learner.decision_function_one(x) for learner in self.logistic_svms]
+        return self._member_margins(
+            np.array(svm_margins)[:, None], np.array(logistic_margins)[:, None], np.array(others).reshape(-1, 1)
+        )
 
     def _logistics(self) -> list[AdaGradLogistic]:
         return [self.committee.logistic, *self.logistic_regressions]
 
-    def _others(self) -> list[PegasosClassifier | AdaGradLogistic]:
+    def _others(self) -> list[PegasosClassifier | AdaGradLogistic | PegasosLogistic]:
         """The learners besides the committee, in the order of their margins' rows."""
-        return [*self.svms, *self.logistic_regressions]
+        return [*self.svms, *self.logistic_regressions, *self.logistic_svms]
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
         sign = binary_sign(y)
@@ -237,17 +283,20 @@ class PegasosMixture(base.Classifier):
         `PegasosClassifier.learn_rows` (the same arrays, the same stop at a refused row)."""
         n = len(rows)
         svm_margins, logistic_margins = np.empty((len(self.lambdas), n)), np.empty((len(self.logistics), n))
+        other_margins = np.empty((len(self.logistic_svms), n))
         parts, unused = np.empty((2, n)), np.empty(n)
         stops = [self.committee.learn_rows(rows, signs, weights, unused, unused, start, parts)]
         svm_margins[0], logistic_margins[0] = parts
         stops += [
             learner.learn_rows(rows, signs, weights, margins, unused, start)
-            for learner, margins in zip(self._others(), (*svm_margins[1:], *logistic_margins[1:]))
+            for learner, margins in zip(self._others(), (*svm_margins[1:], *logistic_margins[1:], *other_margins))
         ]
         stop, error = stops[0]
         if any(other != stop for other, _ in stops):  # the learners check rows alike: never seen
             raise RuntimeError(f"the learners of the mixture stopped at rows {[other for other, _ in stops]}")
-        margins = self._member_margins(svm_margins[:, start:stop], logistic_margins[:, start:stop])
+        margins = self._member_margins(
+            svm_margins[:, start:stop], logistic_margins[:, start:stop], other_margins[:, start:stop]
+        )
         decisions[start:stop], probas[start:stop] = self._mixed(
             margins, update=(signs[start:stop], weights[start:stop])
         )

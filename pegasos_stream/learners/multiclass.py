@@ -10,6 +10,7 @@ from typing import Any
 from river import base
 
 from .schedule import effective_step, refuse_overflow
+from .state import InvalidState, check_count, check_equal, check_flag, check_floats, check_parts, new_like
 from .validation import check_horizon, check_lambda, check_sample_weight, reject_features
 from .weights import SharedScaleWeights
 
@@ -79,6 +80,18 @@ class PegasosMulticlass(base.Classifier):
         yield {}
         yield {"fit_intercept": True, "projection": True, "lambda_": 1e-2}
         yield {"horizon": 50}
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) settings the constructor refuses, or a rebuilt state that no sequence of steps
+        leaves: a bias for each class of the weights, in their order."""
+        fresh = new_like(self)
+        check_flag(self, "fit_intercept")
+        check_flag(self, "projection")
+        check_equal(self, fresh, ("_radius",))
+        check_parts(self, fresh, ("_w",))
+        if list(check_floats(self, "_b")) != list(self._w.rows):
+            raise InvalidState("PegasosMulticlass._b: expected a bias for each class of the weights, in their order")
+        check_count(self, "_t")
 
     @property
     def _multiclass(self) -> bool:

@@ -14,7 +14,17 @@ from collections.abc import Hashable, Mapping
 
 import numpy as np
 
-from .kernels import Kernel
+from .kernels import Kernel, Linear
+from .state import (
+    InvalidState,
+    check_array,
+    check_attributes,
+    check_count,
+    check_flag,
+    check_instance,
+    finite_floats,
+    is_count,
+)
 
 __all__ = ["DENSE_MAX_COLUMNS", "SupportVectorStore"]
 
@@ -62,6 +72,37 @@ class SupportVectorStore:
         self.__dict__.update(state)
         self._layout = None
         self._positions = {identity(x, y): i for i, (x, y) in enumerate(zip(self.features, self.labels))}
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) a rebuilt store whose vectors, labels, coefficients, norms, Gram matrix and column
+        index do not fit together as ``append`` and ``delete`` leave them."""
+        check_attributes(self, vars(SupportVectorStore(Linear())))
+        check_instance(self, "kernel", Kernel)
+        n = len(check_instance(self, "features", list))
+        if not np.isin(check_array(self, "labels", (n,)), (-1.0, 1.0)).all():
+            raise InvalidState("SupportVectorStore.labels: expected -1.0 or 1.0")
+        check_array(self, "betas", (n,))
+        check_array(self, "sq_norms", (n,), 0.0)
+        check_array(self, "gram", (n, n) if check_flag(self, "keep_gram") else (0, 0))
+        columns = list(check_instance(self, "_column", dict).values())
+        if not (all(map(is_count, columns)) and sorted(columns) == list(range(len(columns)))):
+            raise InvalidState("SupportVectorStore._column: expected the columns 0 to n - 1, each once")
+        if len(check_instance(self, "_rows", list)) != n or not all(map(self._encodes, self.features, self._rows)):
+            raise InvalidState("SupportVectorStore._rows: expected the columns and values of each vector")
+        if check_count(self, "_nnz") != sum(len(columns) for columns, _ in self._rows):
+            raise InvalidState("SupportVectorStore._nnz: expected the number of entries of the vectors")
+
+    def _encodes(self, x: object, row: object) -> bool:
+        """Whether ``row`` is the (columns, values) of the vector ``x``, a dict of finite floats (``_encode``)."""
+        if not (isinstance(x, dict) and finite_floats(x.values()) and x.keys() <= self._column.keys()):
+            return False
+        made = self._encode(x, grow=False)
+        return (
+            isinstance(row, tuple)
+            and len(row) == 2
+            and all(isinstance(part, np.ndarray) and part.dtype == expected.dtype for part, expected in zip(row, made))
+            and all(map(np.array_equal, row, made))
+        )
 
     def __len__(self) -> int:
         return len(self.features)

@@ -11,9 +11,11 @@ import numbers
 from collections.abc import Hashable, Mapping, Sequence
 
 __all__ = [
+    "MAX_STEP_COUNT",
     "MIN_LAMBDA",
     "SIGNS",
     "binary_sign",
+    "check_average",
     "check_features",
     "check_fit_intercept",
     "check_horizon",
@@ -72,6 +74,9 @@ def check_sample_weight(w: object) -> float:
 #: weights by ‖x‖/λ, which must stay below the norm bound ``schedule.MAX_NORM`` (1e140) for examples
 #: of any sensible norm (up to 1e40); the projection radius 1/√λ is then at most 1e50.
 MIN_LAMBDA = 1e-100
+#: The largest step counter setting (t0, horizon, the first averaged step): the compiled loop takes them as floats,
+#: exact up to 2**53; a larger one would be refused at the first step.
+MAX_STEP_COUNT = 2**53
 
 
 def check_lambda(lambda_: float) -> None:
@@ -93,16 +98,28 @@ def check_lambdas(lambdas: Sequence[float]) -> tuple[float, ...]:
     return tuple(float(lambda_) for lambda_ in lambdas)
 
 
+def _is_count(value: object, low: int) -> bool:
+    """Whether ``value`` is an integer from ``low`` to ``MAX_STEP_COUNT`` (a bool is no integer)."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and low <= int(value) <= MAX_STEP_COUNT
+
+
 def check_horizon(horizon: int | None) -> None:
-    """Refuse a horizon that is neither None nor an integer >= 1."""
-    if horizon is not None and (isinstance(horizon, bool) or not isinstance(horizon, numbers.Integral) or horizon < 1):
-        raise ValueError(f"horizon={horizon!r}: expected None or an integer >= 1")
+    """Refuse a horizon that is neither None nor an integer from 1 to ``MAX_STEP_COUNT``."""
+    if horizon is not None and not _is_count(horizon, 1):
+        raise ValueError(f"horizon={horizon!r}: expected None or an integer from 1 to 2**53")
 
 
 def check_t0(t0: int) -> None:
-    """Refuse a t0 that is not an integer >= 0."""
-    if isinstance(t0, bool) or not isinstance(t0, numbers.Integral) or t0 < 0:
-        raise ValueError(f"t0={t0!r}: expected an integer >= 0")
+    """Refuse a t0 that is not an integer from 0 to ``MAX_STEP_COUNT``."""
+    if not _is_count(t0, 0):
+        raise ValueError(f"t0={t0!r}: expected an integer from 0 to 2**53")
+
+
+def check_average(average: bool | int | None) -> None:
+    """Refuse an average (the first step in the average; True: 1) that is neither None, a bool nor an integer from
+    0 (no average) to ``MAX_STEP_COUNT``."""
+    if average is not None and not isinstance(average, bool) and not _is_count(average, 0):
+        raise ValueError(f"average={average!r}: expected None, a bool or an integer from 1 to 2**53")
 
 
 def check_fit_intercept(fit_intercept: bool | str | None) -> None:

@@ -25,6 +25,18 @@ from operator import add, mul
 import numpy as np
 
 from .._compiled import FAST as _fast
+from .schedule import MAX_NORM
+from .state import (
+    InvalidState,
+    check_array,
+    check_attributes,
+    check_count,
+    check_flag,
+    check_float,
+    check_floats,
+    check_instance,
+    finite_floats,
+)
 from .validation import reject_features
 
 __all__ = [
@@ -103,6 +115,16 @@ class _LazyScale:
         """Multiply ``scale`` into the stored values and reset it to 1 (O(nnz(v)))."""
         raise NotImplementedError
 
+    def _check_scale(self, sq_sum: float) -> None:
+        """Refuse (InvalidState) a scale outside [MIN_SCALE, 1] (it only shrinks, and is folded below MIN_SCALE), a
+        running ‖v‖² that is no finite float >= 0, or values whose norm (``sq_sum``: their ‖v‖²) is past the bound no
+        step takes the weights to (with room for rounding)."""
+        check_float(self, "scale", MIN_SCALE, 1.0)
+        check_float(self, "sq_norm", 0.0)
+        norm = self.scale * math.sqrt(sq_sum)
+        if not norm < 2 * MAX_NORM:
+            raise InvalidState(f"{type(self).__name__}: weights of norm {norm:.3g}, past the bound {MAX_NORM:g}")
+
     def _clear(self) -> None:
         raise NotImplementedError
 
@@ -124,6 +146,16 @@ class WeightVector(_LazyScale):
         self.n_averaged = 0  # iterates summed so far
         self.avg_scale = 0.0  # S = avg_scale · v + avg_offset
         self.avg_offset: dict = {}
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) a rebuilt state that no sequence of steps leaves."""
+        check_attributes(self, vars(WeightVector()))
+        values = check_floats(self, "v").values()
+        check_flag(self, "average")
+        check_count(self, "n_averaged")
+        check_float(self, "avg_scale", 0.0)
+        check_floats(self, "avg_offset")
+        self._check_scale(sum(map(mul, values, values)))
 
     def dot(self, x: Features) -> float:
         """⟨w, x⟩ in O(nnz(x))."""
@@ -268,6 +300,17 @@ class DenseWeightVector(_LazyScale):
         self.avg_scale = 0.0
         self.avg_offset = np.zeros(n_features if average else 0)
 
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) a rebuilt state that no sequence of steps leaves: the arrays float64, finite, and
+        of one length (the offset of none without ``average``)."""
+        check_attributes(self, vars(DenseWeightVector(1)))
+        v = check_array(self, "v", (-1,))
+        check_array(self, "avg_offset", (len(v) if check_flag(self, "average") else 0,))
+        check_count(self, "n_averaged")
+        check_float(self, "avg_scale", 0.0)
+        with np.errstate(over="ignore"):
+            self._check_scale(float(v @ v))
+
     def example(self, x: Features) -> tuple[np.ndarray, np.ndarray]:
         """(columns, values) of ``x``; a ValueError naming a key that is no column or a value that is no number."""
         columns = dense_columns(list(x), len(self.v))
@@ -389,6 +432,16 @@ class SharedScaleWeights(_LazyScale):
     def __init__(self) -> None:
         super().__init__()
         self.rows: dict[Hashable, dict] = {}
+
+    def _check_state(self) -> None:
+        """Refuse (InvalidState) a rebuilt state that no sequence of steps leaves: a row of another label than a
+        class label, or of values that are not finite floats."""
+        check_attributes(self, vars(SharedScaleWeights()))
+        rows = check_instance(self, "rows", dict)
+        for label, row in rows.items():
+            if label is None or not isinstance(row, dict) or not finite_floats(row.values()):
+                raise InvalidState(f"SharedScaleWeights.rows: the row of {label!r:.60} is not a dict of finite floats")
+        self._check_scale(sum(value * value for row in rows.values() for value in row.values()))
 
     def add_row(self, label: Hashable) -> None:
         """Start a new class with zero weights."""

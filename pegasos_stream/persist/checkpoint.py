@@ -5,8 +5,14 @@ archive holding a JSON manifest (format version, what the writer put in it, the 
 the learner under "model", and whatever else the writer saves, such as the runner's buffers) and
 the state's numeric arrays (read with ``allow_pickle=False``). A truncated, corrupted or foreign
 file is refused with a `CheckpointError` that says why, and so is one whose members claim more
-than the file holds (sizes are checked from the headers before anything is read) or whose
-manifest nests deeper than a state does.
+than the file holds (sizes are checked from the headers before anything is read), whose
+manifest nests deeper than a state does, or whose state is not one a learner leaves (each class of
+a learner's state checks its own, see `learners.state`). Only a regular file is read, opened without
+waiting (a FIFO or a device is refused before anything is read), and up to a size bound if one is given.
+
+Written with a key, a checkpoint starts with ``KEYED_MAGIC`` and carries the HMAC-SHA256 of its payload
+under that key after the SHA-256; read with a key, a checkpoint without a valid HMAC under it is refused
+(for a directory that another party can write). Read without a key, either kind is read.
 
 A directory of checkpoints belongs to one run at a time: ``Checkpoints`` holds an exclusive lock
 on its ``.lock`` file until ``close``.
@@ -23,6 +29,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import time
 import weakref
 from collections.abc import Callable
@@ -31,11 +38,14 @@ from typing import IO, Any
 
 import numpy as np
 
-from .codec import StateError, decode, encode, register
+from .codec import decode, encode, register
 
 __all__ = [
     "FORMAT_VERSION",
+    "KEYED_MAGIC",
+    "MAGIC",
     "CheckpointError",
+    "CheckpointWriteError",
     "Checkpoints",
     "DirectoryInUse",
     "WriteSchedule",
@@ -52,6 +62,8 @@ __all__ = [
 ]
 
 MAGIC = b"PEGASOS\x00"
+#: The magic of a checkpoint that carries an HMAC-SHA256 of its payload after its SHA-256.
+KEYED_MAGIC = b"PEGASOS\x01"
 FORMAT_VERSION = 1
 _NAME = re.compile(r"checkpoint-(\d{12})\.pgs$")
 #: The file a run locks in its checkpoint directory.
@@ -68,6 +80,11 @@ class CheckpointError(ValueError):
 
 class DirectoryInUse(CheckpointError):
     """A checkpoint directory locked by another run; the message names its holder."""
+
+
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (a full disk); the message names the directory, the file and why. The
+    checkpoints written before are kept."""
 
 
 def _canonical(tree: Any, arrays: dict[str, np.ndarray]) -> bytes:
@@ -103,18 +120,30 @@ def _payload(manifest: dict, arrays: dict[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def checkpoint_bytes(state: dict[str, Any], extra: dict | None = None) -> bytes:
-    """The bytes of a checkpoint file of ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra``."""
+def _hmac(key: bytes, payload: bytes) -> bytes:
+    """HMAC-SHA256 of ``payload`` under ``key`` (hmac, like hashlib, imported where used)."""
+    import hmac
+
+    return hmac.new(key, payload, "sha256").digest()
+
+
+def checkpoint_bytes(state: dict[str, Any], extra: dict | None = None, key: bytes | None = None) -> bytes:
+    """The bytes of a checkpoint file of ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra``; with
+    ``key``, carrying the HMAC-SHA256 of its payload under it."""
     _learners()
     tree, arrays = encode(state)
     manifest = {"format": "pegasos-stream checkpoint", "version": FORMAT_VERSION, "state": tree, **(extra or {})}
     payload = _payload(manifest, arrays)
-    return MAGIC + sha256(payload).digest() + payload
+    if key is None:
+        return MAGIC + sha256(payload).digest() + payload
+    return KEYED_MAGIC + sha256(payload).digest() + _hmac(key, payload) + payload
 
 
-def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None = None) -> bytes:
-    """Write ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra`` to ``path`` atomically;
-    the bytes written.
+def write_checkpoint(
+    path: str | Path, state: dict[str, Any], extra: dict | None = None, key: bytes | None = None
+) -> bytes:
+    """Write ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra`` to ``path`` atomically (with
+    ``key``, signed by it: `checkpoint_bytes`); the bytes written.
 
     The bytes go to a temporary file in the same directory, which is flushed, fsynced and renamed
     over ``path``; the directory is fsynced after, so the checkpoint survives a crash whole or not
@@ -123,7 +152,7 @@ def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None
     import tempfile
 
     path = Path(path)
-    data = checkpoint_bytes(state, extra)
+    data = checkpoint_bytes(state, extra, key)
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pgs")
     try:
         with os.fdopen(descriptor, "wb") as out:
@@ -142,25 +171,60 @@ def write_checkpoint(path: str | Path, state: dict[str, Any], extra: dict | None
     return data
 
 
-def read_checkpoint(path: str | Path) -> tuple[dict[str, Any], dict]:
-    """(state, manifest) from a checkpoint file; a CheckpointError if it is not a sound one."""
-    path = Path(path)
+def read_checkpoint(
+    path: str | Path, key: bytes | None = None, max_bytes: int | None = None
+) -> tuple[dict[str, Any], dict]:
+    """(state, manifest) from a checkpoint file; a CheckpointError if it is not a sound one (`read_checkpoint_bytes`
+    with ``key``), not a regular file, or larger than ``max_bytes``."""
+    return read_checkpoint_bytes(_file_bytes(Path(path), max_bytes), str(path), key)
+
+
+#: What a file that is not a regular one is, by the test of its mode.
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _file_bytes(path: Path, max_bytes: int | None) -> bytes:
+    """The bytes of the regular file ``path`` (a symbolic link is followed): as many as it held when opened, and
+    refused (a CheckpointError) beyond ``max_bytes``. It is opened without blocking (a FIFO would wait for a
+    writer) and refused unless it is a regular file: nothing is read of a FIFO or a device, which could block, or
+    never end."""
     try:
-        data = path.read_bytes()
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
         raise CheckpointError(f"{path}: cannot read: {error.strerror}") from None
-    return read_checkpoint_bytes(data, str(path))
+    try:
+        found = os.fstat(descriptor)
+        if not stat.S_ISREG(found.st_mode):
+            kind = next((name for test, name in _FILE_KINDS if test(found.st_mode)), "of another kind")
+            raise CheckpointError(f"{path}: not a regular file ({kind}): a checkpoint is read from a file only")
+        if max_bytes is not None and found.st_size > max_bytes:
+            raise CheckpointError(f"{path}: more than {max_bytes} bytes, the most a checkpoint may take here")
+        with os.fdopen(descriptor, "rb", closefd=False) as file:
+            return file.read(found.st_size)  # (a file written since is refused by its checksum)
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot read: {error.strerror}") from None
+    finally:
+        os.close(descriptor)
 
 
-def read_checkpoint_bytes(data: bytes, path: str) -> tuple[dict[str, Any], dict]:
+def read_checkpoint_bytes(data: bytes, path: str, key: bytes | None = None) -> tuple[dict[str, Any], dict]:
     """(state, manifest) from the bytes of a checkpoint file (a model published whole), named ``path`` in a
-    CheckpointError if they are not a sound one."""
-    header = len(MAGIC) + 32
-    if len(data) < header or not data.startswith(MAGIC):
+    CheckpointError if they are not a sound one; with ``key``, also if they carry no valid HMAC under it."""
+    keyed = data.startswith(KEYED_MAGIC)
+    header = len(MAGIC) + (64 if keyed else 32)
+    if len(data) < header or not (keyed or data.startswith(MAGIC)):
         raise CheckpointError(f"{path}: not a pegasos-stream checkpoint (or truncated before its header)")
     payload = data[header:]
-    if sha256(payload).digest() != data[len(MAGIC) : header]:
+    if sha256(payload).digest() != data[len(MAGIC) : len(MAGIC) + 32]:
         raise CheckpointError(f"{path}: checksum mismatch: the file is truncated or corrupted")
+    if key is not None:
+        _check_hmac(data[len(MAGIC) + 32 : header] if keyed else None, key, payload, path)
     try:
         _check_members(payload)
         with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
@@ -178,22 +242,26 @@ def read_checkpoint_bytes(data: bytes, path: str) -> tuple[dict[str, Any], dict]
             f"this program reads version {FORMAT_VERSION}"
         )
     try:
-        _learners()
+        learners = _learners()
         state = decode(manifest.pop("state"), arrays)
-    except (
-        StateError,
-        ValueError,
-        KeyError,
-        TypeError,
-        IndexError,
-        AttributeError,
-        OverflowError,
-        RecursionError,
-    ) as error:
+    except ValueError as error:  # (a StateError, or a state a class refuses: the message says what is wrong)
+        raise CheckpointError(f"{path}: the saved state cannot be rebuilt: {error}") from None
+    except (KeyError, TypeError, IndexError, AttributeError, OverflowError, RecursionError) as error:
         raise CheckpointError(f"{path}: the saved state cannot be rebuilt: {error!r}") from None
-    if not isinstance(state, dict) or not _is_learner(state.get("model")):
-        raise CheckpointError(f"{path}: the saved state holds no complete learner")
+    if not isinstance(state, dict) or type(state.get("model")) not in learners:
+        raise CheckpointError(f"{path}: the saved state holds no learner")
     return state, manifest
+
+
+def _check_hmac(carried: bytes | None, key: bytes, payload: bytes, path: str) -> None:
+    """Refuse (CheckpointError) a checkpoint whose HMAC (``carried``; None: it carries none) is not that of
+    ``payload`` under ``key``."""
+    import hmac
+
+    if carried is None:
+        raise CheckpointError(f"{path}: carries no HMAC, and a checkpoint key is set: refused")
+    if not hmac.compare_digest(carried, _hmac(key, payload)):
+        raise CheckpointError(f"{path}: its HMAC is not that of the checkpoint key (another key, or forged): refused")
 
 
 def _check_members(payload: bytes) -> None:
@@ -248,20 +316,6 @@ def _learners() -> tuple[type, ...]:
     return learners.LEARNERS
 
 
-def _is_learner(model: Any) -> bool:
-    """A learner of this package with every attribute of the state of a new one of its class and settings (its
-    ``clone()``: the settings may change what a learner is made of, as ``PegasosClassifier(lambda_="auto")`` is
-    its members)."""
-    if type(model) not in _learners():
-        return False
-    try:
-        fresh = model.clone()
-    except (AttributeError, TypeError, ValueError):  # settings missing or refused
-        return False
-    getstate = getattr(fresh, "__getstate__", None)  # (what is saved: caches left out)
-    return set((getstate() if getstate is not None else vars(fresh)) or ()) <= set(vars(model))
-
-
 def checkpoint_path(directory: str | Path, sequence: int) -> Path:
     """The file name of checkpoint number ``sequence`` in ``directory`` (names sort by number)."""
     return Path(directory) / f"checkpoint-{sequence:012d}.pgs"
@@ -282,21 +336,35 @@ def checkpoints(directory: str | Path) -> list[Path]:
 
 
 def latest_valid(
-    directory: str | Path, report: Callable[[str], object] | None = None
+    directory: str | Path,
+    report: Callable[[str], object] | None = None,
+    key: bytes | None = None,
+    check: Callable[[dict, dict], object] | None = None,
 ) -> tuple[Path, dict, dict] | None:
-    """The newest checkpoint of ``directory`` that loads, as (path, state, manifest).
+    """The newest checkpoint of ``directory`` that loads (with ``key``: `read_checkpoint`) and that ``check`` (if
+    given, called with its state and manifest) takes, raising no ValueError, as (path, state, manifest).
 
     Every newer file that is refused is said so to ``report`` (a callable taking the message; None:
     logged as a warning).
     """
     for path in checkpoints(directory):
         try:
-            state, manifest = read_checkpoint(path)
+            state, manifest = read_checkpoint(path, key)
+            if check is not None:
+                _checked(check, state, manifest, path)
         except CheckpointError as error:
             (report or _log.warning)(f"skipping {error}")
             continue
         return path, state, manifest
     return None
+
+
+def _checked(check: Callable[[dict, dict], object], state: dict, manifest: dict, path: Path) -> None:
+    """``check(state, manifest)``, its ValueError a CheckpointError naming ``path``."""
+    try:
+        check(state, manifest)
+    except ValueError as error:
+        raise CheckpointError(f"{path}: {error}") from None
 
 
 class WriteSchedule:
@@ -341,7 +409,9 @@ class Checkpoints(WriteSchedule):
     ``close`` (a `DirectoryInUse` if another process holds it; the kernel releases the lock of a
     process that dies, and the next run takes it over). A new file is written before the oldest is
     removed, so the directory needs room for ``keep + 1`` of them: a start with less free space
-    than that (estimated from the newest file) is refused with a CheckpointError.
+    than that (estimated from the newest file; in a directory without one, by ``check_room`` from the
+    state the run starts with) is refused with a CheckpointError. A write that fails is a
+    CheckpointWriteError. With ``key``, each checkpoint is signed with it (`checkpoint_bytes`).
     """
 
     #: A checkpoint is due only once records have arrived (see `stream.runner.StateKeeper`).
@@ -354,19 +424,23 @@ class Checkpoints(WriteSchedule):
         every_seconds: float | None = None,
         keep: int = 3,
         manifest: dict | None = None,
+        key: bytes | None = None,
     ) -> None:
         super().__init__(every_events, every_seconds)
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.keep = keep
         self.manifest = manifest or {}
+        self.key = key  # each checkpoint is signed with it (HMAC-SHA256), when set
         # Released by ``close``, or when the object is collected or the interpreter exits.
         self._release = weakref.finalize(self, _unlock, self.directory / LOCK_NAME, _lock(self.directory))
         for stale in self.directory.glob(".tmp-*.pgs"):  # left by a writer that was killed mid-write
             stale.unlink(missing_ok=True)
         existing = checkpoints(self.directory)
         try:
-            _check_free_space(self.directory, existing, keep)
+            if existing:
+                sizes = [path.stat().st_size for path in existing]
+                _check_free_space(self.directory, sizes[0], sizes, keep)
         except BaseException:
             self.close()
             raise
@@ -387,7 +461,13 @@ class Checkpoints(WriteSchedule):
         self._sequence += 1
         path = checkpoint_path(self.directory, self._sequence)
         extra = {**self.manifest, "source": source_position, "events": events, "t": model.t, "written_at": time.time()}
-        data = write_checkpoint(path, {"model": model, "runner": runner_state}, extra)
+        try:
+            data = write_checkpoint(path, {"model": model, "runner": runner_state}, extra, self.key)
+        except OSError as error:
+            raise CheckpointWriteError(
+                f"checkpoint directory {self.directory}: cannot write {path.name}: {error.strerror or error}"
+                " (the checkpoints written before are kept)"
+            ) from None
         for old in checkpoints(self.directory)[self.keep :]:
             old.unlink(missing_ok=True)
         self._written = events
@@ -396,6 +476,13 @@ class Checkpoints(WriteSchedule):
         if self.on_write is not None:
             self.on_write(self._sequence, data, extra)
         return path
+
+    def check_room(self, model: Any, runner_state: dict) -> None:
+        """In a directory without a checkpoint yet, refuse (CheckpointError) to start without room for ``keep + 1``
+        checkpoints of ``model`` and ``runner_state``, the state the run starts with (its first one's size)."""
+        if not checkpoints(self.directory):
+            size = len(checkpoint_bytes({"model": model, "runner": runner_state}, self.manifest, self.key))
+            _check_free_space(self.directory, size, [], self.keep)
 
     def close(self) -> None:
         """Release the directory (idempotent)."""
@@ -482,33 +569,30 @@ def _gone(record: str) -> bool:
     return False
 
 
-def _check_free_space(directory: Path, existing: list[Path], keep: int) -> None:
-    """Refuse (CheckpointError) to start when ``directory`` lacks room for ``keep + 1`` checkpoints
-    the size of the newest one (less the room its kept files already take)."""
-    if not existing:
-        return
-    sizes = [path.stat().st_size for path in existing]
-    needed = max(sizes[0], (keep + 1) * sizes[0] - sum(sizes[:keep]))
+def _check_free_space(directory: Path, size: int, sizes: list[int], keep: int) -> None:
+    """Refuse (CheckpointError) to start when ``directory`` lacks room for ``keep + 1`` checkpoints of ``size``
+    bytes, less the room its checkpoints of ``sizes`` bytes (newest first) already take."""
+    needed = max(size, (keep + 1) * size - sum(sizes[:keep]))
     free = shutil.disk_usage(directory).free
     if free < needed:
         raise CheckpointError(
             f"checkpoint directory {directory} has {free} bytes free; its checkpoints need {needed} more "
-            f"(keep + 1 = {keep + 1} files of about {sizes[0]} bytes: a new one is written before the oldest "
+            f"(keep + 1 = {keep + 1} files of about {size} bytes: a new one is written before the oldest "
             "is removed)"
         )
 
 
-def describe(path: str | Path) -> dict:
+def describe(path: str | Path, key: bytes | None = None) -> dict:
     """The summary ``pegasos-stream inspect`` prints: PATH is a file, or a directory for its newest
-    valid checkpoint (the newer files refused are logged)."""
+    valid checkpoint (the newer files refused are logged); with ``key``, only checkpoints signed with it."""
     path = Path(path)
     if path.is_dir():
-        found = latest_valid(path)
+        found = latest_valid(path, key=key)
         if found is None:
             raise CheckpointError(f"{path}: no valid checkpoint")
         path, state, manifest = found
     else:
-        state, manifest = read_checkpoint(path)
+        state, manifest = read_checkpoint(path, key)
     model = state["model"]
     if hasattr(model, "n_support"):
         size: dict[str, Any] = {"support_vectors": model.n_support}

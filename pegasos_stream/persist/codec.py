@@ -5,7 +5,8 @@ containers, numbers, strings and numpy arrays) into a JSON-ready tree and a dict
 ``decode`` rebuilds it. Nothing but the listed classes can be created, and no code is run: the
 classes are rebuilt from their attributes. Floats survive bit for bit (JSON keeps ``repr``, arrays
 keep their bytes), and so do feature keys of every type river uses: str, int, float, bool, None
-and tuples of these.
+and tuples of these. A class that defines ``_check_state()`` has it called on each object rebuilt (after the
+objects it holds): a state that is off raises there, a ValueError, and the object is never handed out.
 """
 
 from __future__ import annotations
@@ -149,10 +150,15 @@ def decode(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
             raise StateError(f"an object of type {tree['object']!r} cannot be loaded")
         obj = cls.__new__(cls)
         attributes = decode(tree["attributes"], arrays)
-        setstate = getattr(obj, "__setstate__", None)
+        if not isinstance(attributes, dict) or not all(isinstance(name, str) for name in attributes):
+            raise StateError(f"the attributes of a {tree['object']} are not named")
+        setstate = getattr(cls, "__setstate__", None)
         if setstate is not None:
-            setstate(attributes)
+            setstate(obj, attributes)
         else:
             obj.__dict__.update(attributes)
+        check = getattr(cls, "_check_state", None)
+        if check is not None:
+            check(obj)
         return obj
     raise StateError(f"unexpected state node {tree!r:.80}")

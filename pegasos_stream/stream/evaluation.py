@@ -8,8 +8,34 @@ from typing import Any
 
 import numpy as np
 
+from ..learners.state import is_count
+
 #: Positives compared at a time by ``roc_auc``.
 RANK_CHUNK = 1 << 16
+
+
+def check_report(state: object, multiclass: bool) -> None:
+    """Refuse (ValueError) a saved report (``state()``) that a learner's report could not take up: a multiclass
+    report's for a binary learner or the reverse, counts that are no integers >= 0, or not a float score and a
+    bool for each example kept."""
+    counts = ("correct", "n") if multiclass else ("tp", "fp", "tn", "fn")
+    fields = set(counts) if multiclass else {*counts, "scores", "positives"}
+    if not isinstance(state, dict) or set(state) != fields:
+        kind = "multiclass" if multiclass else "binary"
+        raise ValueError(f"report: expected {', '.join(sorted(fields))} (the report of a {kind} learner)")
+    if not all(is_count(state[name]) for name in counts) or (multiclass and state["correct"] > state["n"]):
+        raise ValueError(f"report: expected {', '.join(counts)} to be integers >= 0" + (", correct <= n" * multiclass))
+    if multiclass:
+        return
+    scores, positives = state["scores"], state["positives"]
+    if not (
+        isinstance(scores, list)
+        and isinstance(positives, list)
+        and len(scores) == len(positives)
+        and all(type(score) is float for score in scores)
+        and all(type(positive) is bool for positive in positives)
+    ):
+        raise ValueError("report: expected a float score and a bool label for each example kept")
 
 
 def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequence[bool]) -> float:

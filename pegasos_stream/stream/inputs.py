@@ -13,10 +13,40 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["HEAD_BYTES", "FileHead", "changed"]
+__all__ = ["HEAD_BYTES", "FileHead", "changed", "check_position"]
 
 #: The bytes at the start of a file whose digest identifies it.
 HEAD_BYTES = 1 << 16
+#: The counts a source position may hold, each an integer >= 0 below 2**63 (a file's byte offset and line, an
+#: mbox's message, the messages of standard input).
+_COUNTS = ("offset", "line", "message", "messages")
+#: The largest offset or count of a position: what a file offset can be.
+_MAX_COUNT = 2**63 - 1
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT
+
+
+def check_position(position: object) -> None:
+    """Refuse (ValueError) a saved source position that no source gives: counts that are no integers from 0 to
+    2**63 − 1, a maildir's last file that is no path, Kafka offsets that are not [topic, partition, offset]
+    (the identity of a file is checked where it is used, `changed`)."""
+    if not isinstance(position, dict):
+        raise ValueError(f"source position: expected a mapping, got {position!r:.80}")
+    for name in _COUNTS:
+        if name in position and not _count(position[name]):
+            raise ValueError(f"source position: {name}: expected an integer from 0 to {_MAX_COUNT}")
+    if not isinstance(position.get("last", ""), (str, type(None))):
+        raise ValueError("source position: last: expected the path of a message file")
+    offsets = position.get("offsets", [])
+    if not isinstance(offsets, list) or not all(_kafka_offset(item) for item in offsets):
+        raise ValueError("source position: offsets: expected [topic, partition, offset] triples")
+
+
+def _kafka_offset(item: object) -> bool:
+    """Whether ``item`` is a [topic, partition, next offset] of a Kafka position."""
+    return isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and all(map(_count, item[1:]))
 
 
 def _digest(data: bytes) -> str:

@@ -11,7 +11,6 @@ source does the talking.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from .kafka_group import (
     describe,
 )
 from .kafka_offsets import Fetched, Partition
+from .sinks import SinkError, json_line, shortened
 
 __all__ = [
     "CONSUMER_DEFAULTS",
@@ -43,6 +43,9 @@ __all__ = [
 
 #: KafkaProducer settings that ``producer`` may override (see ``CONSUMER_DEFAULTS``).
 PRODUCER_DEFAULTS: dict[str, object] = {"reconnect_backoff_max_ms": 1000, "bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
+#: Room for a record's framing in a produce request (the batch header and the record's lengths), besides its key
+#: and value, within the producer's ``max_request_size``.
+RECORD_FRAMING = 512
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +202,9 @@ def _request(offsets: Mapping[Partition, int]) -> dict[TopicPartition, OffsetAnd
 
 
 class KafkaSink:
-    """One JSON message per object, keyed by its ``id`` when it has one."""
+    """One JSON message per object, keyed by its ``id`` when it has one. An object whose message would be over the
+    producer's ``max_request_size`` goes in its `shortened` form. A message that cannot be sent, or that the broker
+    has not acknowledged by the end of a ``flush`` (within ``flush_timeout`` seconds), is a SinkError."""
 
     def __init__(
         self,
@@ -210,36 +215,55 @@ class KafkaSink:
     ) -> None:
         self.topic = topic
         self._flush_timeout = flush_timeout
-        self._failed = 0
+        self._failed = 0  # messages the producer gave up on (counted on its IO thread) ...
+        self._failed_reported = 0  # ... and how many of them a flush has reported
         self._error: Exception | None = None
         self._producer = started_client(
             KafkaProducer, {**PRODUCER_DEFAULTS, **(producer or {}), "bootstrap_servers": bootstrap_servers}
         )
+        self._max_bytes = int(self._producer.config["max_request_size"]) - RECORD_FRAMING
 
     def emit(self, obj: dict) -> None:
-        key = None if obj.get("id") is None else str(obj["id"]).encode()
-        future = self._producer.send(self.topic, json.dumps(obj, default=str).encode(), key=key)
+        key, value = _message(obj)
+        if len(value) + len(key or b"") > self._max_bytes:
+            key, value = _message(shortened(obj))
+            if len(value) + len(key or b"") > self._max_bytes:
+                raise SinkError(
+                    f"topic {self.topic}: a message of {len(value)} bytes, even shortened, is over the producer's"
+                    f" max_request_size ({self._max_bytes + RECORD_FRAMING} bytes)"
+                )
+        try:
+            future = self._producer.send(self.topic, value, key=key)
+        except KafkaError as error:
+            raise SinkError(f"topic {self.topic}: cannot send: {describe_kafka_error(error)}") from None
         future.add_errback(self._undelivered)
 
     def flush(self) -> None:
-        """Wait up to ``flush_timeout`` seconds for delivery; say what is late or failed."""
+        """Wait up to ``flush_timeout`` seconds until every message sent is acknowledged; a SinkError saying what
+        was not."""
         try:
             self._producer.flush(timeout=self._flush_timeout)
         except KafkaTimeoutError:
-            log.warning("messages to %s not delivered within %g s; still retrying", self.topic, self._flush_timeout)
-        if self._failed:
-            log.warning(
-                "%d messages to %s could not be delivered (%s)",
-                self._failed,
-                self.topic,
-                describe_kafka_error(self._error),
+            raise SinkError(f"topic {self.topic}: messages not delivered within {self._flush_timeout:g} s") from None
+        failed = self._failed
+        if failed > self._failed_reported:
+            count, self._failed_reported = failed - self._failed_reported, failed
+            raise SinkError(
+                f"topic {self.topic}: {count} message(s) not delivered ({describe_kafka_error(self._error)})"
             )
-            self._failed = 0
 
     def close(self) -> None:
-        self.flush()
-        self._producer.close(timeout=self._flush_timeout)
+        try:
+            self.flush()
+        finally:
+            self._producer.close(timeout=self._flush_timeout)
 
     def _undelivered(self, error: Exception) -> None:
-        self._failed += 1
         self._error = error
+        self._failed += 1
+
+
+def _message(obj: dict) -> tuple[bytes | None, bytes]:
+    """The key (the id, if any) and the value (JSON) of the message of ``obj``."""
+    key = None if obj.get("id") is None else str(obj["id"]).encode("utf-8", "surrogatepass")
+    return key, json_line(obj).encode()  # (ASCII: JSON with its escapes)

@@ -20,7 +20,7 @@ from typing import BinaryIO, NamedTuple, Protocol
 
 from .inputs import FileHead
 from .records import RecordBatch
-from .sources import BATCH_BYTES, READ_BUFFER, Source, StdinReader, open_input
+from .sources import BATCH_BYTES, MAX_READ_BYTES, READ_BUFFER, Source, StdinReader, open_input
 
 __all__ = [
     "MaildirSource",
@@ -266,6 +266,7 @@ class MessageFileSource(Source):
         self._raw, self._file, self._size = open_input(self.path)
         self._restart(offset, message)
         self._read_from = (offset, message)  # the position before the last batch read
+        self.ready = True  # False: the last read went through MAX_READ_BYTES without a message
 
     def _restart(self, offset: int, message: int) -> None:
         """Read on from ``offset``, where message ``message + 1`` starts."""
@@ -277,19 +278,29 @@ class MessageFileSource(Source):
         self._ended = False
 
     def read(self, n: int) -> RecordBatch | None:
+        """Up to ``n`` messages, from ``MAX_READ_BYTES`` of the file read at most; an empty batch (``ready`` False:
+        no idle time) when they complete none (a message that does not end: /dev/zero); None at the end of the
+        file."""
         self._read_from = (self.offset, self.message)
-        while len(self._ready) < n and self._held < BATCH_BYTES and not self._ended:
-            data = self._file.read(READ_BUFFER)
-            self._ended = not data
-            found = self._splitter.feed(data) if data else self._splitter.end()
-            self._ready.extend(found)
-            self._held += sum(len(message.value) for message in found)
+        blocks = max(MAX_READ_BYTES // READ_BUFFER, 1)
+        while len(self._ready) < n and self._held < BATCH_BYTES and not self._ended and blocks:
+            self._read_block()
+            blocks -= 1
         messages = _take(self._ready, n)
+        self.ready = bool(messages) or self._ended
         if not messages:
-            return None
+            return None if self._ended else RecordBatch([], (), self._position)
         self._held -= sum(len(message.value) for message in messages)
         self.offset, self.message = messages[-1].end, messages[-1].number
         return _batch(messages, [(message.end, message.number) for message in messages], self._position, self.label)
+
+    def _read_block(self) -> None:
+        """Read and split the next block (at the end of the file, what is left)."""
+        data = self._file.read(READ_BUFFER)
+        self._ended = not data
+        found = self._splitter.feed(data) if data else self._splitter.end()
+        self._ready.extend(found)
+        self._held += sum(len(message.value) for message in found)
 
     def unclaim(self, batch: RecordBatch, done: int) -> None:
         """Back to the end of record ``done - 1`` of ``batch`` (the last read), or to where the batch
@@ -302,8 +313,8 @@ class MessageFileSource(Source):
     def close(self) -> None:
         self._file.close()
 
-    def progress(self) -> tuple[int, int]:
-        return self._raw.tell(), self._size
+    def progress(self) -> tuple[int, int] | None:
+        return (self._raw.tell(), self._size) if self._raw.seekable() else None  # a pipe has no size
 
     def position(self) -> dict:
         return {"offset": self.offset, "message": self.message, "input": self._head.identity(self._raw)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -10,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PendingLabels"]
+__all__ = ["PendingLabels", "check_pending"]
 
 
 @dataclass
@@ -94,23 +96,12 @@ class PendingLabels:
 
     def restore_columns(self, columns: dict[str, Any], now: float) -> None:
         """Put back the examples ``columns`` (made at another time) holds; a ValueError, before any
-        is put back, if the columns do not fit together."""
+        is put back, if the columns do not fit together (`check_pending`)."""
+        check_pending(columns)
         ids, keys = list(columns["ids"]), list(columns["keys"])
         scores, values = _items(columns["scores"]), _items(columns["values"])
         ages = np.asarray(columns["ages"], dtype=np.float64).tolist()
-        indptr_array = np.asarray(columns["indptr"])
-        indices_array = np.asarray(columns["indices"])
-        if any(array.dtype.kind not in "iu" or array.ndim != 1 for array in (indptr_array, indices_array)):
-            raise ValueError("pending examples: indptr and indices must be one-dimensional integer arrays")
-        if not len(ids) == len(scores) == len(ages) == indptr_array.size - 1:
-            raise ValueError("pending examples: ids, scores, ages and indptr differ in length")
-        if indptr_array[0] != 0 or indptr_array[-1] != indices_array.size or indices_array.size != len(values):
-            raise ValueError("pending examples: indptr does not span indices and values")
-        if (np.diff(indptr_array) < 0).any():
-            raise ValueError("pending examples: indptr decreases")
-        if indices_array.size and (indices_array.min() < 0 or indices_array.max() >= len(keys)):
-            raise ValueError("pending examples: a feature index is outside the key list")
-        indptr, indices = indptr_array.tolist(), indices_array.tolist()
+        indptr, indices = np.asarray(columns["indptr"]).tolist(), np.asarray(columns["indices"]).tolist()
         for row, event_id in enumerate(ids):
             start, end = indptr[row], indptr[row + 1]
             x = dict(zip([keys[column] for column in indices[start:end]], values[start:end]))
@@ -133,6 +124,75 @@ class PendingLabels:
                 break
             self._waiting.popitem(last=False)
             self.expired += 1
+
+
+def check_pending(pending: object) -> None:
+    """Refuse (ValueError) saved pending examples (`PendingLabels.columns`, or the [id, x, score, age] entries of
+    checkpoints written before the columns) that could not be put back: columns that do not fit together, an id or
+    a feature key that is no dict key, a feature value that is no number, an age that is no finite float (a score
+    is a margin or a predicted class: any value)."""
+    if isinstance(pending, list):  # (entries)
+        if not all(isinstance(entry, (list, tuple)) and len(entry) == 4 and _entry(*entry) for entry in pending):
+            raise ValueError("pending examples: expected [id, features, score, age] entries")
+        return
+    if not isinstance(pending, dict) or set(pending) != _COLUMNS:
+        raise ValueError(f"pending examples: expected the columns {', '.join(sorted(_COLUMNS))}")
+    ids, keys, indptr, indices = pending["ids"], pending["keys"], pending["indptr"], pending["indices"]
+    if not (isinstance(ids, list) and isinstance(keys, list) and all(map(_hashable, (*ids, *keys)))):
+        raise ValueError("pending examples: ids and keys must be lists of dict keys")
+    scores, values, ages = pending["scores"], pending["values"], pending["ages"]
+    if not ((_floats(scores) or isinstance(scores, list)) and _numbers(values) and _floats(ages)):
+        raise ValueError("pending examples: expected a list of scores, feature values that are numbers, float ages")
+    if not np.isfinite(ages).all():
+        raise ValueError("pending examples: an age is not finite")
+    if not (_integers(indptr) and _integers(indices)):
+        raise ValueError("pending examples: indptr and indices must be one-dimensional integer arrays")
+    if not len(ids) == len(scores) == len(ages) == indptr.size - 1:
+        raise ValueError("pending examples: ids, scores, ages and indptr differ in length")
+    if indptr[0] != 0 or indptr[-1] != indices.size or indices.size != len(values):
+        raise ValueError("pending examples: indptr does not span indices and values")
+    if (np.diff(indptr) < 0).any():
+        raise ValueError("pending examples: indptr decreases")
+    if indices.size and (indices.min() < 0 or indices.max() >= len(keys)):
+        raise ValueError("pending examples: a feature index is outside the key list")
+
+
+#: The columns of `PendingLabels.columns`.
+_COLUMNS = {"ids", "scores", "ages", "indptr", "keys", "indices", "values"}
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _integers(column: object) -> bool:
+    """Whether ``column`` is a one-dimensional integer array."""
+    return isinstance(column, np.ndarray) and column.dtype.kind in "iu" and column.ndim == 1
+
+
+def _floats(column: object) -> bool:
+    """Whether ``column`` is a one-dimensional float64 array."""
+    return isinstance(column, np.ndarray) and column.dtype == np.float64 and column.ndim == 1
+
+
+def _numbers(column: object) -> bool:
+    """Whether ``column`` is a column of numbers as `_floats_as_array` makes one: a float64 array, or a list."""
+    return _floats(column) or (isinstance(column, list) and all(isinstance(value, numbers.Real) for value in column))
+
+
+def _entry(event_id: object, x: object, _score: object, age: object) -> bool:
+    """Whether (``event_id``, ``x``, a score, ``age``) is a pending example as checkpoints held them once."""
+    return (
+        _hashable(event_id)
+        and isinstance(x, dict)
+        and all(isinstance(value, numbers.Real) for value in x.values())
+        and isinstance(age, float)
+        and math.isfinite(age)
+    )
 
 
 def _signature(key: Any) -> Hashable:

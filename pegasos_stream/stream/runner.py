@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -14,12 +15,14 @@ import numpy as np
 
 from ..features import DictHasher, EmailFeatures
 from ..learners.rows import Rows
+from ..learners.state import is_count
 from ..learners.validation import binary_sign
 from .batches import BatchParser, Parsed, ParsedBatch, parse_record
 from .diagnosis import AllRejected, LeadingRejections
-from .evaluation import BinaryReport, MulticlassReport
+from .evaluation import BinaryReport, MulticlassReport, check_report
+from .inputs import check_position
 from .parsing import BadRecord, Event, EventParser
-from .pending import PendingLabels
+from .pending import PendingLabels, check_pending
 from .predictions import (
     BinaryLearner,
     CompiledLearner,
@@ -29,7 +32,7 @@ from .predictions import (
     prediction_output,
 )
 from .records import Record, RecordBatch
-from .sinks import NullSink, Sink, dead_letter
+from .sinks import NullSink, Sink, SinkError, dead_letter
 from .sources import Source
 
 __all__ = [
@@ -38,6 +41,8 @@ __all__ = [
     "Runner",
     "StateKeeper",
     "StopRun",
+    "check_resumable",
+    "check_snapshot",
     "give_back",
     "reject",
     "rejection_reason",
@@ -196,6 +201,32 @@ def _task(model: BinaryLearner | MulticlassLearner, report: BinaryReport | Multi
     raise TypeError(f"a {type(report).__name__} cannot report on a {type(model).__name__}")
 
 
+def check_snapshot(snapshot: object, multiclass: bool) -> None:
+    """Refuse (ValueError) a saved runner state (`Runner.snapshot`) that ``restore`` could not take up for a
+    (``multiclass`` or binary) learner: counts that are no integers >= 0, pending examples that could not be put
+    back (`check_pending`), another learner's report (`check_report`)."""
+    fields = {"counts": 4, "pending_counts": 3}
+    if not isinstance(snapshot, dict) or not {*fields, "pending", "report"} <= set(snapshot):
+        raise ValueError("runner state: expected counts, pending, pending_counts and report")
+    for name, length in fields.items():
+        counts = snapshot[name]
+        if not (isinstance(counts, list) and len(counts) == length and all(map(is_count, counts))):
+            raise ValueError(f"runner state: {name}: expected {length} integers >= 0")
+    if not is_count(snapshot.get("empty_bodies", 0)):
+        raise ValueError("runner state: empty_bodies: expected an integer >= 0")
+    check_pending(snapshot["pending"])
+    check_report(snapshot["report"], multiclass)
+
+
+def check_resumable(state: dict, manifest: dict) -> None:
+    """Refuse (ValueError) a checkpoint a run cannot resume from: its runner state (`check_snapshot`), its count of
+    events or its source position (`check_position`) are not what a run writes."""
+    if not is_count(manifest.get("events")):
+        raise ValueError("events: expected an integer >= 0")
+    check_position(manifest.get("source"))
+    check_snapshot(state.get("runner"), state["model"]._multiclass)
+
+
 class Runner:
     """Predicts every event with features, learns every label, and reports on the way.
 
@@ -287,8 +318,14 @@ class Runner:
         self.monitor: RunMonitor | None = None  # told of each round of the loop and each rejection (metrics)
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
+        # the model learned records whose predictions are not all emitted (see ``_learn_rows``)
+        self._learned_unemitted = False
+        # a flush of the outputs, or a checkpoint, failed: no later checkpoint may cover the records since the last
+        self._unsaved = False
         self.stop_after_leading_rejections = stop_after_leading_rejections
         self._leading: LeadingRejections | None = None  # the watch over the first records, while all are rejected
+        #: The clock of the statistics line's interval and the idle stop (a test drives its own).
+        self.clock: Callable[[], float] = time.monotonic
 
     # -- one record ------------------------------------------------------------------------
 
@@ -373,7 +410,8 @@ class Runner:
     ) -> None:
         """Predict, learn, report and emit rows ``start:stop``; a row the learner refuses is rejected.
         The records of the rows learned count as processed (``stats.events``, from ``counted`` before
-        the batch) before their predictions are emitted: a checkpoint holds what the model learned."""
+        the batch) once their predictions are emitted; the model learned them before, and is ahead of
+        the records processed while they are emitted (``_learned_unemitted``)."""
         if start == stop:
             return
         part, part_signs = batch.rows.slice(start, stop), batch.signs[start:stop]
@@ -384,11 +422,13 @@ class Runner:
             # a row refused by learn_one was still predicted (as one at a time), unless its margin was not finite
             predicted = end + (error is not None and not math.isnan(decisions[end]))
             self.stats.learned += end - first
-            if end > first:
-                self.stats.events = counted + batch.indices[start + end - 1] + 1
             self.stats.predicted += predicted - first
             if self._emits:
+                self._learned_unemitted = True
                 self._emit_rows(batch, start + first, decisions[first:predicted], probas[first:predicted])
+                self._learned_unemitted = False
+            if end > first:
+                self.stats.events = counted + batch.indices[start + end - 1] + 1
             if error is not None:
                 self._reject(batch.records[batch.indices[start + end]], error)
                 self.stats.events = counted + batch.indices[start + end] + 1
@@ -457,12 +497,16 @@ class Runner:
         """Consume ``source`` until it ends, ``max_events`` records, an idle period or ``request_stop``.
 
         With ``checkpoints``, a checkpoint is written when one is due, when partitions are revoked
-        and at the end; the source's offsets are committed only once a checkpoint covers them. When
-        something other than a bad record (a sink that fails, an interrupt) stops the run inside a
-        batch, the records of the batch not processed are given back to the source first
-        (``Source.unclaim``), so that the last checkpoint and commit end at the last record processed.
+        and at the end; the source's offsets are committed only once a checkpoint covers them. A record
+        counts as processed once its prediction and any dead letter are emitted, and a checkpoint is
+        written only once the sinks have accepted them (``flush``). When something other than a bad
+        record (a sink that fails, an interrupt) stops the run inside a batch, the records of the batch
+        not processed are given back to the source first (``Source.unclaim``), so that the last
+        checkpoint and commit end at the last record processed. No checkpoint is written past the last
+        one when a flush or a checkpoint failed, or when the model learned records whose predictions it
+        could not emit (the compiled loop learns a run of rows before they are emitted).
         """
-        last_event = last_stats = time.monotonic()
+        last_event = last_stats = self.clock()
         events_at_stats = self.stats.events
         pace: float | None = None  # records processed per second in the last batch
         if checkpoints is not None:
@@ -508,12 +552,12 @@ class Runner:
                     and checkpoints.due(self.stats.events)
                 ):
                     self._checkpoint(checkpoints, source)
-                now = time.monotonic()  # after the batch and its checkpoint, however long they took
+                now = self.clock()  # after the batch and its checkpoint, however long they took
                 if arrived or not getattr(source, "ready", True):
                     last_event = now  # (not idle while the source is still joining its group)
                 if now - last_stats >= self.stats_every_seconds:
                     self._log_stats(source, now - last_stats, self.stats.events - events_at_stats)
-                    self.sink.flush()
+                    self._flush_outputs()
                     if checkpoints is None and self._leading is None:
                         source.commit()
                     last_stats, events_at_stats = now, self.stats.events
@@ -524,18 +568,30 @@ class Runner:
                 if stop_when_idle is not None and now - last_event >= stop_when_idle:
                     _log.info("no event for %g s: stopping", stop_when_idle)
                     break
-        except AllRejected:
-            keep_position = False
+        except BaseException as error:
+            covered = keep_position and not isinstance(error, AllRejected)
+            self._end_failed(source, checkpoints, covered and not self._learned_unemitted and not self._unsaved)
             raise
-        finally:
-            if not keep_position:
-                self._flush_outputs()
-            elif checkpoints is not None:
-                self._checkpoint(checkpoints, source)
+        self._end(source, checkpoints)
+        return self.stats
+
+    def _end(self, source: Source, checkpoints: StateKeeper | None) -> None:
+        """A final checkpoint and commit (without checkpoints: the outputs flushed, then the source committed)."""
+        if checkpoints is not None:
+            self._checkpoint(checkpoints, source)
+        else:
+            self._flush_outputs()
+            source.commit()
+
+    def _end_failed(self, source: Source, checkpoints: StateKeeper | None, covered: bool) -> None:
+        """The end of a run stopped by an error: `_end` when the source's position covers only the records processed
+        and the model learned nothing more (``covered``), else the outputs flushed; a sink that fails again (as the
+        one that stopped the run may) leaves the checkpoint and commit where they were."""
+        with contextlib.suppress(SinkError):
+            if covered:
+                self._end(source, checkpoints)
             else:
                 self._flush_outputs()
-                source.commit()
-        return self.stats
 
     def _leading_watch(self) -> LeadingRejections | None:
         """The watch over the first records of the run (None: ``stop_after_leading_rejections`` is 0)."""
@@ -567,7 +623,7 @@ class Runner:
         records a run watches while each is rejected (`LeadingRejections`)."""
         size = self.batch_size or 1
         if size > 1:
-            seconds = min(stats_due - time.monotonic(), self.stats_every_seconds / STATS_BATCHES)
+            seconds = min(stats_due - self.clock(), self.stats_every_seconds / STATS_BATCHES)
             size = min(size, FIRST_BATCH if pace is None else max(1, int(pace * max(seconds, MIN_BATCH_SECONDS))))
             if self.batch_bytes is not None and self._record_bytes:
                 size = min(size, max(1, int(self.batch_bytes / self._record_bytes)))
@@ -580,15 +636,26 @@ class Runner:
         return size
 
     def _flush_outputs(self) -> None:
-        self.sink.flush()
-        if self.dead_letters is not None:
-            self.dead_letters.flush()
+        """Flush the sinks: what they were given is accepted (a SinkError when not, after which no checkpoint of the
+        run covers the records since the last one)."""
+        try:
+            self.sink.flush()
+            if self.dead_letters is not None:
+                self.dead_letters.flush()
+        except BaseException:
+            self._unsaved = True
+            raise
 
     def _checkpoint(self, checkpoints: StateKeeper, source: Source) -> None:
-        """Flush the outputs, write a checkpoint of everything processed, then commit the source."""
+        """Flush the outputs, write a checkpoint of everything processed, then commit the source. A run whose
+        checkpoint failed writes no other one (its error stops the run)."""
         with self._lock:
             self._flush_outputs()
-            checkpoints.write(self.model, self.snapshot(), source.position())
+            try:
+                checkpoints.write(self.model, self.snapshot(), source.position())
+            except BaseException:
+                self._unsaved = True
+                raise
         source.commit()
 
     def _log_stats(self, source: Source, seconds: float, events: int) -> None:

@@ -3,7 +3,8 @@
 A `ModelProvider` holds the model served, a `ServedModel` (what predicts with it, how records become its
 events, its version and when it was written), and looks for a newer one when asked (``refresh``). A newer
 model replaces the current one whole, in one assignment, so that each batch of records or each request is
-predicted by one model from start to end, whatever thread asks. `Serving` predicts records with the current
+predicted by one model from start to end, whatever thread asks; a newer one that cannot be served is refused,
+the last `Refusal` kept for ``/health``, and the model served goes on. `Serving` predicts records with the current
 model and keeps the counts; `serve_stream` ties it to a source and sinks, and `Watcher` refreshes the
 provider and watches the age of the model from a thread of its own.
 
@@ -29,7 +30,7 @@ from .runner import give_back, reject
 from .sinks import Sink
 from .sources import Source
 
-__all__ = ["ModelProvider", "NoModel", "ServedModel", "Serving", "Watcher", "serve_stream"]
+__all__ = ["ModelProvider", "NoModel", "Refusal", "ServedModel", "Serving", "Watcher", "serve_stream"]
 
 _log = logging.getLogger(__name__)
 
@@ -56,11 +57,25 @@ class ServedModel:
         return None if self.written_at is None else max(0.0, time.time() - self.written_at)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A newer model that was not served: why, and when (Unix time)."""
+
+    reason: str
+    at: float
+
+    def about(self) -> dict:
+        """The refusal as ``/health`` shows it: the reason, and the seconds since."""
+        return {"reason": self.reason, "age_s": round(max(0.0, time.time() - self.at), 3)}
+
+
 class ModelProvider(Protocol):
     """Where the models served come from (a checkpoint file or directory; a model topic)."""
 
     #: Where the models come from, for people ("a checkpoint in DIR").
     origin: str
+    #: The last newer model refused (None: none was).
+    last_refusal: Refusal | None
 
     @property
     def current(self) -> ServedModel | None:
@@ -138,9 +153,16 @@ class Serving:
 
     def health(self) -> dict:
         """The state of the service: ``status`` ("ok", "stale", "untrained" or "waiting" for a first model),
-        the model's version, age and what else is known of it, and the counts."""
+        the model's version, age and what else is known of it, the counts, and the last newer model refused
+        (``last_refusal``: its reason and the seconds since; null when none was)."""
         served = self.provider.current
-        counts = {"served": self.served, "errors": self.errors, "max_staleness_s": self.max_staleness_s}
+        refusal = self.provider.last_refusal
+        counts = {
+            "served": self.served,
+            "errors": self.errors,
+            "max_staleness_s": self.max_staleness_s,
+            "last_refusal": None if refusal is None else refusal.about(),
+        }
         if served is None:
             return {"status": "waiting", "waiting_for": self.provider.origin, "model_version": None, **counts}
         age = served.age()

@@ -7,7 +7,9 @@ idle timeout, print statistics and stop cleanly) and None once the input has end
 marks everything claimed as processed upstream. If the run stops inside a batch, the runner
 ``unclaim``s the records it did not process, so that neither covers them. A source that needs time
 before records can flow (a Kafka consumer joining its group) has a ``ready`` property; idle ticks
-before it is ready do not count as idle time.
+before it is ready do not count as idle time. A file source that reads on through a record that does
+not end (a line of /dev/zero) hands out an empty batch, not ready, after each ``MAX_READ_BYTES``, so
+that a read never holds the runner longer than reading them takes: a signal is seen within that time.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from .inputs import FileHead
 from .records import Cursors, Lines, Record, RecordBatch
 from .threads import helper_thread
 
-__all__ = ["FileSource", "Source", "SourceError", "StdinReader", "StdinSource", "open_input"]
+__all__ = ["MAX_READ_BYTES", "FileSource", "Source", "SourceError", "StdinReader", "StdinSource", "open_input"]
 
 #: Bytes a file is read by: a system call per megabyte, not per 8 KiB, when replaying a large log.
 READ_BUFFER = 1 << 20
@@ -45,6 +47,10 @@ MAX_CARRY = 1 << 16
 BATCH_BYTES = 1 << 26
 #: Bytes standard input is read by.
 READ_CHUNK = 1 << 16
+#: A read of a file goes through at most this many bytes before it hands out what it has, an empty batch (not
+#: ``ready``) when that is nothing: a record that never ends (/dev/zero, a huge sparse file) holds the runner, and a
+#: signal waits, only as long as reading these bytes takes.
+MAX_READ_BYTES = 1 << 25
 
 
 def _read_block(file: BinaryIO, carry: bytes) -> tuple[bytes, bytes]:
@@ -104,7 +110,8 @@ class Source:
     name: str
 
     def read(self, n: int) -> RecordBatch | None:
-        """Up to ``n`` records (empty: an idle tick; None: the input has ended)."""
+        """Up to ``n`` records (empty: an idle tick, or a read that went on through a record not ended yet; None:
+        the input has ended)."""
         raise NotImplementedError
 
     def claim(self, batch: RecordBatch) -> RecordBatch:
@@ -177,13 +184,23 @@ class FileSource(Source):
         self._partial_size = 0  # the bytes of that line read so far
         self._ended = False  # whether the file has been read to its end
         self._read_from = (offset, line)  # the position before the last batch read
+        self.ready = True  # False: the last read went through MAX_READ_BYTES without a line (no idle time)
 
     def read(self, n: int) -> RecordBatch | None:
+        """Up to ``n`` lines (blank ones skipped) of the block read last, or of the next one with a line end; an
+        empty batch (``ready`` False: no idle time) when ``MAX_READ_BYTES`` went by without one (a line that does
+        not end, blank lines); None at the end of the file."""
         self._read_from = (self.offset, self.line)
         n = max(n, 1)
+        self.ready, blocks = True, max(MAX_READ_BYTES // READ_BUFFER, 1)
         while True:
             if len(self._lines.sizes) == self._next and not self._ended:
+                if not blocks:
+                    self.ready = False
+                    return RecordBatch([], (), self._position)
+                blocks -= 1
                 self._fill()
+                continue
             lines, start = self._lines, self._next
             if start == len(lines.sizes):
                 return None
@@ -204,20 +221,19 @@ class FileSource(Source):
                 return batch.keep(np.flatnonzero(~blank).tolist())
 
     def _fill(self) -> None:
-        """Read on to the next block with a line end: its lines, the first with the rest of the line the last block
-        ended in (unless that block carried it to this one, see `_Blocks`). At the end of the file, a last line
-        without a line end; nothing more."""
-        while True:
-            block = self._blocks.read()
-            if not block:  # the end of the file
-                self._ended = True
-                if not self._partial_size:
-                    return
-                block = b"\n"  # ends the last line, which takes the bytes read of it
-                self._partial_size -= 1
-            if b"\n" in block:
-                break
+        """Read the next block: its lines, the first with the rest of the line the last block ended in (unless that
+        block carried it to this one, see `_Blocks`); at the end of the file, a last line without a line end, or
+        nothing more. A block without a line end goes on that line."""
+        block = self._blocks.read()
+        if not block:  # the end of the file
+            self._ended = True
+            if not self._partial_size:
+                return
+            block = b"\n"  # ends the last line, which takes the bytes read of it
+            self._partial_size -= 1
+        if b"\n" not in block:
             self._add_partial(block)
+            return
         extra = self._partial_size - sum(map(len, self._partial))  # bytes of that line not kept
         buffer = b"".join([*self._partial, block])  # (the block itself when there is no partial line: no copy)
         lines = _split_lines(buffer, self._keep)
@@ -251,8 +267,8 @@ class FileSource(Source):
         self._blocks.settle()
         self._file.close()
 
-    def progress(self) -> tuple[int, int]:
-        return self._raw.tell(), self._size
+    def progress(self) -> tuple[int, int] | None:
+        return (self._raw.tell(), self._size) if self._raw.seekable() else None  # a pipe has no size
 
     def position(self) -> dict:
         return {"offset": self.offset, "line": self.line, "input": self._head.identity(self._raw)}
@@ -276,7 +292,8 @@ class StdinReader:
     Standard input that is a regular file (``< events.jsonl``) is read like a pipe."""
 
     def __init__(self, poll_seconds: float = 0.5, stream: BinaryIO | None = None) -> None:
-        self._fd = (stream or sys.stdin.buffer).fileno()
+        self._stream = stream or sys.stdin.buffer  # held: its descriptor is read
+        self._fd = self._stream.fileno()
         self._poll_seconds = poll_seconds
         self._selector: selectors.BaseSelector | None = selectors.DefaultSelector()
         try:
