@@ -1,18 +1,17 @@
-"""OffsetBook, the Kafka source's offset bookkeeping, without a broker: examples (and GroupSource's
-revocation over it), then a state machine that drives it as KafkaSource does against a model consumer,
-with rebalances, seeks and commits at any point, and checks what it hands out, claims and commits."""
+"""OffsetBook, the Kafka source's offset bookkeeping, without a broker: examples, then a state
+machine that drives it as KafkaSource does against a model consumer, with rebalances, seeks and
+commits at any point, and checks what it hands out, claims and commits."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from pegasos_stream.stream.kafka_group import GroupSource
 from pegasos_stream.stream.kafka_offsets import Dropped, Fetched, OffsetBook, Partition, Seeks
 
 P0, P1, P2 = (Partition("events", i) for i in range(3))
@@ -270,57 +269,6 @@ def test_unclaim_moves_the_position_back_to_the_first_record_not_processed():
     assert book.position() == {P0: 2, P1: 0}
     assert book.uncommitted() == {P0: 2, P1: 0}
     assert book.fetched_count() == 0  # P0 5 is fetched again after the seek back
-
-
-class _Unconnected(GroupSource):
-    """A GroupSource without a client, its rebalance steps driven by hand: a commit succeeds unless
-    ``refuse`` is set."""
-
-    _errors = (ConnectionError,)
-
-    def _start(self, servers: str | Sequence[str], group_id: str, start: str, settings: dict[str, object]) -> None:
-        self.refuse = False
-
-    def _commit_request(self, offsets: Mapping[Partition, int], timeout: float) -> None:
-        if self.refuse:
-            raise ConnectionError("the generation moved on")
-
-    def _seek_to(self, offsets: Mapping[Partition, int]) -> None:
-        """No consumer to seek."""
-
-
-def _processed(source: GroupSource, fetched: list[Fetched]) -> None:
-    """``fetched`` read and claimed by ``source``."""
-    source._offsets.add(fetched)
-    batch = source.read(sum(len(entry.values) for entry in fetched))
-    assert len(source.claim(batch)) == len(batch)
-
-
-def test_partitions_given_up_without_a_commit_resume_after_what_this_member_processed():
-    """A partition lost with the membership, or whose commit on revocation was refused, comes back to this
-    member at its next offset to process (unless the group committed a later one by then, checked at its
-    assignment as for a checkpoint's offset): never at the group's older offset, which would learn its
-    records twice. One whose commit went through starts at the group's offset, which is exact."""
-    source = _Unconnected("127.0.0.1:9", ["events"], "group")
-    source._offsets.assign([P0, P1, P2])
-    _processed(source, [_fetched(p, 0, 5) for p in (P0, P1, P2)])
-    source.commit()
-    _processed(source, [_fetched(p, 5, 3) for p in (P0, P1, P2)])
-    source._revoked({P0}, lost=True)
-    source.refuse = True
-    source._revoked({P1}, lost=False)
-    source.refuse = False
-    source._revoked({P2}, lost=False)
-    assert source.position() == {"offsets": [["events", 0, 8], ["events", 1, 8]]}  # and in a checkpoint
-    assert source._offsets.pending_seeks([P0, P1, P2]) == {P0: 8, P1: 8}
-    assert source._offsets.assign([P0]) == Seeks({P0: 8}, set())
-
-    cluster = _Unconnected("127.0.0.1:9", ["events"], "group")
-    cluster.on_assign = lambda partitions: {}  # a cluster learner: the cluster's log says where they start
-    cluster._offsets.assign([P0])
-    _processed(cluster, [_fetched(P0, 0, 5)])
-    cluster._revoked({P0}, lost=True)
-    assert cluster.position() == {"offsets": []}
 
 
 # -- properties ----------------------------------------------------------------------------

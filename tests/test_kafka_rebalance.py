@@ -90,6 +90,37 @@ def test_every_offset_is_claimed_once_while_members_join_and_leave(source_class,
     assert claims == expected
 
 
+def test_a_join_completed_between_two_polls_gives_its_assignment_to_the_next_one(
+    source_class, kafka_broker, kafka_topic
+):
+    """A member whose join completes while it does not poll (a runner learning a batch) takes its assignment at
+    its next poll. kafka-python 3.0 by itself sends another JoinGroup instead, a rebalance of its own, and a
+    broker that forms a generation without waiting for every member (as tansu does) may then give partitions
+    to others before their owners revoke them and commit what they processed."""
+    topic = kafka_topic(2)
+    group = f"group-{uuid.uuid4().hex[:8]}"
+    first = Member(source_class, kafka_broker, topic, group)
+    _settle([first], [first], 0, 30)
+    revoked: list[set[tuple[str, int]]] = []
+    first.source.on_revoke = revoked.append
+    second = Member(source_class, kafka_broker, topic, group)
+    deadline = time.monotonic() + 30
+    while not revoked:  # until the first hears of the rebalance: it revokes, and its join is under way
+        assert time.monotonic() < deadline, "the group did not rebalance"
+        first.step()
+        second.step()
+    while not second.source.ready:  # the first, the group's leader, completes its join meanwhile
+        assert time.monotonic() < deadline, "the second member got no partitions"
+        second.step()
+    time.sleep(0.5)  # for the answer to the first's SyncGroup, sent before the second got its partitions
+    first.step()
+    mine, theirs = first.source.assignment(), second.source.assignment()
+    assert mine and mine.isdisjoint(theirs), f"the first member's next poll took no new assignment: {mine}, {theirs}"
+    assert mine | theirs == {(topic, 0), (topic, 1)}
+    for member in (first, second):
+        member.source.close()
+
+
 def test_a_stored_offset_gives_way_to_a_later_one_committed_by_the_group(
     source_class, kafka_broker, kafka_topic, produce, caplog
 ):

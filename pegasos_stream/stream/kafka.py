@@ -87,6 +87,7 @@ class KafkaSource(GroupSource):
                 "value_deserializer": None,
             },
         )
+        _keep_joins_across_polls(self._consumer._coordinator)
         self._consumer.subscribe(self.topics, listener=_Listener(self))
 
     def _fetch(self, timeout_ms: int, limit: int, generations: Mapping[Partition, int]) -> list[Fetched]:
@@ -195,6 +196,37 @@ class _Listener(AsyncConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         await self.source._assigned({Partition(*tp) for tp in assigned})
+
+
+def _keep_joins_across_polls(coordinator: Any) -> None:
+    """Make the consumer take the assignment of a group join that completed between two of its polls.
+
+    kafka-python (3.0) keeps a join in flight across polls that time out, but when the join completes while
+    no poll waits for it, the next poll sends another JoinGroup and drops the assignment the first one got.
+    That second join is a rebalance of its own (the group leader's join starts one). A broker that forms a
+    generation without waiting for every member (tansu, or any broker once a member is late) then gives a
+    partition to another member before its owner has revoked it and committed what it processed: the records
+    since its last commit are learned twice. Here the next join attempt takes the assignment the completed
+    one got, unless the member's generation changed since (it was reset by a failed request).
+    """
+    join = coordinator._do_join_and_sync_async
+    complete = coordinator._on_join_complete_async
+    untaken: list[tuple[object, bytes]] = []  # a completed join's generation and assignment, until taken
+
+    async def join_and_sync() -> bytes:
+        if untaken and untaken[0][0] is coordinator._generation:
+            return untaken.pop()[1]
+        untaken.clear()
+        assignment = await join()
+        untaken.append((coordinator._generation, assignment))
+        return assignment
+
+    async def join_complete(*args: object) -> None:
+        untaken.clear()
+        await complete(*args)
+
+    coordinator._do_join_and_sync_async = join_and_sync
+    coordinator._on_join_complete_async = join_complete
 
 
 def _request(offsets: Mapping[Partition, int]) -> dict[TopicPartition, OffsetAndMetadata]:
