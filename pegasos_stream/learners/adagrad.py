@@ -12,7 +12,7 @@ import numpy as np
 from river import base
 
 from .._compiled import FAST as _fast
-from .calibration import squash
+from .calibration import LogisticMargin, squash
 from .compiled import Stored, gather, scatter
 from .rows import Rows
 from .state import InvalidState, check_array, check_count, check_floats, check_parts, new_like
@@ -35,7 +35,7 @@ class Step(NamedTuple):
 MAX_EXPONENT = 700.0
 
 
-class AdaGradLogistic(base.Classifier):
+class AdaGradLogistic(LogisticMargin, base.Classifier):
     """Binary logistic regression trained by AdaGrad, with sparse weights (dicts or arrays).
 
     The example (x, y), y ∈ {-1, +1}, with cost c (its sample weight), has the gradient g = c·k·x of its
@@ -180,17 +180,6 @@ class AdaGradLogistic(base.Classifier):
     def _is_column(self, key: object) -> bool:
         """Whether ``key`` names a column of the weight arrays: an int from 0 to n_features − 1."""
         return is_column(key, len(self._w))
-
-    def probability(self, margin: float) -> float:
-        """P(True) for a margin: σ(margin), as ``predict_proba_one`` gives it."""
-        return squash(margin)
-
-    def predict_one(self, x: Mapping, **kwargs) -> bool:
-        return self.decision_function_one(x) > 0.0
-
-    def predict_proba_one(self, x: Mapping, **kwargs) -> dict[base.typing.ClfTarget, float]:
-        p = squash(self.decision_function_one(x))
-        return {False: 1.0 - p, True: p}
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
         step = self._prepare(x, binary_sign(y), 1.0 if w == 1.0 else check_sample_weight(w))

@@ -23,7 +23,7 @@ from .state import POSITIVE, check_attributes, check_count, check_float
 if TYPE_CHECKING:
     from river.base.typing import ClfTarget
 
-__all__ = ["OnlinePlatt", "PlattScaledMargin", "squash"]
+__all__ = ["LogisticMargin", "MarginClassifier", "OnlinePlatt", "PlattScaledMargin", "squash"]
 
 #: Where the logistic body hands over to the algebraic tail.
 TAIL_START = 8.0
@@ -103,24 +103,39 @@ class OnlinePlatt:
             self.offset -= self.learning_rate * residual / math.sqrt(self._sq_grad_offset)
 
 
-class PlattScaledMargin:
-    """Mixin for a binary classifier: label and probabilities from ``decision_function_one``.
-
-    The class keeps an ``OnlinePlatt`` as ``_platt`` and updates it with each margin before learning.
-    """
-
-    _platt: OnlinePlatt
+class MarginClassifier:
+    """Mixin for a binary classifier: its label from the sign of ``decision_function_one``, its probabilities from
+    ``probability`` of that margin."""
 
     def decision_function_one(self, x: Mapping[Any, Any]) -> float:
+        raise NotImplementedError
+
+    def probability(self, margin: float) -> float:
+        """P(True) for a margin, as ``predict_proba_one`` gives it."""
         raise NotImplementedError
 
     def predict_one(self, x: Mapping[Any, Any], **kwargs: Any) -> bool:
         return self.decision_function_one(x) > 0.0
 
+    def predict_proba_one(self, x: Mapping[Any, Any], **kwargs: Any) -> dict[ClfTarget, float]:
+        p = self.probability(self.decision_function_one(x))
+        return {False: 1.0 - p, True: p}
+
+
+class PlattScaledMargin(MarginClassifier):
+    """Mixin for a binary classifier whose margins are calibrated online: the class keeps an ``OnlinePlatt`` as
+    ``_platt`` and updates it with each margin before learning."""
+
+    _platt: OnlinePlatt
+
     def probability(self, margin: float) -> float:
         """P(True) for a margin, as ``predict_proba_one`` gives it."""
         return self._platt.proba(margin)
 
-    def predict_proba_one(self, x: Mapping[Any, Any], **kwargs: Any) -> dict[ClfTarget, float]:
-        p = self._platt.proba(self.decision_function_one(x))
-        return {False: 1.0 - p, True: p}
+
+class LogisticMargin(MarginClassifier):
+    """Mixin for a logistic model: its probability is σ(margin) (`squash`)."""
+
+    def probability(self, margin: float) -> float:
+        """P(True) for a margin: σ(margin), as ``predict_proba_one`` gives it."""
+        return squash(margin)

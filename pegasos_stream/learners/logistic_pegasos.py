@@ -12,7 +12,7 @@ from river import base
 
 from .._compiled import FAST as _fast
 from .adagrad import MAX_EXPONENT
-from .calibration import squash
+from .calibration import LogisticMargin, squash
 from .compiled import Stored, gather, scatter
 from .rows import Rows
 from .schedule import MAX_NORM, refuse_overflow
@@ -23,7 +23,7 @@ from .weights import COMPENSATED_SUM, MIN_SCALE, DenseWeightVector, WeightVector
 __all__ = ["PegasosLogistic"]
 
 
-class PegasosLogistic(base.Classifier):
+class PegasosLogistic(LogisticMargin, base.Classifier):
     """Binary logistic regression trained by Pegasos's stochastic sub-gradient steps, with lazily scaled weights.
 
     Minimises λ/2·‖w‖² + mean of c·log(1 + exp(−y·⟨w, x⟩)), y ∈ {-1, +1}, c the sample weight: Pegasos's method
@@ -126,17 +126,6 @@ class PegasosLogistic(base.Classifier):
         if not math.isfinite(margin):
             reject_features(x)  # names the value that is no finite number, or the largest one
         return margin
-
-    def probability(self, margin: float) -> float:
-        """P(True) for a margin: σ(margin), as ``predict_proba_one`` gives it."""
-        return squash(margin)
-
-    def predict_one(self, x: Mapping, **kwargs) -> bool:
-        return self.decision_function_one(x) > 0.0
-
-    def predict_proba_one(self, x: Mapping, **kwargs) -> dict[base.typing.ClfTarget, float]:
-        p = squash(self.decision_function_one(x))
-        return {False: 1.0 - p, True: p}
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
         sign = binary_sign(y)
