@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
 from hypothesis import strategies as st
+
+from pegasos_stream.learners.rows import Rows
 
 #: Settings of PegasosClassifier (exact Pegasos: an explicit lambda_) covering every variant, rare branches included.
 PEGASOS_PARAMS = st.fixed_dictionaries(
@@ -33,6 +36,25 @@ def int_stream(seed: int, n: int, n_features: int) -> tuple[list[dict], list[boo
         ys.append(rng.random() < 0.4)
         ws.append(rng.choice([1.0, 1.0, 0.0, 2.5]))
     return xs, ys, ws
+
+
+def learn_in_chunks(model, xs: list[dict], ys: list[bool], ws: list[float], chunk: int, columns: int | None):
+    """``model.learn_rows`` over the stream in chunks of ``chunk`` rows, each learned whole: rows numbered locally,
+    or, with ``columns``, by the int features themselves (keys ``range(columns)``). (decisions, probabilities)."""
+    n = len(xs)
+    decisions, probas = np.empty(n), np.empty(n)
+    signs, weights = np.where(ys, 1.0, -1.0), np.array(ws)
+    for start in range(0, n, chunk):
+        batch = xs[start : start + chunk]
+        rows = Rows.from_dicts(batch)
+        if columns is not None:
+            rows = Rows(rows.indptr, np.array(rows.keys, dtype=np.int64)[rows.indices], rows.data, range(columns))
+        end = start + len(batch)
+        stop, error = model.learn_rows(
+            rows, signs[start:end], weights[start:end], decisions[start:end], probas[start:end]
+        )
+        assert (stop, error) == (len(batch), None)
+    return decisions.tolist(), probas.tolist()
 
 
 def binary_events(n: int, seed: int = 0, prefix: str = "e") -> list[dict]:

@@ -24,9 +24,9 @@ from pegasos_stream.persist import codec
 from pegasos_stream.persist.checkpoint import model_digest
 
 try:  # tests/ as a package
-    from .streams import PEGASOS_PARAMS, int_stream
+    from .streams import PEGASOS_PARAMS, int_stream, learn_in_chunks
 except ImportError:  # tests/ as a plain directory: pytest puts it on sys.path
-    from streams import PEGASOS_PARAMS, int_stream
+    from streams import PEGASOS_PARAMS, int_stream, learn_in_chunks
 
 N = 16
 
@@ -92,19 +92,7 @@ def test_compiled_rows_over_arrays_are_bit_identical_to_learn_one(params, seed, 
     sparse = PegasosClassifier(**params)
     expected = _one_at_a_time(sparse, xs, ys, ws)
     dense = PegasosClassifier(**params, n_features=N)
-    decisions, probas = np.empty(n), np.empty(n)
-    signs, weights = np.where(ys, 1.0, -1.0), np.array(ws)
-    for start in range(0, n, chunk):
-        batch = xs[start : start + chunk]
-        rows = Rows.from_dicts(batch)
-        if in_place:
-            rows = Rows(rows.indptr, np.array(rows.keys, dtype=np.int64)[rows.indices], rows.data, range(N))
-        end = start + len(batch)
-        stop, error = dense.learn_rows(
-            rows, signs[start:end], weights[start:end], decisions[start:end], probas[start:end]
-        )
-        assert (stop, error) == (len(batch), None)
-    assert (decisions.tolist(), probas.tolist()) == expected
+    assert learn_in_chunks(dense, xs, ys, ws, chunk, N if in_place else None) == expected
     assert_same_model(dense, sparse)
 
 

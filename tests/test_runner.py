@@ -747,7 +747,37 @@ def test_svmlight_replay_matches_learning_the_pairs(tmp_path, monkeypatch, capsy
         ["source.type=file", "source.path=train.svm.gz", "errors.dead_letter.type=none"],
     )
     runner = _in_process(config)
-    assert runner.model.weights == model.weights and runner.model.t == model.t
+    # by default the weights are in arrays that widen as columns come: the names are their int columns
+    assert runner.model.max_features is not None and len(runner.model._u.v) == 1024  # (as they start: columns ≤ 30)
+    assert runner.model.weights == {int(j): w for j, w in model.weights.items()} and runner.model.t == model.t
+
+
+@pytest.mark.parametrize("limit", [None, 64])
+def test_svmlight_replay_widens_its_arrays_to_the_limit_and_sets_aside_a_line_past_it(tmp_path, capsys, limit):
+    """The shipped replay learns svmlight columns in weight arrays with no setting: they widen up to
+    model.max_features (by default ARRAY_COLUMNS), and a line naming a column past it is set aside, named."""
+    top = 2**22 if limit is None else limit
+    lines = ["1 3:1 9:0.5", f"-1 2:1 {top - 1}:2", f"1 {top}:1", "-1 5:1"]
+    (tmp_path / "train.svm").write_text("\n".join(lines) + "\n")
+    dead = tmp_path / "rejected.jsonl"
+    settings = [f"errors.dead_letter.path={dead}"] + ([] if limit is None else [f"model.max_features={limit}"])
+    args = ["--config", str(ROOT / "configs" / "replay-svmlight.yaml"), "--input", str(tmp_path / "train.svm")]
+    assert cli.main(["eval", "--json", *args, *(f"--set={item}" for item in settings)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["learned"], report["rejected"]) == (3, 1)
+    [rejected] = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert rejected["position"].endswith("train.svm:3")
+    assert f"svmlight feature '{top}' is no column from 0 to {top - 1}" in rejected["error"]
+    assert "model.max_features" in rejected["error"]
+
+    config = load_config(
+        ROOT / "configs" / "replay-svmlight.yaml",
+        ["source.type=file", f"source.path={tmp_path / 'train.svm'}", "errors.dead_letter.type=none"]
+        + ([] if limit is None else [f"model.max_features={limit}"]),
+    )
+    model = _in_process(config).model
+    assert (model.max_features, len(model._u.v)) == (top, top)  # widened to the largest column seen
+    assert sorted(model.weights) == [2, 3, 5, 9, top - 1]
 
 
 # -- --max-events and --output --------------------------------------------------------------

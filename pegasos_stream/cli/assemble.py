@@ -43,20 +43,25 @@ __all__ = [
 
 #: Scores kept for the ROC AUC of a long-running job's statistics.
 RECENT_SCORES = 10_000
-#: The most hashed columns (2**features.hash_bits) a learner keeps weight arrays for unless told (32 MiB each).
+#: The most columns a learner keeps weight arrays for unless told (32 MiB each): hashed columns
+#: (2**features.hash_bits), or svmlight columns (``model.max_features``).
 ARRAY_COLUMNS = 1 << 22
 
 
 def build_model(config: dict):
-    """The configured learner. One that can keep its weights in arrays (``n_features``) does so by itself for
-    hashed features of at most ``ARRAY_COLUMNS`` columns, unless ``model.n_features`` says otherwise: the same
-    floats as in dicts, 8 bytes a weight, learned in place."""
+    """The configured learner. One that can keep its weights in arrays (``n_features``) does so by itself, unless
+    ``model.n_features`` says otherwise: for hashed features of at most ``ARRAY_COLUMNS`` columns; and, when it can
+    widen them (``max_features``), for svmlight columns, widened as they come up to ``model.max_features`` or
+    ``ARRAY_COLUMNS`` (a line naming a larger column is refused). The same floats as in dicts, 8 bytes a weight, learned in place."""
     kind = learner_class(config["model"]["kind"])
     params = {key: value for key, value in config["model"].items() if key != "kind"}
     bits = config["features"].get("hash_bits")
-    takes_columns = "n_features" in inspect.signature(kind).parameters
-    if takes_columns and params.get("n_features") is None and bits is not None and 2**bits <= ARRAY_COLUMNS:
-        params["n_features"] = 2**bits
+    settings = inspect.signature(kind).parameters
+    if "n_features" in settings and params.get("n_features") is None:
+        if bits is not None and 2**bits <= ARRAY_COLUMNS:
+            params["n_features"] = 2**bits
+        elif bits is None and config["source"]["format"] == "svmlight" and "max_features" in settings:
+            params["max_features"] = params.get("max_features") or ARRAY_COLUMNS
     return kind(**params)
 
 
@@ -326,7 +331,8 @@ def build_parser(config: dict, model: object) -> EventParser:
     classes; for a learner with weight arrays (``n_features``), svmlight names are their int columns (unless the
     features are hashed)."""
     source = config["source"]
-    columns = getattr(model, "n_features", None) if config["features"].get("hash_bits") is None else None
+    arrays = getattr(model, "max_features", None) or getattr(model, "n_features", None)
+    columns = arrays if config["features"].get("hash_bits") is None else None
     return EventParser(
         source["format"],
         source["fields"],

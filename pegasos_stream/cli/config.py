@@ -648,11 +648,13 @@ def _check_requirements(config: dict, where: str) -> None:
     labels = config["source"]["labels"]
     if (labels["positive"] is None) != (labels["negative"] is None):
         raise ConfigError(f"{where}: source.labels: give both positive and negative, or neither")
-    columns, bits = config["model"].get("n_features"), config["features"].get("hash_bits")
+    model, bits = config["model"], config["features"].get("hash_bits")
+    key = "max_features" if model.get("max_features") is not None else "n_features"
+    columns = model.get(key)
     names_are_columns = bits is None and config["source"]["format"] == "svmlight"
     if columns is not None and not names_are_columns and (bits is None or columns < 2**bits):
         raise ConfigError(
-            f"{where}: model.n_features: {columns} weight columns need int features: svmlight names (their columns),"
+            f"{where}: model.{key}: {columns} weight columns need int features: svmlight names (their columns),"
             f" or features hashed into at most as many (features.hash_bits: {bits}; 2**hash_bits must not exceed"
             " n_features)"
         )

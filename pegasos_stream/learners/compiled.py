@@ -133,7 +133,9 @@ def learn_csr(
     ValueError before anything is learned.
     """
     # with weight arrays and no columns named, the rows' columns are the weights' (no numbering)
-    rows = Rows.from_csr(indptr, indices, data, columns, model.n_features if columns is None else None)
+    rows = Rows.from_csr(
+        indptr, indices, data, columns, (model.max_features or model.n_features) if columns is None else None
+    )
     labels = np.asarray(y)
     if labels.ndim != 1 or len(labels) != len(rows):
         raise ValueError(f"learn_csr: {len(rows)} rows but labels of shape {labels.shape}")
@@ -188,6 +190,7 @@ def learn_rows(
     u = model._u
     columns: np.ndarray | range | None = None  # with weight arrays: the columns the rows' keys name
     if isinstance(u, DenseWeightVector):
+        rows = _widened(u, rows)
         columns = weight_columns(rows.keys, len(u.v))
         compiled = _fast is not None and columns is not None  # (None: a key that is no column, which learn_one refuses)
     else:
@@ -223,6 +226,25 @@ def learn_rows(
             return stop, error
         start = stop + 1
     return n, None
+
+
+def _widened(u: DenseWeightVector, rows: Rows) -> Rows:
+    """``rows`` over weight arrays ``u`` that widen (``max_features``), which now hold every column the rows use:
+    rows numbered by the arrays' columns (keys ``range``) as numbered by the widened arrays, any other rows as they
+    are. Rows with a column past ``max_features`` are left as they are, to be refused."""
+    keys = rows.keys
+    if u.max_features is None or not len(rows.indices):
+        return rows
+    if not isinstance(keys, range):
+        u._widen_for(keys)
+        return rows
+    if keys.start != 0 or keys.step != 1 or len(keys) <= len(u.v):
+        return rows
+    low, high = int(rows.indices.min()), int(rows.indices.max())
+    if low < 0 or high >= min(len(keys), u.max_features):
+        return rows
+    u.widen(high)
+    return Rows(rows.indptr, rows.indices, rows.data, range(len(u.v)), rows.distinct)
 
 
 def _learn_compiled(batch: _Batch, columns: np.ndarray | range | None) -> int:

@@ -29,7 +29,7 @@ from .validation import (
     check_t0,
     reject_features,
 )
-from .weights import DenseWeightVector, WeightVector, check_n_features, sparse_dot
+from .weights import DenseWeightVector, WeightVector, check_columns, sparse_dot
 
 __all__ = ["PegasosClassifier"]
 
@@ -104,6 +104,12 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         a weight instead of a dict entry, checkpoints that hold the raw array, and a compiled batch that reads
         and writes the weights in place (no gathering out of a dict and scattering back). The same stream
         gives the same floats in either layout. Other keys are refused.
+    max_features
+        None: the arrays keep ``n_features`` columns. An int: a column from ``n_features`` to ``max_features`` − 1
+        widens them, to the smallest power of two above it (at most ``max_features``), where it would be
+        refused; for int columns whose range the stream reveals (svmlight indices). The floats are those of
+        arrays that held every column from the start. Without ``n_features``, they start at ``START_COLUMNS``
+        (1024) columns.
     calibrate
         Fit ``predict_proba_one``'s online Platt scaling on each example's margin (the default). False
         leaves it at its start, the logistic of the margin 1/(1 + e^−f(x)) (for |f(x)| ≤ 8; a slower tail
@@ -187,6 +193,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     _radius: float
     _average_from: int | None
     n_features: int | None = None  # a class default: states saved before n_features existed load with None
+    max_features: int | None = None  # another
     calibrate: bool = True  # a class default: states saved before calibrate existed load with True
     _u: WeightVector | DenseWeightVector
     _b: float
@@ -206,6 +213,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         horizon: int | None = None,
         t0: int | None = None,
         n_features: int | None = None,
+        max_features: int | None = None,
         calibrate: bool = True,
         seed: int | None = None,
     ):
@@ -230,7 +238,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         self.prior = prior
         self.horizon = horizon
         self.t0 = (None if auto else 0) if t0 is None else int(t0)
-        self.n_features = check_n_features(n_features)
+        self.n_features, self.max_features = check_columns(n_features, max_features)
         self.calibrate = bool(calibrate)
         self.seed = seed
         if auto:
@@ -247,7 +255,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         self._u = (
             WeightVector(average=bool(average))
             if self.n_features is None
-            else DenseWeightVector(self.n_features, average=bool(average))
+            else DenseWeightVector(self.n_features, bool(average), self.max_features)
         )
         if self.n_features is not None and self._prior:
             self._prior_array()  # refuses a prior with a key that is no column
@@ -271,6 +279,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
             horizon=self.horizon,
             t0=self.AUTO_T0 if self.t0 is None else self.t0,
             n_features=self.n_features,
+            max_features=self.max_features,
             calibrate=False,
         )
 
@@ -287,12 +296,13 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         return costs
 
     def _prior_array(self) -> np.ndarray:
-        """With ``n_features`` and a prior: the prior as an array of the weight columns (a cache, not saved)."""
+        """With ``n_features`` and a prior: the prior as an array of the weight columns (a cache, not saved, rebuilt
+        when the arrays widen)."""
+        u = cast(DenseWeightVector, self._u)
         cached = self.__dict__.get("_prior_columns")
-        if cached is None:
-            u = cast(DenseWeightVector, self._u)
+        if cached is None or len(cached) != len(u.v):
+            columns, values = u.example(self._prior)  # (widens the arrays to hold the prior's columns)
             cached = np.zeros(len(u.v))
-            columns, values = u.example(self._prior)
             cached[columns] = values
             self._prior_columns = cached
         return cached
@@ -444,9 +454,8 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
             return
         check_equal(self, fresh, ("_class_cost", "_prior", "_radius", "_average_from", "_last_scored"))
         check_parts(self, fresh, ("_u",))
-        n_features = len(fresh._u.v) if isinstance(fresh._u, DenseWeightVector) else None
-        if self._u.average != fresh._u.average or (n_features is not None and len(self._u.v) != n_features):
-            columns = "" if n_features is None else f" of {n_features} columns"
+        if self._u.average != fresh._u.average or not _same_layout(self._u, fresh._u):
+            columns = _columns_wanted(fresh._u)
             raise InvalidState(f"PegasosClassifier._u: expected weights{columns} with average={fresh._u.average}")
         check_float(self, "_b")
         check_float(self, "_average_b")
@@ -718,3 +727,22 @@ def _finite_matrix(X_nw) -> np.ndarray:
         except ValueError as error:
             raise ValueError(f"row {row}: {error}") from None
     return _frames().to_numpy(X_nw)
+
+
+def _same_layout(u: WeightVector | DenseWeightVector, fresh: WeightVector | DenseWeightVector) -> bool:
+    """Whether weights ``u`` have the layout of a new learner's ``fresh``: both dicts, or arrays of its columns
+    (any from its ``n_features`` to its ``max_features`` when they widen) with its limit."""
+    if not isinstance(fresh, DenseWeightVector):
+        return not isinstance(u, DenseWeightVector)
+    if not isinstance(u, DenseWeightVector) or u.max_features != fresh.max_features:
+        return False
+    return len(fresh.v) <= len(u.v) <= (fresh.max_features or len(fresh.v))
+
+
+def _columns_wanted(fresh: WeightVector | DenseWeightVector) -> str:
+    """The columns of ``fresh``'s weights, in words: "" for dicts."""
+    if not isinstance(fresh, DenseWeightVector):
+        return ""
+    if fresh.max_features is None:
+        return f" of {len(fresh.v)} columns"
+    return f" of {len(fresh.v)} to {fresh.max_features} columns"

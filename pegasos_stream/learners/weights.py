@@ -11,7 +11,8 @@ iterates is held as ``S = avg_scale · v + avg_offset`` so that adding the curre
 
 ``DenseWeightVector`` is the same vector over float64 arrays of ``n_features`` columns, for features
 that are int columns (hashed features, svmlight indices): 8 bytes a weight instead of a dict entry,
-and a batch's compiled loop reads and writes the arrays in place. Both give the same floats.
+and a batch's compiled loop reads and writes the arrays in place. Both give the same floats. With
+``max_features``, the arrays widen as larger columns arrive (``widen``), up to that many.
 """
 
 from __future__ import annotations
@@ -45,10 +46,12 @@ __all__ = [
     "DenseWeightVector",
     "SharedScaleWeights",
     "WeightVector",
+    "check_columns",
     "check_n_features",
     "dense_columns",
     "sparse_dot",
     "weight_columns",
+    "widened_length",
 ]
 
 #: Below this the scale is folded into the stored values (as in scikit-learn).
@@ -242,6 +245,32 @@ def check_n_features(n_features: object) -> int | None:
     return int(n_features)
 
 
+#: The columns weight arrays that widen start with when not told (``n_features``).
+START_COLUMNS = 1 << 10
+
+
+def check_columns(n_features: object, max_features: object) -> tuple[int | None, int | None]:
+    """(``n_features``, ``max_features``) as ints or None, the first ``START_COLUMNS`` (at most ``max_features``)
+    when only ``max_features`` is given; a ValueError unless each is None or a whole number from 1 to
+    MAX_COLUMNS, and ``max_features`` at least ``n_features``."""
+    limit = check_n_features(max_features) if max_features is not None else None
+    if limit is None:
+        return check_n_features(n_features), None
+    start = min(START_COLUMNS, limit) if n_features is None else check_n_features(n_features)
+    if start is None or start > limit:
+        raise ValueError(f"max_features={max_features!r}: expected a whole number from n_features={n_features}")
+    return start, limit
+
+
+def widened_length(column: int, length: int, max_features: int) -> int:
+    """The columns of arrays of ``length`` widened to hold ``column`` (below ``max_features``): the smallest power
+    of two above it, at most ``max_features``; ``length`` when they hold it already. The arrays' length thus
+    depends on the largest column seen, not on the order or batches it came in."""
+    if column < length:
+        return length
+    return min(max_features, 1 << column.bit_length())
+
+
 def is_column(key: object, n_features: int) -> bool:
     """Whether ``key`` names a column of weight arrays of ``n_features``: an int from 0 to n_features − 1 (False
     and True are 0 and 1, as dict keys are)."""
@@ -289,36 +318,70 @@ class DenseWeightVector(_LazyScale):
         The number of columns.
     average
         Track the average of the iterates: call ``accumulate_average`` once per step.
+    max_features
+        None: the arrays keep ``n_features`` columns. An int: a column from ``n_features`` to
+        ``max_features`` − 1 widens them (`widened_length`) where it would be refused. A new column holds
+        0.0 as a column never written does, so the floats learned are those of arrays that held it from the start.
 
     """
 
-    def __init__(self, n_features: int, average: bool = False) -> None:
+    max_features: int | None = None  # a class default: states saved before max_features existed load with None
+
+    def __init__(self, n_features: int, average: bool = False, max_features: int | None = None) -> None:
         super().__init__()
         self.v = np.zeros(n_features)
         self.average = average
         self.n_averaged = 0
         self.avg_scale = 0.0
         self.avg_offset = np.zeros(n_features if average else 0)
+        self.max_features = max_features
 
     def _check_state(self) -> None:
         """Refuse (InvalidState) a rebuilt state that no sequence of steps leaves: the arrays float64, finite, and
-        of one length (the offset of none without ``average``)."""
+        of one length (the offset of none without ``average``), at most ``max_features``."""
         check_attributes(self, vars(DenseWeightVector(1)))
         v = check_array(self, "v", (-1,))
+        limit = self.max_features
+        if limit is not None and not (isinstance(limit, int) and len(v) <= limit <= MAX_COLUMNS):
+            raise InvalidState(f"DenseWeightVector.max_features: expected an int from {len(v)} to {MAX_COLUMNS}")
         check_array(self, "avg_offset", (len(v) if check_flag(self, "average") else 0,))
         check_count(self, "n_averaged")
         check_float(self, "avg_scale", 0.0)
         with np.errstate(over="ignore"):
             self._check_scale(float(v @ v))
 
+    def widen(self, column: int) -> None:
+        """Widen the arrays to hold ``column`` (from 0 to ``max_features`` − 1, with ``max_features``), in
+        O(columns); the columns they held keep their values, the new ones hold 0.0."""
+        length = widened_length(column, len(self.v), self.max_features or len(self.v))
+        if length > len(self.v):
+            self.v = np.concatenate((self.v, np.zeros(length - len(self.v))))
+            if self.average:
+                self.avg_offset = np.concatenate((self.avg_offset, np.zeros(length - len(self.avg_offset))))
+
+    def _widen_for(self, keys: Sequence) -> bool:
+        """Widen the arrays to hold ``keys`` when they grow and every key is an int column below ``max_features``;
+        whether they were widened."""
+        if self.max_features is None or not len(keys):
+            return False
+        columns = dense_columns(keys, self.max_features)
+        if columns is None:
+            return False
+        self.widen(int(columns.max()))
+        return True
+
     def example(self, x: Features) -> tuple[np.ndarray, np.ndarray]:
         """(columns, values) of ``x``; a ValueError naming a key that is no column or a value that is no number."""
-        columns = dense_columns(list(x), len(self.v))
+        keys = list(x)
+        columns = dense_columns(keys, len(self.v))
+        if columns is None and self._widen_for(keys):
+            columns = dense_columns(keys, len(self.v))
         if columns is None:
+            n = self.max_features or len(self.v)
+            setting = "max_features" if self.max_features else "n_features"
             for key in x:
-                if not is_column(key, len(self.v)):
-                    n = len(self.v)
-                    raise ValueError(f"feature {key!r}: expected an int column from 0 to {n - 1} (n_features={n})")
+                if not is_column(key, n):
+                    raise ValueError(f"feature {key!r}: expected an int column from 0 to {n - 1} ({setting}={n})")
         try:
             values = np.fromiter(x.values(), np.float64, len(x))
         except (TypeError, ValueError, OverflowError):
@@ -334,7 +397,8 @@ class DenseWeightVector(_LazyScale):
         """⟨w, x⟩ in O(nnz(x)) (in C over the dict itself when its keys and values are plain)."""
         vx = None if _fast is None else _fast.dense_dict_dot(self.v, x, COMPENSATED_SUM)
         if vx is None:
-            vx = self._dot(self.v, *self.example(x))
+            columns, values = self.example(x)  # (which may widen the arrays)
+            vx = self._dot(self.v, columns, values)
         return vx * self.scale
 
     def add(self, x: Features, c: float) -> None:
@@ -370,13 +434,16 @@ class DenseWeightVector(_LazyScale):
     def _columns(self, keys: Iterable[Hashable]) -> np.ndarray:
         keys = list(keys)
         columns = dense_columns(keys, len(self.v))
+        if columns is None and self._widen_for(keys):
+            columns = dense_columns(keys, len(self.v))
         if columns is None:
             raise ValueError(f"features {keys!r}: expected int columns from 0 to {len(self.v) - 1}")
         return columns
 
     def gather(self, keys: Iterable[Hashable]) -> list[float]:
         """[w_j for j in keys]."""
-        return (self.v[self._columns(keys)] * self.scale).tolist()
+        columns = self._columns(keys)  # (which may widen the arrays)
+        return (self.v[columns] * self.scale).tolist()
 
     def average_gather(self, keys: Iterable[Hashable]) -> list[float]:
         """[w̄_j for j in keys] (0 before any iterate)."""

@@ -224,7 +224,11 @@ def _svmlight_columns(x: dict, columns: int, position: str) -> dict:
     for name, value in x.items():
         column = svmlight_column(name, columns)
         if column is None:
-            raise BadRecord(position, f"svmlight feature {name!r} is no column from 0 to {columns - 1}")
+            raise BadRecord(
+                position,
+                f"svmlight feature {name!r} is no column from 0 to {columns - 1} of the model's weight arrays"
+                " (model.max_features, or model.n_features, sets their columns; features.hash_bits hashes names)",
+            )
         converted[column] = value
     return converted
 

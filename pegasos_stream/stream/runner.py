@@ -688,9 +688,9 @@ class Runner:
 
 
 def takes_hashed_columns(model: object, features: EmailFeatures | DictHasher | None) -> bool:
-    """Whether ``model`` keeps weight arrays (``n_features``) of every column ``features`` hash into: a batch's
-    rows then index them directly, with no numbering of the batch's features."""
-    columns = getattr(model, "n_features", None)
+    """Whether ``model`` keeps weight arrays (``n_features``, or widening up to ``max_features``) of every column
+    ``features`` hash into: a batch's rows then index them directly, with no numbering of the batch's features."""
+    columns = getattr(model, "max_features", None) or getattr(model, "n_features", None)
     bits = None if features is None else features.hash_bits
     return isinstance(columns, int) and bits is not None and 2**bits <= columns
 
