@@ -167,7 +167,7 @@ def test_the_learner_and_runner_tests_pass_with_the_compiled_code_disabled():
 def _copy_project(target: Path) -> None:
     """What a build of the project reads, without anything built or cached."""
     target.mkdir()
-    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, target / name)
     shutil.copytree(ROOT / "configs", target / "configs")
     shutil.copytree(
