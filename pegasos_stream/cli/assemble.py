@@ -52,7 +52,8 @@ def build_model(config: dict):
     """The configured learner. One that can keep its weights in arrays (``n_features``) does so by itself, unless
     ``model.n_features`` says otherwise: for hashed features of at most ``ARRAY_COLUMNS`` columns; and, when it can
     widen them (``max_features``), for svmlight columns, widened as they come up to ``model.max_features`` or
-    ``ARRAY_COLUMNS`` (a line naming a larger column is refused). The same floats as in dicts, 8 bytes a weight, learned in place."""
+    ``ARRAY_COLUMNS`` (a line naming a larger column is refused). The same floats as in dicts, 8 bytes a weight,
+    learned in place."""
     kind = learner_class(config["model"]["kind"])
     params = {key: value for key, value in config["model"].items() if key != "kind"}
     bits = config["features"].get("hash_bits")
@@ -135,6 +136,12 @@ def build_source(config: dict, position: dict | None = None) -> Source:
         return StdinSource(
             poll_seconds=source["poll_seconds"], skip=position.get("line", 0), max_bytes=source["max_bytes"]
         )
+    return _kafka_source(source, position)
+
+
+def _kafka_source(source: dict, position: dict) -> GroupSource:
+    """The Kafka source of the ``source`` section, resumed at the offsets of ``position`` (or from the beginning);
+    a StartupError when the brokers cannot be reached or the client refuses a setting."""
     from ..stream.kafka_group import BrokerUnreachable
 
     try:

@@ -412,37 +412,54 @@ def _merge(base: dict, update: dict) -> dict:
 
 
 def _check(value: Any, spec: Option | Settings | dict, path: str, where: str) -> None:
+    """``value`` (at ``path``) must fit ``spec``: a section's schema, a learner's settings or one option."""
     if isinstance(spec, Settings):
         _check_settings(value, path, where)
-        return
-    if isinstance(spec, dict):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {path}: expected a mapping, got {_shown(value)}")
-        for key, item in value.items():
-            key_path = f"{path}.{key}" if path else str(key)
-            if key not in spec:
-                known = ", ".join(sorted(spec))
-                raise ConfigError(f"{where}: {key_path}: unknown key (expected one of: {known})")
-            _check(item, spec[key], key_path, where)
-        return
+    elif isinstance(spec, dict):
+        _check_mapping(value, spec, path, where)
+    else:
+        _check_option(value, spec, path, where)
+
+
+def _check_mapping(value: Any, spec: dict, path: str, where: str) -> None:
+    """``value`` (at ``path``) must be a mapping of keys of the schema ``spec``, each value fitting its key's."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {path}: expected a mapping, got {_shown(value)}")
+    for key, item in value.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in spec:
+            known = ", ".join(sorted(spec))
+            raise ConfigError(f"{where}: {key_path}: unknown key (expected one of: {known})")
+        _check(item, spec[key], key_path, where)
+
+
+def _check_option(value: Any, spec: Option, path: str, where: str) -> None:
+    """``value`` (at ``path``) must be of the option's types and within its choices and bounds (or None, where
+    that is the default)."""
     if value is None and spec.default is None:
         return
-    refused = ConfigError(
-        f"{where}: {path}: expected {spec.form}, got {_SECRET_SHOWN if spec.secret else _shown(value)}"
-    )
-    if isinstance(value, bool) and bool not in spec.types:
-        raise refused
-    if not isinstance(value, spec.types):
-        raise refused
+    if not (_of_types(value, spec) and _within(value, spec)):
+        raise ConfigError(
+            f"{where}: {path}: expected {spec.form}, got {_SECRET_SHOWN if spec.secret else _shown(value)}"
+        )
+
+
+def _of_types(value: Any, spec: Option) -> bool:
+    """Whether ``value`` is of one of the option's types (a bool only where bool is one)."""
+    return not (isinstance(value, bool) and bool not in spec.types) and isinstance(value, spec.types)
+
+
+def _within(value: Any, spec: Option) -> bool:
+    """Whether ``value``, of the option's types, is one of its choices, within its bounds and, a list, of items of
+    its item types."""
     if spec.choices and value not in spec.choices:
-        raise refused
+        return False
     number = cast(float, value)  # only numeric options have bounds
     if spec.minimum is not None and not (math.isfinite(number) and number >= spec.minimum):
-        raise refused
+        return False
     if spec.maximum is not None and number > spec.maximum:
-        raise refused
-    if isinstance(value, list) and spec.items and not all(isinstance(item, spec.items) for item in value):
-        raise refused
+        return False
+    return not (isinstance(value, list) and spec.items and not all(isinstance(item, spec.items) for item in value))
 
 
 def _check_constructor(section: dict, cls: type, skip: set[str], path: str, where: str) -> Any:
@@ -625,6 +642,18 @@ def _check_cluster(config: dict, where: str) -> None:
 
 def _check_requirements(config: dict, where: str) -> None:
     """Keys that become required by the choice of another."""
+    _check_required_keys(config, where)
+    _check_publish(config["publish"], config["checkpoint"]["dir"] or config["cluster"]["delta_topic"], where)
+    if config["metrics"]["port"] is None and config["metrics"]["host"] != SCHEMA["metrics"]["host"].default:
+        raise ConfigError(f"{where}: metrics.port: required when metrics.host is set")
+    labels = config["source"]["labels"]
+    if (labels["positive"] is None) != (labels["negative"] is None):
+        raise ConfigError(f"{where}: source.labels: give both positive and negative, or neither")
+    _check_weight_columns(config, where)
+
+
+def _check_required_keys(config: dict, where: str) -> None:
+    """The keys a source, output or dead-letter type needs: a path for a file, a topic for Kafka."""
     needs = {
         ("source", "file"): ("path",),
         ("source", "maildir"): ("path",),
@@ -642,12 +671,11 @@ def _check_requirements(config: dict, where: str) -> None:
         raise ConfigError(f"{where}: errors.dead_letter.path: required when errors.dead_letter.type is file")
     if dead["type"] == "kafka" and not dead.get("topic"):
         raise ConfigError(f"{where}: errors.dead_letter.topic: required when errors.dead_letter.type is kafka")
-    _check_publish(config["publish"], config["checkpoint"]["dir"] or config["cluster"]["delta_topic"], where)
-    if config["metrics"]["port"] is None and config["metrics"]["host"] != SCHEMA["metrics"]["host"].default:
-        raise ConfigError(f"{where}: metrics.port: required when metrics.host is set")
-    labels = config["source"]["labels"]
-    if (labels["positive"] is None) != (labels["negative"] is None):
-        raise ConfigError(f"{where}: source.labels: give both positive and negative, or neither")
+
+
+def _check_weight_columns(config: dict, where: str) -> None:
+    """Weights in arrays (``model.n_features`` or ``model.max_features``) need int features: svmlight's columns,
+    or features hashed into at most as many columns."""
     model, bits = config["model"], config["features"].get("hash_bits")
     key = "max_features" if model.get("max_features") is not None else "n_features"
     columns = model.get(key)
@@ -695,16 +723,7 @@ def _check_mail(given: dict, config: dict, multiclass: bool, where: str) -> None
     format, one message per file, is set to raw (``given``, the source section as written, may say
     raw or nothing); a file's, when ``given`` says none, to the one its name says (`input_format`)."""
     source = config["source"]
-    if source["type"] == "file" and "format" not in given:
-        source["format"] = input_format(source["path"]) or source["format"]
-    kind, format = source["type"], source["format"]
-    if kind == "maildir":
-        if given.get("format", "raw") != "raw":
-            raise ConfigError(
-                f"{where}: source.format: a maildir holds one message per file: expected raw (or no source.format),"
-                f" got {_shown(given['format'])}"
-            )
-        format = source["format"] = "raw"
+    kind, format = source["type"], _settle_format(given, source, where)
     mail = format in MAIL_FORMATS
     if mail and kind == "kafka":
         raise ConfigError(
@@ -724,25 +743,48 @@ def _check_mail(given: dict, config: dict, multiclass: bool, where: str) -> None
                 f" the records of source.format {format} carry their own labels"
             )
         labels["source.label"] = source["label"]
-    folders = source["folders"]
-    if folders is not None:
-        if kind != "maildir":
-            raise ConfigError(f"{where}: source.folders: only for source.type maildir, not {kind}")
-        if len(folders) > MAX_FOLDERS:
-            raise ConfigError(f"{where}: source.folders: expected at most {MAX_FOLDERS} folders, got {len(folders)}")
-        for folder, label in folders.items():
-            if not (isinstance(folder, str) and folder):
-                raise ConfigError(
-                    f"{where}: source.folders: {_shown(folder)}: expected a folder name (a string; quote a number)"
-                )
-            if label is not None and not isinstance(label, (str, int, float)):
-                raise ConfigError(
-                    f"{where}: source.folders.{folder}: expected a label value (or null: none), got {_shown(label)}"
-                )
-            if label is not None:
-                labels[f"source.folders.{folder}"] = label
+    labels.update(_folder_labels(source["folders"], kind, where))
     for path, label in labels.items():
         _check_label(label, path, source["labels"], multiclass, where)
+
+
+def _settle_format(given: dict, source: dict, where: str) -> str:
+    """The source's format, set in ``source``: raw for a maildir (``given``, the source section as written, may
+    say raw or nothing), and for a file that ``given`` gives none, the one its name says (`input_format`)."""
+    if source["type"] == "file" and "format" not in given:
+        source["format"] = input_format(source["path"]) or source["format"]
+    if source["type"] == "maildir":
+        if given.get("format", "raw") != "raw":
+            raise ConfigError(
+                f"{where}: source.format: a maildir holds one message per file: expected raw (or no source.format),"
+                f" got {_shown(given['format'])}"
+            )
+        source["format"] = "raw"
+    return source["format"]
+
+
+def _folder_labels(folders: dict | None, kind: str, where: str) -> dict[str, object]:
+    """The label of each folder of ``source.folders`` (a maildir's only) that gives one, by its key path; a
+    ConfigError for too many folders, a name that is no string, or a label that is no label value."""
+    labels: dict[str, object] = {}
+    if folders is None:
+        return labels
+    if kind != "maildir":
+        raise ConfigError(f"{where}: source.folders: only for source.type maildir, not {kind}")
+    if len(folders) > MAX_FOLDERS:
+        raise ConfigError(f"{where}: source.folders: expected at most {MAX_FOLDERS} folders, got {len(folders)}")
+    for folder, label in folders.items():
+        if not (isinstance(folder, str) and folder):
+            raise ConfigError(
+                f"{where}: source.folders: {_shown(folder)}: expected a folder name (a string; quote a number)"
+            )
+        if label is not None and not isinstance(label, (str, int, float)):
+            raise ConfigError(
+                f"{where}: source.folders.{folder}: expected a label value (or null: none), got {_shown(label)}"
+            )
+        if label is not None:
+            labels[f"source.folders.{folder}"] = label
+    return labels
 
 
 def _check_label(label: object, path: str, mapping: dict, multiclass: bool, where: str) -> None:

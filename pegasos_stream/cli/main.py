@@ -8,7 +8,6 @@ import contextlib
 import gc
 import json
 import logging
-import math
 import os
 import signal
 import sys
@@ -17,44 +16,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from .. import __version__, _compiled
-from ..persist.checkpoint import CheckpointError, Checkpoints, CheckpointWriteError, describe, latest_valid
-from ..persist.checkpoint import checkpoints as checkpoint_files
+from ..persist.checkpoint import CheckpointError, CheckpointWriteError, describe
 from ..stream.diagnosis import AllRejected
-from ..stream.runner import Runner, StopRun, check_resumable
+from ..stream.runner import Runner, RunStats, StopRun
 from ..stream.sinks import SinkError
 from ..stream.sources import SourceError
 from . import options
-from .assemble import build_checkpoints, build_cluster, build_metrics, build_publisher, build_runner, build_source
-from .checks import (
-    StartupError,
-    check_files,
-    check_mail_labels,
-    check_plot,
-    checkpoint_directory_error,
-    checkpoint_key,
-)
-from .config import (
-    ConfigError,
-    check_kafka_checkpoints,
-    config_file,
-    load_config,
-    shipped_configs,
-    written_for,
-)
-from .inputs import resume_position
+from .checks import StartupError, check_files, check_mail_labels, check_plot
+from .config import ConfigError, check_kafka_checkpoints, config_file, load_config, shipped_configs
+from .job import Job, open_job
 from .plot import write_learning_curve
 from .predict import EVENT_SUFFIXES, command_predict
-from .progress import ProgressBar
 from .serve import add_serve_command, command_serve
 
 if TYPE_CHECKING:
     from ..stream.evaluation import BinaryReport
-    from ..stream.kafka_group import GroupSource
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
 DEFAULT_CONFIG = "spam"
 
-_log = logging.getLogger(__name__)
 #: New container objects between two collections of the young generation during a run (Python's default: 700).
 YOUNG_COLLECTION = 20_000
 #: From a run on, malloc (glibc's) serves blocks under ``HEAP_BLOCK`` bytes from its heap and keeps up to
@@ -109,52 +89,6 @@ def process_wide(runner: Runner) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _resume(config: dict, accept_config: bool = False) -> tuple[dict | None, dict | None]:
-    """(state, source position) to resume from: the newest valid checkpoint's; without one, (None,
-    None) for a new learner (files from the start, Kafka at its group's committed offsets, else
-    ``source.start``), or (None, from the beginning) when checkpoints exist but none is usable (the
-    model that learned what the group committed is lost). A checkpoint written with another
-    configuration is refused (a ConfigError) unless ``accept_config``; its position applies only to
-    the input it was taken from (`inputs.resume_position`). A checkpoint whose runner state or position a
-    run could not take up (`check_resumable`), or not signed with ``checkpoint.key_file``/``key_env``'s key
-    when one is set, is skipped as a corrupt one is."""
-    directory = config["checkpoint"]["dir"]
-    if not directory:
-        raise ConfigError("--resume needs checkpoint.dir in the configuration")
-    section = config["checkpoint"]
-    found = latest_valid(directory, key=checkpoint_key(section["key_file"], section["key_env"]), check=check_resumable)
-    if found is None:
-        lost = bool(checkpoint_files(directory))
-        if lost or config["source"]["type"] != "kafka":
-            _log.info("no checkpoint in %s: starting from the beginning", directory)
-        else:
-            _log.info(
-                "no checkpoint in %s: starting at the consumer group's committed offsets (source.start where none)",
-                directory,
-            )
-        return None, {"from_beginning": True} if lost else None
-    path, state, manifest = found
-    if not written_for(manifest, config):
-        if not accept_config:
-            raise ConfigError(
-                f"{path} was written with another configuration; "
-                "resume with --accept-config to continue its model and state under this one"
-            )
-        _log.warning("warning: %s was written with another configuration", path)
-    position = resume_position(config, manifest, path)
-    _log.info("resuming from %s (t=%s, %s events)", path, state["model"].t, manifest["events"])
-    return state, position
-
-
-def _checkpoints(config: dict) -> Checkpoints | None:
-    """The run's checkpoints (``build_checkpoints``); a StartupError when the directory cannot be
-    created, locked or written."""
-    try:
-        return build_checkpoints(config)
-    except OSError as error:
-        raise checkpoint_directory_error(config["checkpoint"]["dir"], error) from None
-
-
 def _command_inspect(args: argparse.Namespace) -> int:
     try:
         summary = describe(args.path, options.key_of(args))
@@ -189,65 +123,14 @@ def _command_configs(args: argparse.Namespace) -> int:
 
 
 def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
-    config_name = args.config or (DEFAULT_CONFIG if evaluate else None)
-    if config_name is None:
-        raise ConfigError("run needs --config FILE (or the name of a shipped configuration: pegasos-stream configs)")
-    config_path = config_file(config_name)
-    overrides = options.overrides(args)
-    if evaluate and args.output is None:
-        overrides.insert(0, ("output.type=none", "eval"))
-    config = load_config(config_path, [text for text, _ in overrides], [flag for _, flag in overrides])
-    if not evaluate:
-        check_kafka_checkpoints(config, str(config_path))
-    check_files(config, options.flags_of_paths(args))
-    check_mail_labels(config, evaluate)
-    if evaluate and args.plot:
-        check_plot(args.plot, config)
-    clustered = not evaluate and bool(config["cluster"]["delta_topic"])
-    if clustered and args.resume:
-        raise ConfigError(
-            "--resume: a cluster learner (cluster.delta_topic) always starts from the cluster's newest snapshot and"
-            " delta log, not from checkpoints"
-        )
+    """``run``, or ``eval`` (``evaluate``): the job's configuration, its pieces opened, its stream run, then what it
+    did; the exit status."""
+    config_name, config = _job_config(args, evaluate)
+    resume = not evaluate and args.resume
     with contextlib.ExitStack() as opened:  # closed in the reverse order, whatever happens
-        cluster = None
-        checkpoints = None if evaluate or clustered else _checkpoints(config)
-        if checkpoints is not None:
-            opened.callback(checkpoints.close)
-            publisher = build_publisher(config, checkpoints)
-            if publisher is not None:
-                opened.callback(publisher.close)
-        if clustered:
-            cluster, closers = build_cluster(config)
-            for close in reversed(closers):
-                opened.callback(close)
-        state, position = _resume(config, args.accept_config) if not evaluate and args.resume else (None, None)
-        model = cluster.recorder if cluster is not None else state and state["model"]
-        runner = build_runner(config, model=model, exact_auc=True if evaluate else None)
-        opened.callback(runner.sink.close)
-        if runner.dead_letters is not None:
-            opened.callback(runner.dead_letters.close)
-        if state:
-            runner.restore(state["runner"])
-        if checkpoints is not None:
-            checkpoints.check_room(runner.model, runner.snapshot())
-        source = build_source(config, position)
-        opened.callback(source.close)
-        if cluster is not None:
-            cluster.attach(cast("GroupSource", source))
-        progress = ProgressBar(runner.stats, source) if evaluate else None
-        metrics = None if evaluate else build_metrics(config, runner, source, checkpoints)
-        if metrics is not None:
-            opened.callback(metrics.close)
+        job = open_job(config, evaluate, opened, resume, resume and args.accept_config)
         try:
-            with process_wide(runner), progress.shown() if progress is not None else contextlib.nullcontext():
-                stats = runner.run(
-                    source,
-                    config["run"]["max_events"],
-                    config["run"]["stop_when_idle"],
-                    progress,
-                    cluster if cluster is not None else checkpoints,
-                )
+            stats = _run_job(job, config["run"])
         except StopRun as error:
             print(f"stopped: {error}", file=sys.stderr)
             return 1
@@ -257,31 +140,61 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         except (SourceError, CheckpointWriteError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
-    summary: dict[str, object] = {
-        **runner.report.summary(),
-        "events": stats.events,
-        "learned": stats.learned,
-        "rejected": stats.rejected,
-        "empty_bodies": runner.empty_bodies,
-        "pending": len(runner.pending),
-        "expired": runner.pending.expired + runner.pending.dropped,
-        "unmatched_labels": runner.pending.unmatched,
-        "examples_per_s": stats.rate(),
-        "t": runner.model.t,
-    }
-    if cluster is not None:
-        summary["cluster"] = cluster.summary()
-    summary = {key: None if isinstance(value, float) and math.isnan(value) else value for key, value in summary.items()}
+    _print_summary(job.summary(stats), evaluate, evaluate and args.json)
+    if evaluate and args.plot:
+        write_learning_curve(cast("BinaryReport", job.runner.report), args.plot, Path(config_name).stem)
+    return 0
+
+
+def _job_config(args: argparse.Namespace, evaluate: bool) -> tuple[str, dict]:
+    """(the name the configuration was given by, the configuration): its file (an eval's default: ``DEFAULT_CONFIG``)
+    with the flags' overrides (an eval writes no output unless told), checked for the command."""
+    config_name = args.config or (DEFAULT_CONFIG if evaluate else None)
+    if config_name is None:
+        raise ConfigError("run needs --config FILE (or the name of a shipped configuration: pegasos-stream configs)")
+    config_path = config_file(config_name)
+    overrides = options.overrides(args)
+    if evaluate and args.output is None:
+        overrides.insert(0, ("output.type=none", "eval"))
+    config = load_config(config_path, [text for text, _ in overrides], [flag for _, flag in overrides])
+    _check_job(config, config_path, args, evaluate)
+    return config_name, config
+
+
+def _check_job(config: dict, config_path: Path, args: argparse.Namespace, evaluate: bool) -> None:
+    """The checks of a job's configuration before anything is opened: a run's Kafka checkpoints, the files it
+    reads, mail labels, an eval's plot, and no --resume for a cluster learner."""
+    if not evaluate:
+        check_kafka_checkpoints(config, str(config_path))
+    check_files(config, options.flags_of_paths(args))
+    check_mail_labels(config, evaluate)
+    if evaluate and args.plot:
+        check_plot(args.plot, config)
+    if not evaluate and config["cluster"]["delta_topic"] and args.resume:
+        raise ConfigError(
+            "--resume: a cluster learner (cluster.delta_topic) always starts from the cluster's newest snapshot and"
+            " delta log, not from checkpoints"
+        )
+
+
+def _run_job(job: Job, settings: dict) -> RunStats:
+    """Run the job's stream to its end (``settings``: the ``run`` section), with a run's process-wide settings
+    (`process_wide`) and an eval's progress bar shown."""
+    runner, progress = job.runner, job.progress
+    with process_wide(runner), progress.shown() if progress is not None else contextlib.nullcontext():
+        return runner.run(job.source, settings["max_events"], settings["stop_when_idle"], progress, job.keeper)
+
+
+def _print_summary(summary: dict[str, object], evaluate: bool, as_json: bool) -> None:
+    """What a job did: a run's as one JSON line on stderr; an eval's on stdout, as one JSON object (``as_json``) or
+    one line a key."""
     if not evaluate:
         print(json.dumps(summary), file=sys.stderr)
-    elif args.json:
+    elif as_json:
         print(json.dumps(summary))
     else:
         for key, value in summary.items():
             print(f"{key:>20}: {value:.6g}" if isinstance(value, float) else f"{key:>20}: {value}")
-    if evaluate and args.plot:
-        write_learning_curve(cast("BinaryReport", runner.report), args.plot, Path(config_name).stem)
-    return 0
 
 
 #: The exit status after the reader of standard output has gone: a process killed by SIGPIPE's.

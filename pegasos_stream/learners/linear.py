@@ -217,17 +217,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         calibrate: bool = True,
         seed: int | None = None,
     ):
-        auto = isinstance(lambda_, str) and lambda_ == "auto"
-        if not auto:
-            try:
-                check_lambda(cast(float, lambda_))
-            except ValueError as error:
-                raise ValueError(f"{error}, or 'auto'") from None
-        check_fit_intercept(fit_intercept)
-        check_horizon(horizon)
-        if t0 is not None:
-            check_t0(t0)
-        check_average(average)
+        auto = _check_settings(lambda_, fit_intercept, horizon, t0, average)
         if isinstance(prior, PegasosClassifier):
             prior = prior.average_weights if prior.average else prior.weights
         self.lambda_ = lambda_
@@ -245,10 +235,13 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
             self._grid = Members([self._auto_member(strength) for strength in self.AUTO_LAMBDAS], self.AUTO_DISCOUNT)
             self._platt = OnlinePlatt()
             return
+        self._start_from_prior()
 
-        lambda_, average = cast(float, lambda_), cast(bool | int, self.average)  # (settled for an explicit λ)
-        self._class_cost = self._parse_class_weight(class_weight)
-        self._prior = self._parse_prior(prior)
+    def _start_from_prior(self) -> None:
+        """The state of an explicit λ before its first step: w = prior, no example seen."""
+        lambda_, average = cast(float, self.lambda_), cast(bool | int, self.average)  # (settled for an explicit λ)
+        self._class_cost = self._parse_class_weight(self.class_weight)
+        self._prior = self._parse_prior(self.prior)
         self._radius = 1.0 / math.sqrt(lambda_)
         self._average_from = int(average) or None  # the first step in the average (True: 1)
         # w = prior + u
@@ -699,6 +692,28 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         X_nw, decisions = self._decisions_many(X)
         p = np.array([self._platt.proba(d) for d in decisions.tolist()])
         return _frames().to_native_frame({False: 1.0 - p, True: p}, like=X_nw)
+
+
+def _check_settings(
+    lambda_: float | str,
+    fit_intercept: bool | str | None,
+    horizon: int | None,
+    t0: int | None,
+    average: bool | int | None,
+) -> bool:
+    """Whether λ is "auto", once every setting is in range (a ValueError saying which is not)."""
+    auto = isinstance(lambda_, str) and lambda_ == "auto"
+    if not auto:
+        try:
+            check_lambda(cast(float, lambda_))
+        except ValueError as error:
+            raise ValueError(f"{error}, or 'auto'") from None
+    check_fit_intercept(fit_intercept)
+    check_horizon(horizon)
+    if t0 is not None:
+        check_t0(t0)
+    check_average(average)
+    return auto
 
 
 def _frames() -> ModuleType:

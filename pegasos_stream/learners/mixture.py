@@ -116,21 +116,7 @@ class PegasosMixture(base.Classifier):
         share: float = 3.0,
         pegasos_logistics: Sequence[Sequence[float]] = (),
     ):
-        checked = check_lambdas(lambdas)
-        number = not isinstance(lambda_t0, bool) and isinstance(lambda_t0, numbers.Real)
-        if not (number and lambda_t0 > 0 and lambda_t0 / min(checked) <= MAX_STEP_COUNT):  # each SVM's t0 in range
-            raise ValueError(
-                f"lambda_t0={lambda_t0!r}: expected a finite number > 0 with lambda_t0/λ at most 2**53 for each λ of"
-                " lambdas"
-            )
-        pairs = isinstance(logistics, Sequence) and not isinstance(logistics, (str, bytes, Mapping)) and logistics
-        if not pairs or not all(map(_is_pair, logistics)):
-            raise ValueError(f"logistics={logistics!r}: expected a non-empty list of [learning rate, ε] pairs")
-        if isinstance(share, bool) or not isinstance(share, numbers.Real) or not 0 <= share < math.inf:
-            raise ValueError(f"share={share!r}: expected a finite number >= 0")
-        many = isinstance(pegasos_logistics, Sequence) and not isinstance(pegasos_logistics, (str, bytes, Mapping))
-        if not many or not all(map(_is_pair, pegasos_logistics)):
-            raise ValueError(f"pegasos_logistics={pegasos_logistics!r}: expected a list of [λ, t0] pairs")
+        checked = _check_settings(lambdas, lambda_t0, logistics, share, pegasos_logistics)
         self.lambdas = checked
         self.lambda_t0 = float(lambda_t0)
         self.horizon = horizon
@@ -331,6 +317,38 @@ class PegasosMixture(base.Classifier):
             signs, weights = update
             mix_rows(log_p, log_q, decisions, self._log_weights, (signs, weights, self._losses, self.t - n, self.share))
         return decisions, _logistic(decisions)
+
+
+def _check_settings(
+    lambdas: Sequence[float],
+    lambda_t0: float,
+    logistics: Sequence[Sequence[float]],
+    share: float,
+    pegasos_logistics: Sequence[Sequence[float]],
+) -> tuple[float, ...]:
+    """The mixture's λs as floats (`check_lambdas`), once every setting is in range (a ValueError saying which is
+    not)."""
+    checked = check_lambdas(lambdas)
+    _check_lambda_t0(lambda_t0, checked)
+    pairs = isinstance(logistics, Sequence) and not isinstance(logistics, (str, bytes, Mapping)) and logistics
+    if not pairs or not all(map(_is_pair, logistics)):
+        raise ValueError(f"logistics={logistics!r}: expected a non-empty list of [learning rate, ε] pairs")
+    if isinstance(share, bool) or not isinstance(share, numbers.Real) or not 0 <= share < math.inf:
+        raise ValueError(f"share={share!r}: expected a finite number >= 0")
+    many = isinstance(pegasos_logistics, Sequence) and not isinstance(pegasos_logistics, (str, bytes, Mapping))
+    if not many or not all(map(_is_pair, pegasos_logistics)):
+        raise ValueError(f"pegasos_logistics={pegasos_logistics!r}: expected a list of [λ, t0] pairs")
+    return checked
+
+
+def _check_lambda_t0(lambda_t0: float, lambdas: tuple[float, ...]) -> None:
+    """Refuse a λ·t0 that is not a number > 0 giving each SVM (of the checked ``lambdas``) a t0 in range."""
+    number = not isinstance(lambda_t0, bool) and isinstance(lambda_t0, numbers.Real)
+    if not (number and lambda_t0 > 0 and lambda_t0 / min(lambdas) <= MAX_STEP_COUNT):  # each SVM's t0 in range
+        raise ValueError(
+            f"lambda_t0={lambda_t0!r}: expected a finite number > 0 with lambda_t0/λ at most 2**53 for each λ of"
+            " lambdas"
+        )
 
 
 def _is_pair(value: object) -> bool:

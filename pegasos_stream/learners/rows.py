@@ -119,41 +119,23 @@ class Rows:
         are not integers, indptr decreasing or outside indices, a column out of range or repeated within a
         row (a feature dict holds one value per key).
         """
-        indptr, indices = _integers(indptr, "indptr"), _integers(indices, "indices", keep_int32=True)
-        values = np.asarray(data)
-        if values.ndim != 1 or (values.size and values.dtype.kind not in "biuf"):
-            raise ValueError(f"data: expected a 1-d array of numbers, got a {values.ndim}-d array of {values.dtype}")
-        if len(indices) != len(values):
-            raise ValueError(f"indices and data: {len(indices)} and {len(values)} entries, expected as many of each")
-        if not len(indptr):
-            raise ValueError("indptr: expected the n + 1 bounds of n rows, got none")
-        decreasing = np.flatnonzero(np.diff(indptr) < 0)
-        if len(decreasing):
-            row = int(decreasing[0])
-            raise ValueError(
-                f"indptr: row {row}: indptr[{row + 1}] = {indptr[row + 1]} decreases from indptr[{row}] = {indptr[row]}"
-            )
-        first, last = int(indptr[0]), int(indptr[-1])
-        if first < 0 or last > len(indices):
-            raise ValueError(f"indptr: runs from {first} to {last}, outside 0..{len(indices)} (the length of indices)")
-        columns_used = indices[first:last]
-        values = np.ascontiguousarray(values[first:last], dtype=np.float64)
+        indptr, columns_used, values = _trimmed_csr(indptr, indices, data)
         names = None if columns is None else list(columns)
         if names is None and n_columns is not None:
-            rows = cls(indptr - first, columns_used, values, range(n_columns))
+            rows = cls(indptr, columns_used, values, range(n_columns))
             if _fast is None:
                 _check_bounds(rows.indptr, columns_used, n_columns)
             rows._check_columns_once()  # (compiled: the bounds too)
             rows.distinct = True
             return rows
-        _check_bounds(indptr - first, columns_used, len(names) if names is not None else None)
+        _check_bounds(indptr, columns_used, len(names) if names is not None else None)
         mask = np.zeros(int(columns_used.max(initial=-1)) + 1, dtype=bool)
         mask[columns_used] = True
         local = (np.cumsum(mask) - 1)[columns_used]  # the rank of each column among those used
         keys = np.flatnonzero(mask).tolist()
         if names is not None:
             keys = [names[j] for j in keys]
-        rows = cls(indptr - first, local, values, keys)
+        rows = cls(indptr, local, values, keys)
         rows._check_columns_once()
         rows.distinct = True
         return rows
@@ -179,6 +161,29 @@ class Rows:
                     " value per key; scipy's sum_duplicates() adds them up)"
                 )
             seen.add(column)
+
+
+def _trimmed_csr(indptr: ArrayLike, indices: ArrayLike, data: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr, indices, data) of a CSR matrix, checked (a ValueError saying what is wrong) and trimmed to the
+    entries its rows span: indptr from 0, data as contiguous float64."""
+    indptr, indices = _integers(indptr, "indptr"), _integers(indices, "indices", keep_int32=True)
+    values = np.asarray(data)
+    if values.ndim != 1 or (values.size and values.dtype.kind not in "biuf"):
+        raise ValueError(f"data: expected a 1-d array of numbers, got a {values.ndim}-d array of {values.dtype}")
+    if len(indices) != len(values):
+        raise ValueError(f"indices and data: {len(indices)} and {len(values)} entries, expected as many of each")
+    if not len(indptr):
+        raise ValueError("indptr: expected the n + 1 bounds of n rows, got none")
+    decreasing = np.flatnonzero(np.diff(indptr) < 0)
+    if len(decreasing):
+        row = int(decreasing[0])
+        raise ValueError(
+            f"indptr: row {row}: indptr[{row + 1}] = {indptr[row + 1]} decreases from indptr[{row}] = {indptr[row]}"
+        )
+    first, last = int(indptr[0]), int(indptr[-1])
+    if first < 0 or last > len(indices):
+        raise ValueError(f"indptr: runs from {first} to {last}, outside 0..{len(indices)} (the length of indices)")
+    return indptr - first, indices[first:last], np.ascontiguousarray(values[first:last], dtype=np.float64)
 
 
 def _check_bounds(indptr: np.ndarray, indices: np.ndarray, n_columns: int | None) -> None:

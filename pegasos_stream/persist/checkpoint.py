@@ -216,6 +216,13 @@ def _file_bytes(path: Path, max_bytes: int | None) -> bytes:
 def read_checkpoint_bytes(data: bytes, path: str, key: bytes | None = None) -> tuple[dict[str, Any], dict]:
     """(state, manifest) from the bytes of a checkpoint file (a model published whole), named ``path`` in a
     CheckpointError if they are not a sound one; with ``key``, also if they carry no valid HMAC under it."""
+    manifest, arrays = _read_manifest(_checked_payload(data, path, key), path)
+    return _rebuild_state(manifest, arrays, path), manifest
+
+
+def _checked_payload(data: bytes, path: str, key: bytes | None) -> bytes:
+    """The payload of a checkpoint's bytes, after its header, once its checksum (and, with ``key``, its HMAC)
+    holds; a CheckpointError if not."""
     keyed = data.startswith(KEYED_MAGIC)
     header = len(MAGIC) + (64 if keyed else 32)
     if len(data) < header or not (keyed or data.startswith(MAGIC)):
@@ -225,6 +232,12 @@ def read_checkpoint_bytes(data: bytes, path: str, key: bytes | None = None) -> t
         raise CheckpointError(f"{path}: checksum mismatch: the file is truncated or corrupted")
     if key is not None:
         _check_hmac(data[len(MAGIC) + 32 : header] if keyed else None, key, payload, path)
+    return payload
+
+
+def _read_manifest(payload: bytes, path: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """(manifest, the other arrays) of a checkpoint's payload; a CheckpointError if the archive is unreadable or
+    the manifest is not one of this format's version."""
     try:
         _check_members(payload)
         with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
@@ -241,6 +254,12 @@ def read_checkpoint_bytes(data: bytes, path: str, key: bytes | None = None) -> t
             f"{path}: checkpoint format version {manifest.get('version')!r}; "
             f"this program reads version {FORMAT_VERSION}"
         )
+    return manifest, arrays
+
+
+def _rebuild_state(manifest: dict, arrays: dict[str, np.ndarray], path: str) -> dict[str, Any]:
+    """The state the manifest holds (taken out of it), rebuilt from it and ``arrays``; a CheckpointError if it
+    cannot be, or holds no learner."""
     try:
         learners = _learners()
         state = decode(manifest.pop("state"), arrays)
@@ -250,7 +269,7 @@ def read_checkpoint_bytes(data: bytes, path: str, key: bytes | None = None) -> t
         raise CheckpointError(f"{path}: the saved state cannot be rebuilt: {error!r}") from None
     if not isinstance(state, dict) or type(state.get("model")) not in learners:
         raise CheckpointError(f"{path}: the saved state holds no learner")
-    return state, manifest
+    return state
 
 
 def _check_hmac(carried: bytes | None, key: bytes, payload: bytes, path: str) -> None:

@@ -12,6 +12,7 @@ objects it holds): a state that is off raises there, a ValueError, and the objec
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -83,12 +84,8 @@ class _Encoder:
         return name
 
     def __call__(self, obj: Any) -> Any:
-        if obj is None or isinstance(obj, (bool, str)):
-            return obj
-        if isinstance(obj, int):
-            return {"int": str(obj)}
-        if isinstance(obj, float):
-            return obj if math.isfinite(obj) else {"float": repr(obj)}
+        if obj is None or isinstance(obj, (bool, str, int, float)):
+            return _scalar(obj)
         if isinstance(obj, np.generic):
             return self(obj.item())
         if isinstance(obj, np.ndarray):
@@ -98,17 +95,35 @@ class _Encoder:
         if isinstance(obj, (list, tuple)):
             return {"list" if isinstance(obj, list) else "tuple": [self(item) for item in obj]}
         if isinstance(obj, dict):
-            keys = [_key(key) for key in obj]
-            values = list(obj.values())
-            if len(values) >= _ARRAY_MIN and all(type(value) is float for value in values):
-                return {"keys": keys, "floats": self._array(np.array(values, dtype=np.float64))}
-            return {"keys": keys, "values": [self(value) for value in values]}
+            return self._dict(obj)
+        return self._object(obj)
+
+    def _dict(self, obj: dict[Any, Any]) -> dict[str, Any]:
+        """A dict as its tagged keys and its values: the values in an array when they are many floats."""
+        keys = [_key(key) for key in obj]
+        values = list(obj.values())
+        if len(values) >= _ARRAY_MIN and all(type(value) is float for value in values):
+            return {"keys": keys, "floats": self._array(np.array(values, dtype=np.float64))}
+        return {"keys": keys, "values": [self(value) for value in values]}
+
+    def _object(self, obj: object) -> dict[str, Any]:
+        """An object of a registered class as its class name and its attributes (or ``__getstate__``)."""
         name = type(obj).__name__
         if REGISTRY.get(name) is not type(obj):
             raise StateError(f"an object of type {name} cannot be saved")
         getstate = getattr(obj, "__getstate__", None)
         state = (getstate() if getstate is not None else obj.__dict__) or {}
         return {"object": name, "attributes": self(dict(state))}
+
+
+def _scalar(obj: bool | str | int | float | None) -> Any:
+    """None, a bool, a string or a float as JSON has it; an int (of any size) and a float JSON has not
+    (inf, nan) tagged."""
+    if isinstance(obj, int) and not isinstance(obj, bool):
+        return {"int": str(obj)}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return {"float": repr(obj)}
+    return obj
 
 
 def encode(obj: Any) -> tuple[Any, dict[str, np.ndarray]]:
@@ -119,46 +134,54 @@ def encode(obj: Any) -> tuple[Any, dict[str, np.ndarray]]:
 
 def decode(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
     """The object that ``encode`` turned into ``tree`` and ``arrays``."""
-    if tree is None or isinstance(tree, (bool, str, float)):
+    if tree is None or isinstance(tree, (bool, str, float, int)):
         return tree
-    if isinstance(tree, int):
-        return tree
-    if not isinstance(tree, dict):
-        raise StateError(f"unexpected state node {tree!r:.80}")
-    if "int" in tree:
-        return int(tree["int"])
-    if "float" in tree:
-        return float(tree["float"])
-    if "array" in tree:
-        return np.array(arrays[tree["array"]])
-    if "list" in tree:
-        return [decode(item, arrays) for item in tree["list"]]
-    if "tuple" in tree:
-        return tuple(decode(item, arrays) for item in tree["tuple"])
-    if "keys" in tree:
-        keys = [_unkey(key) for key in tree["keys"]]
-        if "floats" in tree:
-            values = arrays[tree["floats"]].tolist()
-        else:
-            values = [decode(value, arrays) for value in tree["values"]]
-        if len(keys) != len(values):
-            raise StateError("a dict's keys and values differ in number")
-        return dict(zip(keys, values))
-    if "object" in tree:
-        cls = REGISTRY.get(tree["object"])
-        if cls is None:
-            raise StateError(f"an object of type {tree['object']!r} cannot be loaded")
-        obj = cls.__new__(cls)
-        attributes = decode(tree["attributes"], arrays)
-        if not isinstance(attributes, dict) or not all(isinstance(name, str) for name in attributes):
-            raise StateError(f"the attributes of a {tree['object']} are not named")
-        setstate = getattr(cls, "__setstate__", None)
-        if setstate is not None:
-            setstate(obj, attributes)
-        else:
-            obj.__dict__.update(attributes)
-        check = getattr(cls, "_check_state", None)
-        if check is not None:
-            check(obj)
-        return obj
+    if isinstance(tree, dict):
+        for tag, rebuild in _NODES.items():
+            if tag in tree:
+                return rebuild(tree, arrays)
     raise StateError(f"unexpected state node {tree!r:.80}")
+
+
+def _decode_dict(tree: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[Any, Any]:
+    """The dict of a ``keys`` node: its values from the node's ``floats`` array or its ``values`` list."""
+    keys = [_unkey(key) for key in tree["keys"]]
+    if "floats" in tree:
+        values = arrays[tree["floats"]].tolist()
+    else:
+        values = [decode(value, arrays) for value in tree["values"]]
+    if len(keys) != len(values):
+        raise StateError("a dict's keys and values differ in number")
+    return dict(zip(keys, values))
+
+
+def _decode_object(tree: dict[str, Any], arrays: dict[str, np.ndarray]) -> object:
+    """The object of an ``object`` node: a registered class given its attributes, then checked."""
+    cls = REGISTRY.get(tree["object"])
+    if cls is None:
+        raise StateError(f"an object of type {tree['object']!r} cannot be loaded")
+    obj = cls.__new__(cls)
+    attributes = decode(tree["attributes"], arrays)
+    if not isinstance(attributes, dict) or not all(isinstance(name, str) for name in attributes):
+        raise StateError(f"the attributes of a {tree['object']} are not named")
+    setstate = getattr(cls, "__setstate__", None)
+    if setstate is not None:
+        setstate(obj, attributes)
+    else:
+        obj.__dict__.update(attributes)
+    check = getattr(cls, "_check_state", None)
+    if check is not None:
+        check(obj)
+    return obj
+
+
+#: How ``decode`` rebuilds a dict node, by the first of these tags it holds.
+_NODES: dict[str, Callable[[dict[str, Any], dict[str, np.ndarray]], Any]] = {
+    "int": lambda tree, arrays: int(tree["int"]),
+    "float": lambda tree, arrays: float(tree["float"]),
+    "array": lambda tree, arrays: np.array(arrays[tree["array"]]),
+    "list": lambda tree, arrays: [decode(item, arrays) for item in tree["list"]],
+    "tuple": lambda tree, arrays: tuple(decode(item, arrays) for item in tree["tuple"]),
+    "keys": _decode_dict,
+    "object": _decode_object,
+}

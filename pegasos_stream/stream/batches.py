@@ -98,6 +98,10 @@ class ParsedBatch:
     others: dict[int, Parsed]
 
 
+#: A labelled event of a batch: its index in the batch, the event, the sign of its label.
+_Labelled = tuple[int, Event, float]
+
+
 class BatchParser:
     """Parses the batches of one run of a binary stream (the compiled parsers keep their tables of
     feature names from batch to batch)."""
@@ -255,7 +259,16 @@ class BatchParser:
         """The batch through `EventParser`, one record at a time. The labelled feature events become
         rows, and so do the labelled text events when there are features for them and the batch has
         no feature event (a batch that has both takes its text events one at a time)."""
-        labelled: list[tuple[int, Event, float]] = []
+        labelled, others = self._parse_each(records)
+        texts = isinstance(self.features, EmailFeatures) and all(event.x is None for _, event, _ in labelled)
+        rows, hashed = self._take_rows(labelled, others, texts)
+        indices, ids, signs = [i for i, _, _ in rows], [e.id for _, e, _ in rows], np.array([s for _, _, s in rows])
+        return ParsedBatch(records, self._rows_of_events(rows, hashed, texts), signs, indices, ids, others)
+
+    def _parse_each(self, records: RecordBatch) -> tuple[list[_Labelled], dict[int, Parsed]]:
+        """Each record through `EventParser`: the events with input and a binary label, as (index, event, sign),
+        and the rest by index."""
+        labelled: list[_Labelled] = []
         others: dict[int, Parsed] = {}
         for index in range(len(records)):
             parsed = parse_record(self.parser, records[index])
@@ -263,9 +276,16 @@ class BatchParser:
                 labelled.append((index, parsed, sign))
             else:
                 others[index] = parsed
+        return labelled, others
+
+    def _take_rows(
+        self, labelled: list[_Labelled], others: dict[int, Parsed], texts: bool
+    ) -> tuple[list[_Labelled], list[dict]]:
+        """The ``labelled`` events that become rows: the feature events (with a `DictHasher`, those it hashes, their
+        hashed features the second list), or each event of a batch of ``texts``; the others go to ``others``, to
+        be taken one at a time."""
         features = self.features
-        texts = isinstance(features, EmailFeatures) and all(event.x is None for _, event, _ in labelled)
-        rows: list[tuple[int, Event, float]] = []
+        rows: list[_Labelled] = []
         hashed: list[dict] = []
         for entry in labelled:
             x = entry[1].x
@@ -278,17 +298,20 @@ class BatchParser:
                 rows.append(entry)
             else:
                 others[entry[0]] = entry[1]
-        indices, ids, signs = [i for i, _, _ in rows], [e.id for _, e, _ in rows], np.array([s for _, _, s in rows])
+        return rows, hashed
+
+    def _rows_of_events(self, rows: list[_Labelled], hashed: list[dict], texts: bool) -> Rows:
+        """The features of the events taken as ``rows`` (`_take_rows`): their texts' (a batch of ``texts``), the
+        ``hashed`` ones (a `DictHasher`), or their own."""
+        features = self.features
         if texts and isinstance(features, EmailFeatures) and features.compiled:
             texts_of_rows = [event.text or "" for _, event, _ in rows]
-            batch_rows = Rows(*features.transform_texts(texts_of_rows, self.hashed_columns), distinct=True)
-        elif texts and isinstance(features, EmailFeatures):
-            batch_rows = Rows.from_dicts([features.transform_one(event.text) for _, event, _ in rows])
-        elif isinstance(features, DictHasher):
-            batch_rows = Rows.from_dicts(hashed)
-        else:
-            batch_rows = Rows.from_dicts([event.x or {} for _, event, _ in rows])
-        return ParsedBatch(records, batch_rows, signs, indices, ids, others)
+            return Rows(*features.transform_texts(texts_of_rows, self.hashed_columns), distinct=True)
+        if texts and isinstance(features, EmailFeatures):
+            return Rows.from_dicts([features.transform_one(event.text) for _, event, _ in rows])
+        if isinstance(features, DictHasher):
+            return Rows.from_dicts(hashed)
+        return Rows.from_dicts([event.x or {} for _, event, _ in rows])
 
 
 def _sign(label: object) -> float | None:

@@ -130,20 +130,34 @@ class LeadingRejections:
         if seen is not None and seen != parser.format:
             return f"the input looks like {_FORMATS[seen]}, read as {parser.format}: set source.format: {seen}"
         objects = [look for look in self._looks if look.format == seen]
-        if seen == "json":
-            fields = parser.fields
-            names = _distinct(name for look in objects for name in look.fields)
-            if not {fields["x"], fields["text"], fields["label"]} & set(names):
-                return (
-                    f"the input holds JSON objects with the fields {_named(names)}, where source.fields expects"
-                    f" {fields['id']!r}, {fields['x']!r} or {fields['text']!r}, and {fields['label']!r}"
-                )
-        if seen in ("json", "svmlight") and not self._multiclass:
-            signs = parser.label_signs()
-            labels = _distinct(look.label for look in objects if look.label is not None)
-            if any(not _accepted(label, signs) for label in labels):
-                return f"its labels are {_named(labels)}, {_expected(parser)}"
+        if seen == "json" and (hint := _fields_hint(parser, objects)) is not None:
+            return hint
+        labelled = seen in ("json", "svmlight") and not self._multiclass  # (binary labels, each checked)
+        if labelled and (hint := _labels_hint(parser, objects)) is not None:
+            return hint
         return f"the first: {self._first_reason}"
+
+
+def _fields_hint(parser: EventParser, objects: list[_Look]) -> str | None:
+    """The fields of the JSON ``objects``, when none of them is one ``parser`` reads (None: some is)."""
+    fields = parser.fields
+    names = _distinct(name for look in objects for name in look.fields)
+    if {fields["x"], fields["text"], fields["label"]} & set(names):
+        return None
+    return (
+        f"the input holds JSON objects with the fields {_named(names)}, where source.fields expects"
+        f" {fields['id']!r}, {fields['x']!r} or {fields['text']!r}, and {fields['label']!r}"
+    )
+
+
+def _labels_hint(parser: EventParser, objects: list[_Look]) -> str | None:
+    """The labels of the ``objects`` (JSON objects or svmlight lines), when one is no label ``parser`` takes for a
+    binary learner (None: each is)."""
+    signs = parser.label_signs()
+    labels = _distinct(look.label for look in objects if look.label is not None)
+    if all(_accepted(label, signs) for label in labels):
+        return None
+    return f"its labels are {_named(labels)}, {_expected(parser)}"
 
 
 def _each(processed: int, limit: int) -> str:

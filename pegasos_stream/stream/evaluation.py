@@ -25,17 +25,19 @@ def check_report(state: object, multiclass: bool) -> None:
         raise ValueError(f"report: expected {', '.join(sorted(fields))} (the report of a {kind} learner)")
     if not all(is_count(state[name]) for name in counts) or (multiclass and state["correct"] > state["n"]):
         raise ValueError(f"report: expected {', '.join(counts)} to be integers >= 0" + (", correct <= n" * multiclass))
-    if multiclass:
-        return
-    scores, positives = state["scores"], state["positives"]
-    if not (
+    if not multiclass and not _is_score_log(state["scores"], state["positives"]):
+        raise ValueError("report: expected a float score and a bool label for each example kept")
+
+
+def _is_score_log(scores: object, positives: object) -> bool:
+    """Whether a saved binary report keeps a float score and a bool label for each example: two lists alike long."""
+    return (
         isinstance(scores, list)
         and isinstance(positives, list)
         and len(scores) == len(positives)
         and all(type(score) is float for score in scores)
         and all(type(positive) is bool for positive in positives)
-    ):
-        raise ValueError("report: expected a float score and a bool label for each example kept")
+    )
 
 
 def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequence[bool]) -> float:

@@ -431,17 +431,35 @@ def _walk(root: Path) -> Iterator[_Entry]:
         except OSError as error:
             yield _Entry(_key(relative), relative, folder or INBOX, f"cannot list the directory: {error.strerror}")
             continue
-        directories = {entry.name for entry in entries if _is_directory(entry)}
-        maildir = any(name in directories for name in _MESSAGE_DIRS)
-        for entry in entries:
-            path = f"{relative}/{entry.name}" if relative else entry.name
-            if entry.name in directories:
-                if entry.is_symlink() or (maildir and entry.name == "tmp"):
-                    continue
-                inner = folder if maildir and entry.name in _MESSAGE_DIRS else _folder(folder, entry.name)
-                stack.append((path, inner))
-            elif not (maildir or entry.name.startswith(".")):
-                yield _Entry(_key(path), path, folder or INBOX)
+        files, directories = _contents(relative, folder, entries)
+        yield from files
+        stack.extend(directories)
+
+
+def _contents(relative: str, folder: str, entries: list[os.DirEntry]) -> tuple[list[_Entry], list[tuple[str, str]]]:
+    """The message files among the ``entries`` of the directory ``relative`` (of ``folder``), and its
+    subdirectories to walk, as (path relative to the root, folder name). In a Maildir (a directory holding cur or
+    new) no file is a message and tmp is not walked; elsewhere, files whose name starts with "." are not."""
+    directories = {entry.name for entry in entries if _is_directory(entry)}
+    maildir = any(name in directories for name in _MESSAGE_DIRS)
+    files, walked = [], []
+    for entry in entries:
+        path = f"{relative}/{entry.name}" if relative else entry.name
+        if entry.name in directories:
+            inner = _inner_folder(entry, folder, maildir)
+            if inner is not None:
+                walked.append((path, inner))
+        elif not (maildir or entry.name.startswith(".")):
+            files.append(_Entry(_key(path), path, folder or INBOX))
+    return files, walked
+
+
+def _inner_folder(directory: os.DirEntry, folder: str, maildir: bool) -> str | None:
+    """The folder of the subdirectory ``directory`` of a directory of ``folder`` (a Maildir if ``maildir``): a
+    Maildir's cur and new are its own folder; None for a directory not walked (a symbolic link, a Maildir's tmp)."""
+    if directory.is_symlink() or (maildir and directory.name == "tmp"):
+        return None
+    return folder if maildir and directory.name in _MESSAGE_DIRS else _folder(folder, directory.name)
 
 
 def maildir_folders(root: str | Path) -> list[str]:

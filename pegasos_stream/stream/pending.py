@@ -137,6 +137,14 @@ def check_pending(pending: object) -> None:
         return
     if not isinstance(pending, dict) or set(pending) != _COLUMNS:
         raise ValueError(f"pending examples: expected the columns {', '.join(sorted(_COLUMNS))}")
+    _check_column_types(pending)
+    _check_column_layout(pending)
+
+
+def _check_column_types(pending: dict) -> None:
+    """Refuse (ValueError) pending columns of the wrong types: ids and keys that are no lists of dict keys, scores
+    that are no list, values that are no numbers, ages that are no finite floats, indptr and indices that are no
+    integer arrays."""
     ids, keys, indptr, indices = pending["ids"], pending["keys"], pending["indptr"], pending["indices"]
     if not (isinstance(ids, list) and isinstance(keys, list) and all(map(_hashable, (*ids, *keys)))):
         raise ValueError("pending examples: ids and keys must be lists of dict keys")
@@ -147,6 +155,13 @@ def check_pending(pending: object) -> None:
         raise ValueError("pending examples: an age is not finite")
     if not (_integers(indptr) and _integers(indices)):
         raise ValueError("pending examples: indptr and indices must be one-dimensional integer arrays")
+
+
+def _check_column_layout(pending: dict) -> None:
+    """Refuse (ValueError) pending columns, each of its type, that do not fit together: one id, score and age per
+    row of indptr, indptr spanning indices and values without decreasing, indices within the key list."""
+    ids, keys, scores, ages = pending["ids"], pending["keys"], pending["scores"], pending["ages"]
+    indptr, indices, values = pending["indptr"], pending["indices"], pending["values"]
     if not len(ids) == len(scores) == len(ages) == indptr.size - 1:
         raise ValueError("pending examples: ids, scores, ages and indptr differ in length")
     if indptr[0] != 0 or indptr[-1] != indices.size or indices.size != len(values):

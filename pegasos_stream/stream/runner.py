@@ -227,6 +227,19 @@ def check_resumable(state: dict, manifest: dict) -> None:
     check_snapshot(state.get("runner"), state["model"]._multiclass)
 
 
+@dataclass
+class _Loop:
+    """What the loop of a run (`Runner.run`) carries from one read to the next."""
+
+    last_event: float  # when records last arrived (or the source was still joining its group)
+    last_stats: float  # when the statistics line was last logged (at first: when the run started)
+    events_at_stats: int  # the records processed then
+    pace: float | None = None  # records processed per second in the last batch
+    # whether the source's position may be checkpointed and committed: it covers only records processed, and
+    # not the first records of a run that rejected each of them (read again once the cause is mended)
+    keep_position: bool = True
+
+
 class Runner:
     """Predicts every event with features, learns every label, and reports on the way.
 
@@ -506,74 +519,93 @@ class Runner:
         one when a flush or a checkpoint failed, or when the model learned records whose predictions it
         could not emit (the compiled loop learns a run of rows before they are emitted).
         """
-        last_event = last_stats = self.clock()
-        events_at_stats = self.stats.events
-        pace: float | None = None  # records processed per second in the last batch
+        started = self.clock()
+        loop = _Loop(started, started, self.stats.events)
         if checkpoints is not None:
-            checkpoints.mark(self.stats.events)
-            if hasattr(source, "on_revoke"):
-                source.on_revoke = lambda partitions: self._checkpoint(checkpoints, source)
-        # whether the source's position may be checkpointed and committed: it covers only records processed, and
-        # not the first records of a run that rejected each of them (read again once the cause is mended)
-        keep_position = True
+            self._start_checkpoints(checkpoints, source)
         self._leading = self._leading_watch()
         try:
             while not self._enough(max_events):
-                size = self._read_size(max_events, checkpoints, last_stats + self.stats_every_seconds, pace)
+                size = self._read_size(max_events, checkpoints, loop.last_stats + self.stats_every_seconds, loop.pace)
                 records = source.read(size)
                 if records is None:
                     self._watch_leading(ended=True)
                     break
                 arrived = bool(records)
                 if arrived:
-                    self._record_bytes = records.nbytes() / len(records)
-                    started = time.perf_counter()
-                    with self._lock:
-                        records = source.claim(records)
-                        counted = self.stats.events
-                        try:
-                            if len(records) == 1:
-                                self.process(records[0])
-                            elif records:
-                                self.process_many(records)
-                        except BaseException:
-                            keep_position = give_back(source, records, self.stats.events - counted)
-                            raise
-                    ended = time.perf_counter()
-                    self.stats.seen(len(records), started, ended)
-                    pace = len(records) / (ended - started) if records and ended > started else pace
-                    self._watch_leading()
-                    if on_progress is not None and records:
-                        on_progress(source)  # before the statistics line, so that both give the same count
-                if (
-                    checkpoints is not None
-                    and self._leading is None
-                    and (arrived or checkpoints.writes_when_idle)
-                    and checkpoints.due(self.stats.events)
-                ):
-                    self._checkpoint(checkpoints, source)
-                now = self.clock()  # after the batch and its checkpoint, however long they took
-                if arrived or not getattr(source, "ready", True):
-                    last_event = now  # (not idle while the source is still joining its group)
-                if now - last_stats >= self.stats_every_seconds:
-                    self._log_stats(source, now - last_stats, self.stats.events - events_at_stats)
-                    self._flush_outputs()
-                    if checkpoints is None and self._leading is None:
-                        source.commit()
-                    last_stats, events_at_stats = now, self.stats.events
-                if self.monitor is not None:
-                    self.monitor.tick(idle=not records)
+                    records = self._take(source, records, loop, on_progress)
+                now = self._after_read(source, checkpoints, loop, arrived, idle=not records)
                 if self._stop_requested:
                     break
-                if stop_when_idle is not None and now - last_event >= stop_when_idle:
+                if stop_when_idle is not None and now - loop.last_event >= stop_when_idle:
                     _log.info("no event for %g s: stopping", stop_when_idle)
                     break
         except BaseException as error:
-            covered = keep_position and not isinstance(error, AllRejected)
+            covered = loop.keep_position and not isinstance(error, AllRejected)
             self._end_failed(source, checkpoints, covered and not self._learned_unemitted and not self._unsaved)
             raise
         self._end(source, checkpoints)
         return self.stats
+
+    def _start_checkpoints(self, checkpoints: StateKeeper, source: Source) -> None:
+        """Start the run's checkpoints at the records processed so far, and have a source whose partitions can be
+        revoked write one when they are."""
+        checkpoints.mark(self.stats.events)
+        if hasattr(source, "on_revoke"):
+            source.on_revoke = lambda partitions: self._checkpoint(checkpoints, source)
+
+    def _take(
+        self, source: Source, records: RecordBatch, loop: _Loop, on_progress: Callable[[Source], None] | None
+    ) -> RecordBatch:
+        """Claim and process a batch read from ``source``, timed (``stats.seen``, ``loop.pace``), then watch the first
+        records and report progress; the records claimed. Stopped inside the batch, it gives the records not
+        processed back to the source (``loop.keep_position`` False when it cannot take them)."""
+        self._record_bytes = records.nbytes() / len(records)
+        started = time.perf_counter()
+        with self._lock:
+            records = source.claim(records)
+            counted = self.stats.events
+            try:
+                if len(records) == 1:
+                    self.process(records[0])
+                elif records:
+                    self.process_many(records)
+            except BaseException:
+                loop.keep_position = give_back(source, records, self.stats.events - counted)
+                raise
+        ended = time.perf_counter()
+        self.stats.seen(len(records), started, ended)
+        loop.pace = len(records) / (ended - started) if records and ended > started else loop.pace
+        self._watch_leading()
+        if on_progress is not None and records:
+            on_progress(source)  # before the statistics line, so that both give the same count
+        return records
+
+    def _after_read(
+        self, source: Source, checkpoints: StateKeeper | None, loop: _Loop, arrived: bool, idle: bool
+    ) -> float:
+        """What follows each read, whether records ``arrived`` or not: a checkpoint when one is due, the statistics
+        line when it is due, and the monitor's tick (``idle``: no record was processed); the clock's time after
+        the checkpoint."""
+        if (
+            checkpoints is not None
+            and self._leading is None
+            and (arrived or checkpoints.writes_when_idle)
+            and checkpoints.due(self.stats.events)
+        ):
+            self._checkpoint(checkpoints, source)
+        now = self.clock()  # after the batch and its checkpoint, however long they took
+        if arrived or not getattr(source, "ready", True):
+            loop.last_event = now  # (not idle while the source is still joining its group)
+        if now - loop.last_stats >= self.stats_every_seconds:
+            self._log_stats(source, now - loop.last_stats, self.stats.events - loop.events_at_stats)
+            self._flush_outputs()
+            if checkpoints is None and self._leading is None:
+                source.commit()
+            loop.last_stats, loop.events_at_stats = now, self.stats.events
+        if self.monitor is not None:
+            self.monitor.tick(idle=idle)
+        return now
 
     def _end(self, source: Source, checkpoints: StateKeeper | None) -> None:
         """A final checkpoint and commit (without checkpoints: the outputs flushed, then the source committed)."""

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from .parsing import EventParser
 from .predictions import Predictor, prediction_output, record_features
-from .records import Record
+from .records import Record, RecordBatch
 from .runner import give_back, reject
 from .sinks import Sink
 from .sources import Source
@@ -230,27 +230,35 @@ def serve_stream(
         elif stop_when_idle is not None and now - last_event >= stop_when_idle:
             _log.info("no event for %g s: stopping", stop_when_idle)
             break
-        if not records:
-            continue
-        records = source.claim(records)
-        done = served = rejected = 0
-        try:
-            for record, outcome in zip(records, serving.predict(records)):
-                if isinstance(outcome, dict):
-                    sink.emit(outcome)
-                    served += 1
-                elif outcome is not None:
-                    reject(record, outcome, dead_letters, on_error)
-                    rejected += 1
-                done += 1
-        except BaseException:
-            give_back(source, records, done)
-            raise
-        finally:
-            serving.count(served, rejected)
-        events += len(records)
-        sink.flush()
-        if dead_letters is not None:
-            dead_letters.flush()
-        source.commit()
+        if records:
+            events += _serve_batch(serving, source, records, sink, dead_letters, on_error)
     return events
+
+
+def _serve_batch(
+    serving: Serving, source: Source, records: RecordBatch, sink: Sink, dead_letters: Sink | None, on_error: str
+) -> int:
+    """Claim and predict a batch of ``records`` read from ``source`` (see `serve_stream`), then flush the sinks and
+    commit the source; the number of records claimed. Stopped inside the batch, it gives the records it did not
+    write back to the source."""
+    records = source.claim(records)
+    done = served = rejected = 0
+    try:
+        for record, outcome in zip(records, serving.predict(records)):
+            if isinstance(outcome, dict):
+                sink.emit(outcome)
+                served += 1
+            elif outcome is not None:
+                reject(record, outcome, dead_letters, on_error)
+                rejected += 1
+            done += 1
+    except BaseException:
+        give_back(source, records, done)
+        raise
+    finally:
+        serving.count(served, rejected)
+    sink.flush()
+    if dead_letters is not None:
+        dead_letters.flush()
+    source.commit()
+    return len(records)
