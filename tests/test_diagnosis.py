@@ -206,7 +206,7 @@ def test_the_limit_is_configurable_and_a_record_taken_among_the_first_disarms_it
 def test_records_all_rejected_are_neither_checkpointed_nor_skipped_by_the_run_that_follows(tmp_path, capsys):
     """The run stops without a checkpoint: once the cause is mended, a resumed run reads those records again."""
     events = tmp_path / "events.txt"
-    events.write_text("".join(f"{1 - 2 * (i % 2)} a:1 b:{i}\n" for i in range(150)), encoding="utf-8")
+    events.write_text("".join(f"{1 - 2 * (i % 2)} 1:1 2:{i}\n" for i in range(150)), encoding="utf-8")
     job = str(_dict_job(tmp_path, events, checkpoint={"dir": str(tmp_path / "ck"), "every_events": 10}))
     status, lines, _ = _cli(capsys, "run", "--config", job, "--output", str(tmp_path / "out"))
     assert "the input looks like svmlight lines, read as json" in _refusal(status, lines)

@@ -780,6 +780,21 @@ def test_svmlight_replay_widens_its_arrays_to_the_limit_and_sets_aside_a_line_pa
     assert sorted(model.weights) == [2, 3, 5, 9, top - 1]
 
 
+def test_svmlight_names_that_are_no_columns_are_refused_with_what_would_take_them(tmp_path, capsys):
+    """The shipped replay refuses a line named by words (no columns of its arrays), saying which setting takes them;
+    model.max_features: null keeps the names as strings in dicts, and features.hash_bits hashes them."""
+    log = tmp_path / "named.svm"
+    log.write_text("1 spam:1 offer:2\n-1 meeting:1\n1 offer:1\n")
+    args = ["eval", "--json", "--config", str(ROOT / "configs" / "replay-svmlight.yaml"), "--input", str(log)]
+    assert cli.main([*args, "--set", "errors.dead_letter.type=none"]) == 2
+    err = capsys.readouterr().err
+    assert "svmlight feature 'spam' is no column from 0 to 4194303 of the model's weight arrays" in err
+    assert "features.hash_bits hashes names into columns; model.max_features: null keeps them in dicts" in err
+    for setting in ("model.max_features=null", "features.hash_bits=18"):
+        assert cli.main([*args, "--set", "errors.dead_letter.type=none", "--set", setting]) == 0
+        assert json.loads(capsys.readouterr().out)["learned"] == 3
+
+
 # -- --max-events and --output --------------------------------------------------------------
 
 

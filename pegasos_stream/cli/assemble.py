@@ -52,7 +52,8 @@ def build_model(config: dict):
     """The configured learner. One that can keep its weights in arrays (``n_features``) does so by itself, unless
     ``model.n_features`` says otherwise: for hashed features of at most ``ARRAY_COLUMNS`` columns; and, when it can
     widen them (``max_features``), for svmlight columns, widened as they come up to ``model.max_features`` or
-    ``ARRAY_COLUMNS`` (a line naming a larger column is refused). The same floats as in dicts, 8 bytes a weight,
+    ``ARRAY_COLUMNS`` (a line naming a larger column, or a name that is no column, is refused; ``max_features:
+    null`` keeps the names as strings, in dicts). The same floats as in dicts, 8 bytes a weight,
     learned in place."""
     kind = learner_class(config["model"]["kind"])
     params = {key: value for key, value in config["model"].items() if key != "kind"}
@@ -62,7 +63,7 @@ def build_model(config: dict):
         if bits is not None and 2**bits <= ARRAY_COLUMNS:
             params["n_features"] = 2**bits
         elif bits is None and config["source"]["format"] == "svmlight" and "max_features" in settings:
-            params["max_features"] = params.get("max_features") or ARRAY_COLUMNS
+            params.setdefault("max_features", ARRAY_COLUMNS)  # (null, given: the names as strings, in dicts)
     return kind(**params)
 
 

@@ -224,13 +224,17 @@ def _svmlight_columns(x: dict, columns: int, position: str) -> dict:
     for name, value in x.items():
         column = svmlight_column(name, columns)
         if column is None:
-            raise BadRecord(
-                position,
-                f"svmlight feature {name!r} is no column from 0 to {columns - 1} of the model's weight arrays"
-                " (model.max_features, or model.n_features, sets their columns; features.hash_bits hashes names)",
-            )
+            raise BadRecord(position, _no_column(name, columns))
         converted[column] = value
     return converted
+
+
+def _no_column(name: str, columns: int) -> str:
+    """Why the svmlight feature ``name`` is no column of weight arrays of ``columns``, and what would take it."""
+    problem = f"svmlight feature {name!r} is no column from 0 to {columns - 1} of the model's weight arrays"
+    if name.isascii() and name.isdigit():
+        return f"{problem} (model.max_features, or model.n_features, sets their columns)"
+    return f"{problem} (features.hash_bits hashes names into columns; model.max_features: null keeps them in dicts)"
 
 
 def _svmlight_label(y: float, position: str) -> bool:
