@@ -21,7 +21,6 @@ on its ``.lock`` file until ``close``.
 from __future__ import annotations
 
 import fcntl
-import functools
 import io
 import json
 import logging
@@ -38,7 +37,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from .codec import decode, encode, register
+from .codec import decode, encode, register_learners
 
 __all__ = [
     "FORMAT_VERSION",
@@ -108,7 +107,6 @@ def sha256(data: bytes) -> Any:
 
 def model_digest(model: Any) -> str:
     """SHA-256 of the canonical serialisation of a learner's state."""
-    _learners()
     return sha256(_canonical(*encode(model))).hexdigest()
 
 
@@ -130,7 +128,6 @@ def _hmac(key: bytes, payload: bytes) -> bytes:
 def checkpoint_bytes(state: dict[str, Any], extra: dict | None = None, key: bytes | None = None) -> bytes:
     """The bytes of a checkpoint file of ``state`` (``{"model": learner, ...}``) and the JSON-ready ``extra``; with
     ``key``, carrying the HMAC-SHA256 of its payload under it."""
-    _learners()
     tree, arrays = encode(state)
     manifest = {"format": "pegasos-stream checkpoint", "version": FORMAT_VERSION, "state": tree, **(extra or {})}
     payload = _payload(manifest, arrays)
@@ -261,7 +258,7 @@ def _rebuild_state(manifest: dict, arrays: dict[str, np.ndarray], path: str) -> 
     """The state the manifest holds (taken out of it), rebuilt from it and ``arrays``; a CheckpointError if it
     cannot be, or holds no learner."""
     try:
-        learners = _learners()
+        learners = register_learners()
         state = decode(manifest.pop("state"), arrays)
     except ValueError as error:  # (a StateError, or a state a class refuses: the message says what is wrong)
         raise CheckpointError(f"{path}: the saved state cannot be rebuilt: {error}") from None
@@ -323,16 +320,6 @@ def _depth_exceeds(tree: Any, limit: int) -> bool:
                     return True
                 stack.append((child, depth + 1))
     return False
-
-
-@functools.cache
-def _learners() -> tuple[type, ...]:
-    """The learners of the package, with every class of their states registered with the codec (loaded on the
-    first checkpoint written or read: a run that writes none imports its own learner only)."""
-    from .. import learners
-
-    register(*learners.STATE_CLASSES)
-    return learners.LEARNERS
 
 
 def checkpoint_path(directory: str | Path, sequence: int) -> Path:

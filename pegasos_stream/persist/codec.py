@@ -11,13 +11,14 @@ objects it holds): a state that is off raises there, a ValueError, and the objec
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["REGISTRY", "StateError", "decode", "encode", "register"]
+__all__ = ["REGISTRY", "StateError", "decode", "encode", "register", "register_learners"]
 
 #: The classes ``decode`` may rebuild, by name: nothing else is ever created from a state.
 REGISTRY: dict[str, type[object]] = {}
@@ -126,14 +127,30 @@ def _scalar(obj: bool | str | int | float | None) -> Any:
     return obj
 
 
+@functools.cache
+def register_learners() -> tuple[type, ...]:
+    """The package's learners, with every class of their states registered (on the first ``encode`` or ``decode``:
+    importing the codec loads no learner, so a run that saves nothing imports its own learner only)."""
+    from .. import learners
+
+    register(*learners.STATE_CLASSES)
+    return learners.LEARNERS
+
+
 def encode(obj: Any) -> tuple[Any, dict[str, np.ndarray]]:
     """(JSON-ready tree, named arrays) of ``obj``."""
+    register_learners()
     encoder = _Encoder()
     return encoder(obj), encoder.arrays
 
 
 def decode(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
     """The object that ``encode`` turned into ``tree`` and ``arrays``."""
+    register_learners()
+    return _decode(tree, arrays)
+
+
+def _decode(tree: Any, arrays: dict[str, np.ndarray]) -> Any:
     if tree is None or isinstance(tree, (bool, str, float, int)):
         return tree
     if isinstance(tree, dict):
@@ -149,7 +166,7 @@ def _decode_dict(tree: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[An
     if "floats" in tree:
         values = arrays[tree["floats"]].tolist()
     else:
-        values = [decode(value, arrays) for value in tree["values"]]
+        values = [_decode(value, arrays) for value in tree["values"]]
     if len(keys) != len(values):
         raise StateError("a dict's keys and values differ in number")
     return dict(zip(keys, values))
@@ -161,7 +178,7 @@ def _decode_object(tree: dict[str, Any], arrays: dict[str, np.ndarray]) -> objec
     if cls is None:
         raise StateError(f"an object of type {tree['object']!r} cannot be loaded")
     obj = cls.__new__(cls)
-    attributes = decode(tree["attributes"], arrays)
+    attributes = _decode(tree["attributes"], arrays)
     if not isinstance(attributes, dict) or not all(isinstance(name, str) for name in attributes):
         raise StateError(f"the attributes of a {tree['object']} are not named")
     setstate = getattr(cls, "__setstate__", None)
@@ -180,8 +197,8 @@ _NODES: dict[str, Callable[[dict[str, Any], dict[str, np.ndarray]], Any]] = {
     "int": lambda tree, arrays: int(tree["int"]),
     "float": lambda tree, arrays: float(tree["float"]),
     "array": lambda tree, arrays: np.array(arrays[tree["array"]]),
-    "list": lambda tree, arrays: [decode(item, arrays) for item in tree["list"]],
-    "tuple": lambda tree, arrays: tuple(decode(item, arrays) for item in tree["tuple"]),
+    "list": lambda tree, arrays: [_decode(item, arrays) for item in tree["list"]],
+    "tuple": lambda tree, arrays: tuple(_decode(item, arrays) for item in tree["tuple"]),
     "keys": _decode_dict,
     "object": _decode_object,
 }
