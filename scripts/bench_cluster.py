@@ -81,6 +81,7 @@ from matplotlib.figure import Figure
 from pegasos_stream import PegasosClassifier
 from pegasos_stream.cli.assemble import build_features
 from pegasos_stream.cli.config import load_config
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.steps import StepRecorder
 from pegasos_stream.persist.checkpoint import model_digest, write_checkpoint
@@ -277,7 +278,9 @@ def simulate(problem: Problem, parts: Sequence[tuple[Rows, np.ndarray]], every: 
             began = time.perf_counter()
             recorder = syncs[i].recorder
             _, error = recorder.learn_rows(
-                rows.slice(start, stop), signs[start:stop], ones[: stop - start], own[i][start:stop], NO_PROBAS
+                LearnBatch(
+                    rows.slice(start, stop), signs[start:stop], ones[: stop - start], own[i][start:stop], NO_PROBAS
+                )
             )
             run.learn_seconds += time.perf_counter() - began
             if error is not None:
@@ -325,7 +328,9 @@ def one_process(problem: Problem, order: np.ndarray) -> PegasosClassifier:
     """One `PegasosClassifier` that learned the events of the stream in ``order`` (one ``learn_rows`` call)."""
     model = problem.model()
     n = len(order)
-    _, error = model.learn_rows(take(problem.rows, order), problem.signs[order], np.ones(n), np.empty(n), NO_PROBAS)
+    _, error = model.learn_rows(
+        LearnBatch(take(problem.rows, order), problem.signs[order], np.ones(n), np.empty(n), NO_PROBAS)
+    )
     if error is not None:
         raise error
     return model
@@ -339,7 +344,9 @@ def single(problem: Problem, rows: Rows, signs: np.ndarray) -> Run:
     start = 0
     for stop in bounds:
         _, error = model.learn_rows(
-            rows.slice(start, stop), signs[start:stop], np.ones(stop - start), run.decisions[start:stop], NO_PROBAS
+            LearnBatch(
+                rows.slice(start, stop), signs[start:stop], np.ones(stop - start), run.decisions[start:stop], NO_PROBAS
+            )
         )
         if error is not None:
             raise error
@@ -449,7 +456,9 @@ def learning_rates(problem: Problem, repeat: int = 3) -> dict[str, float]:
             model = problem.model()
             learner = model if name == "bare" else StepRecorder(model, every_row=name == "sequential")
             began = time.perf_counter()
-            learner.learn_rows(problem.rows, problem.signs, np.ones(problem.n), np.empty(problem.n), NO_PROBAS)
+            learner.learn_rows(
+                LearnBatch(problem.rows, problem.signs, np.ones(problem.n), np.empty(problem.n), NO_PROBAS)
+            )
             best = min(best, time.perf_counter() - began)
         rates[name] = problem.n / best
     return rates
@@ -499,7 +508,13 @@ def lagged(problem: Problem, lag: int) -> np.ndarray:
             decisions[k] = model.decision_function_one(rows.row(k))
         scored = min(learned + lag + 1, n)
         _, error = model.learn_rows(
-            rows.slice(learned, learned + 1), problem.signs[learned : learned + 1], np.ones(1), np.empty(1), NO_PROBAS
+            LearnBatch(
+                rows.slice(learned, learned + 1),
+                problem.signs[learned : learned + 1],
+                np.ones(1),
+                np.empty(1),
+                NO_PROBAS,
+            )
         )
         if error is not None:
             raise error

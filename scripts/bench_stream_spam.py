@@ -81,6 +81,7 @@ from vowpalwabbit import pyvw
 from pegasos_stream.cli.assemble import build_features, build_model
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.features import EmailFeatures
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.stream.runner import takes_hashed_columns
 
@@ -186,7 +187,7 @@ def bare_pass(config: dict, texts: list[str], signs: np.ndarray) -> Pass:
         last = min(first + size, len(texts))
         rows = Rows(*features.transform_texts(texts[first:last], hashed), distinct=True)
         _, error = model.learn_rows(
-            rows, signs[first:last], weights[first:last], decisions[first:last], probas[first:last]
+            LearnBatch(rows, signs[first:last], weights[first:last], decisions[first:last], probas[first:last])
         )
         if error is not None:
             raise error

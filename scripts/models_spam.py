@@ -36,6 +36,7 @@ from pegasos_stream import (
 )
 from pegasos_stream.cli.assemble import build_features, build_model
 from pegasos_stream.cli.config import load_config
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 
 SPAM_CONFIG = REPO / "configs" / "spam.yaml"
@@ -50,7 +51,7 @@ def prequential(model: Model, rows: Rows, labels: np.ndarray) -> float:
     """(1-ROCA)% of ``model``'s decisions, each before its message is learnt."""
     decisions, probas = np.empty(len(labels)), np.empty(len(labels))
     signs = np.where(labels, 1.0, -1.0)
-    _, error = model.learn_rows(rows, signs, np.ones(len(labels)), decisions, probas, 0)
+    _, error = model.learn_rows(LearnBatch(rows, signs, np.ones(len(labels)), decisions, probas, 0))
     if error is not None:
         raise error
     return 100 * (1 - roc_auc_score(labels, decisions))

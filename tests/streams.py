@@ -8,6 +8,7 @@ import random
 import numpy as np
 from hypothesis import strategies as st
 
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 
 #: Settings of PegasosClassifier (exact Pegasos: an explicit lambda_) covering every variant, rare branches included.
@@ -51,7 +52,7 @@ def learn_in_chunks(model, xs: list[dict], ys: list[bool], ws: list[float], chun
             rows = Rows(rows.indptr, np.array(rows.keys, dtype=np.int64)[rows.indices], rows.data, range(columns))
         end = start + len(batch)
         stop, error = model.learn_rows(
-            rows, signs[start:end], weights[start:end], decisions[start:end], probas[start:end]
+            LearnBatch(rows, signs[start:end], weights[start:end], decisions[start:end], probas[start:end])
         )
         assert (stop, error) == (len(batch), None)
     return decisions.tolist(), probas.tolist()

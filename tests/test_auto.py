@@ -17,6 +17,7 @@ from river import datasets, evaluate, linear_model, metrics, preprocessing
 from pegasos_stream import PegasosClassifier, _compiled, load, save
 from pegasos_stream.cli.config import ConfigError, validate
 from pegasos_stream.learners import compiled
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.calibration import OnlinePlatt
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.steps import StepLog, StepRecorder
@@ -146,7 +147,7 @@ def test_learn_rows_and_learn_csr_are_learn_one_bit_for_bit(seed, chunk, n_featu
         end, start = begin + len(rows), 0
         while start < len(rows):
             stop, error = batched.learn_rows(
-                rows, signs[begin:end], weights[begin:end], decisions[begin:end], probas[begin:end], start
+                LearnBatch(rows, signs[begin:end], weights[begin:end], decisions[begin:end], probas[begin:end], start)
             )
             assert (error is None) == (stop == len(rows)) and (error is None or begin + stop == 57)
             start = stop + 1
@@ -321,12 +322,15 @@ def test_the_compiled_loop_gives_the_current_margins_when_asked():
     for x, y, w in examples:
         expected.append(reference._margins(x))
         reference.learn_one(x, y, w)
-    assert compiled.learn_rows(model, rows, signs, weights, decisions, np.empty(0), 0, margins) == (60, None)
+    assert compiled.learn_rows(model, LearnBatch(rows, signs, weights, decisions, np.empty(0), 0, margins)) == (
+        60,
+        None,
+    )
     assert list(zip(margins.tolist(), decisions.tolist())) == expected
     assert any(current != averaged for current, averaged in expected)
     assert model_digest(model) == model_digest(reference)
     with pytest.raises(ValueError, match=r"^learn_rows: margins: 59 items, expected 60"):
-        compiled.learn_rows(model, rows, signs, weights, decisions, np.empty(0), 0, np.empty(59))
+        compiled.learn_rows(model, LearnBatch(rows, signs, weights, decisions, np.empty(0), 0, np.empty(59)))
 
 
 def test_the_default_in_a_river_pipeline_matches_river_linear_models_on_phishing():

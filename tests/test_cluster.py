@@ -21,6 +21,7 @@ from streams import int_stream
 
 from pegasos_stream import PegasosClassifier, cli
 from pegasos_stream.cli.config import ConfigError, learning_hash, validate
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.steps import StepLog, StepRecorder
 from pegasos_stream.persist.checkpoint import model_digest
@@ -58,7 +59,7 @@ def test_replayed_steps_give_back_the_model_bit_for_bit(params, batched):
         rows = Rows.from_dicts(xs)
         signs = np.array([1.0 if y else -1.0 for y in ys])
         decisions, probas = np.empty(len(xs)), np.empty(len(xs))
-        assert recorder.learn_rows(rows, signs, np.array(ws), decisions, probas) == (len(xs), None)
+        assert recorder.learn_rows(LearnBatch(rows, signs, np.array(ws), decisions, probas)) == (len(xs), None)
     else:
         for x, y, w in zip(xs, ys, ws):
             recorder.decision_function_one(x)
@@ -107,7 +108,7 @@ def test_learn_rows_names_columns_through_the_rows_keys():
     assert not isinstance(rows.keys, range)
     recorder = StepRecorder(_model())
     signs = np.array([1.0 if y else -1.0 for y in ys])
-    recorder.learn_rows(rows, signs, np.ones(50), np.empty(50), np.empty(0))
+    recorder.learn_rows(LearnBatch(rows, signs, np.ones(50), np.empty(50), np.empty(0)))
     steps = recorder.cut()
     assert steps.rows() == [x for x, v in zip(xs, steps.violated) if v]
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosCommittee, load, save
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import ConfigError, load_config
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.calibration import OnlinePlatt
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.persist.checkpoint import model_digest
@@ -105,7 +106,10 @@ def test_adagrad_compiled_rows_are_bit_identical_to_learn_one(dense):
     decisions, probas = np.empty(len(stream)), np.empty(len(stream))
     for part in (slice(0, 120), slice(120, 300)):  # two batches, the second over weights the first wrote
         rows, signs = _rows_and_signs(stream[part])
-        assert rows_model.learn_rows(rows, signs, weights[part], decisions[part], probas[part]) == (len(rows), None)
+        assert rows_model.learn_rows(LearnBatch(rows, signs, weights[part], decisions[part], probas[part])) == (
+            len(rows),
+            None,
+        )
     assert decisions.tolist() == expected
     assert probas.tolist() == [one.probability(d) for d in expected]
     assert model_digest(rows_model) == model_digest(one) and rows_model.t == one.t == 300
@@ -165,7 +169,7 @@ def test_adagrad_refuses_what_it_cannot_learn_and_stays_unchanged(dense):
     stream[6] = (bad[-1 if dense else 0][0], True)  # a column out of range, or a NaN
     rows, signs = _rows_and_signs(stream)
     decisions, probas = np.empty(10), np.empty(10)
-    stop, error = model.learn_rows(rows, signs, np.ones(10), decisions, probas)
+    stop, error = model.learn_rows(LearnBatch(rows, signs, np.ones(10), decisions, probas))
     assert stop == 6 and isinstance(error, ValueError) and model.t == 26
 
 
@@ -243,7 +247,7 @@ def test_the_committee_rows_are_bit_identical_to_learn_one(n_features, odd):
     stopped_at = len(expected) - 1 if one.t < len(stream) else len(stream)
     rows, signs = _rows_and_signs(stream)
     decisions, probas = np.empty(len(stream)), np.empty(len(stream))
-    stop, error = rows_model.learn_rows(rows, signs, np.ones(len(stream)), decisions, probas)
+    stop, error = rows_model.learn_rows(LearnBatch(rows, signs, np.ones(len(stream)), decisions, probas))
     assert stop == stopped_at and (error is None) == (stop == len(stream))
     assert np.array_equal(decisions[: stop + (stop < len(stream))], expected, equal_nan=True)
     assert probas[:stop].tolist() == expected_probas[:stop]

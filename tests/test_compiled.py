@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pegasos_stream import PegasosClassifier, _compiled, cli
 from pegasos_stream.features import DictHasher, feature_hash
 from pegasos_stream.learners import weights
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.calibration import squash
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.persist.checkpoint import checkpoints, model_digest, read_checkpoint
@@ -124,7 +125,7 @@ def test_learn_rows_without_probabilities_learns_the_same_model_and_decisions():
     for model, found, wanted in zip(models, decisions, (probas, np.empty(0)), strict=True):
         start = 0
         while start < 4:
-            stop, _ = model.learn_rows(rows, signs, np.ones(4), found, wanted, start)
+            stop, _ = model.learn_rows(LearnBatch(rows, signs, np.ones(4), found, wanted, start))
             start = stop + 1
     assert pickle.dumps(models[0]) == pickle.dumps(models[1])
     assert np.array_equal(decisions[0], decisions[1], equal_nan=True)
@@ -135,9 +136,9 @@ def test_learn_rows_stops_at_a_refused_row_and_resumes_after_it():
     rows, signs = Rows.from_dicts(xs), np.array([1.0, -1.0, -1.0])
     model = PegasosClassifier(lambda_=1e-4)
     decisions, probas = np.empty(3), np.empty(3)
-    stop, error = model.learn_rows(rows, signs, np.ones(3), decisions, probas)
+    stop, error = model.learn_rows(LearnBatch(rows, signs, np.ones(3), decisions, probas))
     assert stop == 1 and "norm of the weights" in str(error)
-    assert model.learn_rows(rows, signs, np.ones(3), decisions, probas, start=2) == (3, None)
+    assert model.learn_rows(LearnBatch(rows, signs, np.ones(3), decisions, probas, start=2)) == (3, None)
     reference = PegasosClassifier(lambda_=1e-4)
     for index, (x, y) in enumerate([(xs[0], True), (xs[2], False)]):
         decision = reference.decision_function_one(x)

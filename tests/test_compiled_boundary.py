@@ -145,7 +145,7 @@ def _raw_arguments() -> dict:
     model.learn_one({"a": 1.0}, True)
     rows = Rows.from_dicts([{"a": 1.0, "b": 2.0}, {"b": -1.0}, {"a": 0.5, "c": 1.0}])
     n, m = len(rows), len(rows.keys)
-    settings = compiled.params(model)
+    state, istate = compiled.state_arrays(model._loop_state())
     return {
         "indptr": rows.indptr.copy(),
         "indices": rows.indices.copy(),
@@ -159,9 +159,9 @@ def _raw_arguments() -> dict:
         "present_offset": np.zeros(m, dtype=bool),
         "new_v": np.zeros(m, dtype=np.int64),
         "new_offset": np.zeros(m, dtype=np.int64),
-        "state": np.array(compiled._read(model, compiled.STATE_HOMES, _fast.STATE), dtype=np.float64),
-        "istate": np.array(compiled._read(model, compiled.ISTATE_HOMES, _fast.ISTATE), dtype=np.int64),
-        "params": np.array([settings[name] for name in _fast.PARAMS], dtype=np.float64),
+        "state": state,
+        "istate": istate,
+        "params": compiled.settings_array(model._loop_settings()),
         "decisions": np.zeros(n),
         "probas": np.zeros(n),
         "start": 0,
@@ -625,10 +625,12 @@ def test_the_mixing_loop_refuses_arrays_of_the_wrong_length_and_bad_settings():
 
 
 def test_the_compiled_names_cover_exactly_what_python_sends():
+    model = PegasosClassifier(lambda_=1e-4, class_weight={True: 2.0}, prior={"a": 1.0})
+    state = model._loop_state()
     for names, python in [
-        (_fast.PARAMS, compiled.params(PegasosClassifier(lambda_=1e-4, class_weight={True: 2.0}, prior={"a": 1.0}))),
-        (_fast.STATE, compiled.STATE_HOMES),
-        (_fast.ISTATE, compiled.ISTATE_HOMES),
+        (_fast.PARAMS, model._loop_settings()),
+        (_fast.STATE, [name for name, value in state.items() if isinstance(value, float)]),
+        (_fast.ISTATE, [*(name for name, value in state.items() if isinstance(value, int)), *compiled.LOOP_COUNTS]),
     ]:
         assert len(set(names)) == len(names)
         assert set(names) == set(python)

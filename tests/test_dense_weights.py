@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosCommittee, _compiled, load, save
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.weights import COMPENSATED_SUM, DenseWeightVector, WeightVector
 from pegasos_stream.persist import codec
@@ -132,7 +133,7 @@ def test_a_key_that_is_no_column_is_refused_with_nothing_learned(key):
 
     rows, signs = Rows.from_dicts([xs[0], xs[1], x, xs[2]]), np.array([1.0, -1.0, 1.0, -1.0])
     decisions, probas = np.empty(4), np.empty(4)
-    stop, error = model.learn_rows(rows, signs, np.ones(4), decisions, probas)
+    stop, error = model.learn_rows(LearnBatch(rows, signs, np.ones(4), decisions, probas))
     assert stop == 2 and "expected an int column" in str(error) and model.t == 42
     with pytest.raises(ValueError, match="expected an int column"):
         PegasosClassifier(n_features=N, prior={key: 1.0})
@@ -182,7 +183,7 @@ def test_rows_of_hashed_columns_teach_every_learner_what_local_rows_do(make):
     results = []
     for rows in (hashed, local):
         model, decisions, probas = make(), np.empty(200), np.empty(200)
-        assert model.learn_rows(rows, signs, np.ones(200), decisions, probas) == (200, None)
+        assert model.learn_rows(LearnBatch(rows, signs, np.ones(200), decisions, probas)) == (200, None)
         results.append((model_digest(model), decisions.tolist(), probas.tolist()))
     assert results[0] == results[1]
     assert not any(math.isnan(d) for d in results[0][1])

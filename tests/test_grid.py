@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pegasos_stream import PegasosClassifier, PegasosGrid, load, save
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import ConfigError, load_config
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.calibration import OnlinePlatt
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.persist.checkpoint import model_digest
@@ -94,7 +95,10 @@ def test_learn_rows_is_learn_one_row_by_row_bit_for_bit(start):
     rows = Rows.from_dicts([x for x, _ in examples])
     signs = np.array([1.0 if y else -1.0 for _, y in examples])
     decisions, probas = np.full(len(examples), np.nan), np.full(len(examples), np.nan)
-    assert rows_model.learn_rows(rows, signs, np.ones(len(examples)), decisions, probas, start) == (len(examples), None)
+    assert rows_model.learn_rows(LearnBatch(rows, signs, np.ones(len(examples)), decisions, probas, start)) == (
+        len(examples),
+        None,
+    )
     assert decisions[start:].tolist() == expected_decisions
     assert probas[start:].tolist() == expected_probas
     assert model_digest(rows_model) == model_digest(one)
@@ -105,7 +109,7 @@ def test_learn_rows_stops_at_a_refused_row_as_every_member_does():
     rows = Rows.from_dicts([{"a": 1.0}, {"a": 1e308, "b": 1e308}, {"a": -1.0}])
     signs, weights = np.array([1.0, 1.0, -1.0]), np.ones(3)
     decisions, probas = np.zeros(3), np.zeros(3)
-    stop, error = grid.learn_rows(rows, signs, weights, decisions, probas, 0)
+    stop, error = grid.learn_rows(LearnBatch(rows, signs, weights, decisions, probas, 0))
     assert stop == 1 and isinstance(error, ValueError)
     assert grid.t == 1 and all(member.t == 1 for member in grid._members)
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from pegasos_stream import PegasosLogistic, load, save
 from pegasos_stream.learners import logistic_pegasos
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.weights import MIN_SCALE, DenseWeightVector, WeightVector
 from pegasos_stream.persist import CheckpointError
@@ -173,10 +174,12 @@ def test_learn_rows_is_learn_one_bit_for_bit(layout, case, splits):
     for a, b in zip(bounds, bounds[1:]):
         if b < 300:
             part = slice(a, b)
-            learned = batched.learn_rows(rows.slice(a, b), signs[part], weights[part], decisions[part], probas[part])
+            learned = batched.learn_rows(
+                LearnBatch(rows.slice(a, b), signs[part], weights[part], decisions[part], probas[part])
+            )
             assert learned == (b - a, None)
         else:
-            assert batched.learn_rows(rows, signs, weights, decisions, probas, a) == (300, None)
+            assert batched.learn_rows(LearnBatch(rows, signs, weights, decisions, probas, a)) == (300, None)
     assert decisions.tolist() == expected and probas.tolist() == expected_probas
     assert model_digest(batched) == model_digest(one) and batched.t == one.t == 300
     if layout == "dicts":
@@ -192,7 +195,7 @@ def test_learn_rows_without_the_compiled_loop_learns_the_same(monkeypatch):
     for fast in (logistic_pegasos._fast, None):
         monkeypatch.setattr(logistic_pegasos, "_fast", fast)
         model, decisions, probas = PegasosLogistic(lambda_=0.01, t0=0, n_features=N), np.empty(200), np.empty(200)
-        assert model.learn_rows(rows, signs, weights, decisions, probas) == (200, None)
+        assert model.learn_rows(LearnBatch(rows, signs, weights, decisions, probas)) == (200, None)
         results.append((model_digest(model), decisions.tolist(), probas.tolist()))
     assert results[0] == results[1]
 
@@ -202,8 +205,8 @@ def test_learn_rows_may_leave_the_probabilities_out():
     rows, signs, weights = _rows(stream, "dicts")
     with_probas, without = PegasosLogistic(), PegasosLogistic()
     decisions, other = np.empty(50), np.empty(50)
-    assert with_probas.learn_rows(rows, signs, weights, decisions, np.empty(50)) == (50, None)
-    assert without.learn_rows(rows, signs, weights, other, np.empty(0)) == (50, None)
+    assert with_probas.learn_rows(LearnBatch(rows, signs, weights, decisions, np.empty(50))) == (50, None)
+    assert without.learn_rows(LearnBatch(rows, signs, weights, other, np.empty(0))) == (50, None)
     assert decisions.tolist() == other.tolist() and model_digest(with_probas) == model_digest(without)
 
 
@@ -251,7 +254,7 @@ def test_a_refused_row_stops_the_batch_unlearned(layout, value):
         stream[6] = (x, reference.decision_function_one(x) <= 0, weight)
     rows, signs, weights = _rows(stream, layout)
     decisions, probas = np.empty(10), np.empty(10)
-    stop, error = model.learn_rows(rows, signs, weights, decisions, probas)
+    stop, error = model.learn_rows(LearnBatch(rows, signs, weights, decisions, probas))
     assert stop == 6 and isinstance(error, ValueError)
     assert ("finite" if math.isnan(value) else "too large") in str(error)
     assert model_digest(model) == model_digest(reference) and model.t == 6

@@ -15,6 +15,7 @@ from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosLogistic, 
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config, shipped_configs
 from pegasos_stream.learners import hedge
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.calibration import OnlinePlatt
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.persist.checkpoint import model_digest
@@ -121,7 +122,7 @@ def test_the_mixture_never_loses_more_than_its_regret_bound_to_its_best_member(s
     mixture = PegasosMixture(lambdas=lambdas, lambda_t0=0.3, logistics=((0.7, 1e-6), (5.0, 1.0)), share=share)
     rows, signs = _rows(_stream(n, seed, flip))
     decisions, probas = np.empty(n), np.empty(n)
-    assert mixture.learn_rows(rows, signs, np.ones(n), decisions, probas) == (n, None)
+    assert mixture.learn_rows(LearnBatch(rows, signs, np.ones(n), decisions, probas)) == (n, None)
     mixed_loss = -np.log(np.where(signs > 0, probas, 1.0 - probas)).sum()
     losses = np.array(list(mixture.member_losses.values()))
     members = len(losses)
@@ -173,7 +174,7 @@ def test_the_mixture_rows_are_bit_identical_to_learn_one(n_features):
     for start, stop in ((0, 1), (1, 77), (77, 300), (300, 500)):
         part = Rows.from_dicts([x for x, _ in stream[start:stop]])
         learned = batched.learn_rows(
-            part, signs[start:stop], np.ones(stop - start), decisions[start:stop], probas[start:stop]
+            LearnBatch(part, signs[start:stop], np.ones(stop - start), decisions[start:stop], probas[start:stop])
         )
         assert learned == (stop - start, None)
     assert decisions.tolist() == pytest.approx(expected, rel=1e-12) and probas.tolist() == pytest.approx(
@@ -197,7 +198,7 @@ def test_a_refused_row_leaves_every_learner_untouched():
     stream[7] = ({1: math.inf}, True)
     rows, signs = _rows(stream)
     decisions, probas = np.empty(20), np.empty(20)
-    stop, error = mixture.learn_rows(rows, signs, np.ones(20), decisions, probas)
+    stop, error = mixture.learn_rows(LearnBatch(rows, signs, np.ones(20), decisions, probas))
     assert stop == 7 and isinstance(error, ValueError) and mixture.t == 37 and math.isnan(decisions[7])
 
 

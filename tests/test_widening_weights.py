@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pegasos_stream import PegasosClassifier, load, save
+from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.state import InvalidState
 from pegasos_stream.learners.weights import START_COLUMNS, DenseWeightVector, WeightVector, widened_length
@@ -95,7 +96,7 @@ def test_a_column_past_the_limit_is_refused_with_nothing_learned():
         model.decision_function_one(x)
     assert model_digest(model) == digest
     rows = Rows(np.array([0, 1, 3]), np.array([2, 1, LIMIT]), np.ones(3), range(2 * LIMIT))
-    stop, error = model.learn_rows(rows, np.array([1.0, -1.0]), np.ones(2), np.empty(2), np.empty(2))
+    stop, error = model.learn_rows(LearnBatch(rows, np.array([1.0, -1.0]), np.ones(2), np.empty(2), np.empty(2)))
     assert stop == 1 and "max_features" in str(error)
     assert len(model._u.v) == length and model.t == 61  # the first row learned, the arrays as they were
     model.learn_one({LIMIT - 1: 1.0}, True)

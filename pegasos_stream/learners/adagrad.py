@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from operator import mul
 from typing import NamedTuple, cast
 
@@ -12,9 +13,9 @@ import numpy as np
 from river import base
 
 from .._compiled import FAST as _fast
+from .batch import LearnBatch
 from .calibration import LogisticMargin, squash
 from .compiled import Stored, gather, scatter
-from .rows import Rows
 from .state import InvalidState, check_array, check_count, check_floats, check_parts, new_like
 from .validation import binary_sign, check_features, check_sample_weight, reject_features
 from .weights import COMPENSATED_SUM, check_n_features, is_column, sparse_dot, weight_columns
@@ -221,30 +222,23 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
                 weights[key] = weights.item(key) - rate * g / math.sqrt(acc)
         self._t += 1
 
-    def learn_rows(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int = 0,
-        columns: np.ndarray | range | None = None,
-    ) -> tuple[int, ValueError | None]:
-        """``learn_one`` over rows ``start:`` (signs ±1, sample weights), in a compiled loop that leaves the
-        model bit-identical to the ``learn_one`` loop; ``decisions`` and ``probas`` receive each row's margin
-        and probability before it was learned. A row ``learn_one`` refuses stops the run unlearned: returns
+    def learn_rows(self, batch: LearnBatch, columns: np.ndarray | range | None = None) -> tuple[int, ValueError | None]:
+        """``learn_one`` over the batch's rows from its start (signs ±1, sample weights), in a compiled loop that
+        leaves the model bit-identical to the ``learn_one`` loop; ``decisions`` and ``probas`` receive each row's
+        margin and probability before it was learned. A row ``learn_one`` refuses stops the run unlearned: returns
         (that row, the error), or (len(rows), None) when every row is learned. ``columns``: the
         ``columns_of(rows.keys)`` the caller already has, if any."""
+        rows, start, decisions, probas = batch.rows, batch.start, batch.decisions, batch.probas
         n = len(rows)
         if isinstance(self._w, dict):
             rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
+            batch = replace(batch, rows=rows)
         if _fast is None:
             columns = None  # every row through learn_one
         elif columns is None:
             columns = self.columns_of(rows.keys)
         while start < n:
-            stop = start if columns is None else self._learn_compiled(rows, columns, signs, weights, decisions, start)
+            stop = start if columns is None else self._learn_compiled(batch.at(start), columns)
             probas[start:stop] = [squash(margin) for margin in decisions[start:stop].tolist()]
             if stop == n:
                 break
@@ -254,7 +248,7 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
                 check_features(x)
                 decisions[stop] = margin = self.decision_function_one(x)
                 probas[stop] = squash(margin)
-                self.learn_one(x, signs[stop] > 0, float(weights[stop]))
+                self.learn_one(x, batch.signs[stop] > 0, float(batch.weights[stop]))
             except ValueError as error:
                 return stop, error
             start = stop + 1
@@ -275,25 +269,20 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
             return np.arange(len(keys), dtype=np.int64)
         return weight_columns(keys, len(self._w))
 
-    def _learn_compiled(
-        self,
-        rows: Rows,
-        columns: np.ndarray | range,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        start: int,
-    ) -> int:
-        """Run the compiled loop from ``start`` (around it, gather the weights the rows touch out of the dicts and
-        scatter them back); the row the loop stopped before (len(rows) when it learned them all)."""
+    def _learn_compiled(self, batch: LearnBatch, columns: np.ndarray | range) -> int:
+        """Run the compiled loop over the batch's rows from its start (around it, gather the weights the rows touch
+        out of the dicts and scatter them back); the row the loop stopped before (len(rows) when it learned them
+        all)."""
+        rows, start = batch.rows, batch.start
         keys, w_store, g2_store = rows.keys, self._w, self._g2
         in_place = isinstance(columns, range)  # the rows' columns are the weights' columns
         new = np.empty(0 if in_place else len(keys), dtype=np.int64)
 
         def loop(w: np.ndarray, g2: np.ndarray, present: np.ndarray) -> tuple[int, int]:
             return _fast.learn_logistic_rows(
-                rows.indptr, rows.indices, rows.data, signs, weights, None if in_place else columns, w, g2, present,
-                new, decisions, self.learning_rate, self.initial_accumulator, COMPENSATED_SUM, start, rows.distinct,
+                rows.indptr, rows.indices, rows.data, batch.signs, batch.weights, None if in_place else columns, w, g2,
+                present, new, batch.decisions, self.learning_rate, self.initial_accumulator, COMPENSATED_SUM, start,
+                rows.distinct,
             )  # fmt: skip
 
         if isinstance(w_store, np.ndarray) and isinstance(g2_store, np.ndarray):

@@ -76,6 +76,37 @@ class OnlinePlatt:
         check_count(self, "n_pos")
         check_count(self, "n_neg")
 
+    def loop_settings(self) -> dict[str, float]:
+        """The settings the compiled loops read for calibration, by the names of ``_fast.PARAMS``."""
+        return {
+            "platt_rate": self.learning_rate,
+            "tail_start": TAIL_START,
+            "tail_mass": TAIL_MASS,
+            "min_tail": MIN_TAIL,
+            "max_log_slope": MAX_LOG_SLOPE,
+        }
+
+    def loop_state(self) -> dict[str, float | int]:
+        """α, a, b, the sums of squared gradients and the class counts, by the names of the compiled loops' state
+        (``_fast.STATE``, ``_fast.ISTATE``)."""
+        return {
+            "platt_log_slope": self.log_slope,
+            "platt_slope": self.slope,
+            "platt_offset": self.offset,
+            "platt_sq_grad_slope": self._sq_grad_slope,
+            "platt_sq_grad_offset": self._sq_grad_offset,
+            "platt_n_pos": self.n_pos,
+            "platt_n_neg": self.n_neg,
+        }
+
+    def set_loop_state(self, values: Mapping[str, float | int]) -> None:
+        """Take back the values of ``loop_state``'s names from ``values`` (which may hold others)."""
+        self.log_slope, self.slope = float(values["platt_log_slope"]), float(values["platt_slope"])
+        self.offset = float(values["platt_offset"])
+        self._sq_grad_slope = float(values["platt_sq_grad_slope"])
+        self._sq_grad_offset = float(values["platt_sq_grad_offset"])
+        self.n_pos, self.n_neg = int(values["platt_n_pos"]), int(values["platt_n_neg"])
+
     def proba(self, margin: float) -> float:
         """P(y = 1 | margin)."""
         return squash(self.slope * margin + self.offset)

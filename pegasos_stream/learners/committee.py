@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 
 import numpy as np
 from river import base
 
 from .adagrad import AdaGradLogistic
+from .batch import LearnBatch
 from .calibration import OnlinePlatt, PlattScaledMargin
 from .compiled import calibrate_rows
 from .linear import PegasosClassifier
@@ -118,17 +120,8 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         self.logistic._step(x, step)  # then never refused
         self._platt.update(decision, sign > 0)
 
-    def learn_rows(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int = 0,
-        parts: np.ndarray | None = None,
-    ) -> tuple[int, ValueError | None]:
-        """``learn_one`` over rows ``start:``, each member in its compiled loop; as
+    def learn_rows(self, batch: LearnBatch, parts: np.ndarray | None = None) -> tuple[int, ValueError | None]:
+        """``learn_one`` over the batch's rows from its start, each member in its compiled loop; as
         `PegasosClassifier.learn_rows` (the same arrays, the same stop at a refused row). ``parts``, when
         given (2 × len(rows)), receives the SVM's and the logistic regression's margins of each row learned.
 
@@ -136,17 +129,17 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         whose features are large enough that its margin or gradient might overflow, or with a feature that is
         no column of its weight arrays, goes through ``learn_one``.
         """
+        rows, start, decisions, probas = batch.rows, batch.start, batch.decisions, batch.probas
         n = len(rows)
         if self.n_features is None:
             rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
+            batch = replace(batch, rows=rows)
         columns = self.logistic.columns_of(rows.keys)  # the logistic regression's weight column of each key
-        safe = self._safe_rows(rows, weights, columns)
+        safe = self._safe_rows(rows, batch.weights, columns)
         while start < n:
             end = start + int(np.argmin(safe[start:])) if not safe[start:].all() else n
             if end > start:
-                stop, error = self._learn_members(
-                    rows.slice(0, end), signs, weights, decisions, probas, start, columns, parts
-                )
+                stop, error = self._learn_members(batch.at(start), end, columns, parts)
                 if error is not None:
                     self._predict_refused(rows.row(stop), stop, decisions, probas, parts)
                     return stop, error
@@ -155,7 +148,7 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
                 x = rows.row(start)
                 self._predict_refused(x, start, decisions, probas, parts)
                 try:
-                    self.learn_one(x, signs[start] > 0, float(weights[start]))
+                    self.learn_one(x, batch.signs[start] > 0, float(batch.weights[start]))
                 except ValueError as error:
                     return start, error
                 start += 1
@@ -185,38 +178,23 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
             return native & np.isfinite(bound * l1) & np.isfinite(steepest * steepest)
 
     def _learn_members(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int,
-        columns: np.ndarray | range | None,
-        parts: np.ndarray | None,
+        self, batch: LearnBatch, end: int, columns: np.ndarray | range | None, parts: np.ndarray | None
     ) -> tuple[int, ValueError | None]:
-        """The SVM's compiled loop over ``rows`` from ``start``, then the logistic regression's over the rows
-        the SVM learned (``columns``: its weight column of each key, if known), then the sums of their margins
-        (and each, into ``parts``) and their probabilities."""
-        n = len(rows)
-        svm_margins, logistic_margins, member_probas = np.empty(n), np.empty(n), np.empty(n)
-        stop, error = self.svm.learn_rows(rows, signs[:n], weights[:n], svm_margins, member_probas, start)
-        learned = self.logistic.learn_rows(
-            rows.slice(0, stop),
-            signs[:stop],
-            weights[:stop],
-            logistic_margins[:stop],
-            member_probas[:stop],
-            start,
-            columns,
-        )
+        """The SVM's compiled loop over the batch's rows from its start to ``end``, then the logistic regression's
+        over the rows the SVM learned (``columns``: its weight column of each key, if known), then the sums of
+        their margins (and each, into ``parts``) and their probabilities."""
+        start = batch.start
+        svm_margins, logistic_margins, member_probas = np.empty(end), np.empty(end), np.empty(end)
+        svm_batch = batch.head(end).into(svm_margins, member_probas)
+        stop, error = self.svm.learn_rows(svm_batch)
+        learned = self.logistic.learn_rows(svm_batch.into(logistic_margins, member_probas).head(stop), columns=columns)
         if learned[1] is not None:  # safe rows only: never seen
             raise RuntimeError(f"the committee's logistic regression refused a safe row: {learned}")
         sums = svm_margins[start:stop] + logistic_margins[start:stop]
         if parts is not None:
             parts[:, start:stop] = svm_margins[start:stop], logistic_margins[start:stop]
-        decisions[start:stop] = sums
-        calibrate_rows(self._platt, sums, signs[start:stop], probas[start:stop])
+        batch.decisions[start:stop] = sums
+        calibrate_rows(self._platt, sums, batch.signs[start:stop], batch.probas[start:stop])
         return stop, error
 
     def _predict_refused(

@@ -5,20 +5,19 @@ from __future__ import annotations
 import numbers
 from collections.abc import Mapping, Sequence
 
-import numpy as np
 from river import base
 
+from .batch import LearnBatch
 from .calibration import OnlinePlatt, PlattScaledMargin
 from .linear import PegasosClassifier
 from .members import Members
-from .rows import Rows
 from .state import check_parts, new_like
 from .validation import check_lambdas
 
 __all__ = ["PegasosGrid"]
 
 
-class PegasosGrid(Members, PlattScaledMargin, base.Classifier):
+class PegasosGrid(Members[PegasosClassifier], PlattScaledMargin, base.Classifier):
     """Binary Pegasos for every λ of a grid at once; the one with the least recent loss predicts.
 
     No single λ suits every stream: a small one keeps more of what rare features said, a large one
@@ -110,15 +109,7 @@ class PegasosGrid(Members, PlattScaledMargin, base.Classifier):
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
         self.learn(x, y, w, self._platt)
 
-    def learn_rows(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int = 0,
-    ) -> tuple[int, ValueError | None]:
-        """``learn_one`` over rows ``start:``, each member in its compiled loop; as
+    def learn_rows(self, batch: LearnBatch) -> tuple[int, ValueError | None]:
+        """``learn_one`` over the batch's rows from its start, each member in its compiled loop; as
         `PegasosClassifier.learn_rows` (the same arrays, the same stop at a refused row)."""
-        return self.learn_run(rows, signs, weights, decisions, probas, start, self._platt, True)
+        return self.learn_run(batch, self._platt, True)

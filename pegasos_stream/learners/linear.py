@@ -12,10 +12,10 @@ import numpy as np
 from river import base
 
 from . import compiled
+from .batch import LearnBatch
 from .calibration import OnlinePlatt, PlattScaledMargin
 from .members import Members
-from .rows import Rows
-from .schedule import effective_step, refuse_overflow
+from .schedule import MAX_NORM, effective_step, refuse_overflow
 from .state import InvalidState, check_count, check_equal, check_flag, check_float, check_parts, new_like
 from .steps import StepLog
 from .validation import (
@@ -29,7 +29,15 @@ from .validation import (
     check_t0,
     reject_features,
 )
-from .weights import DenseWeightVector, WeightVector, check_columns, sparse_dot
+from .weights import (
+    COMPENSATED_SUM,
+    MAX_AVERAGE_CANCELLATION,
+    MIN_SCALE,
+    DenseWeightVector,
+    WeightVector,
+    check_columns,
+    sparse_dot,
+)
 
 __all__ = ["PegasosClassifier"]
 
@@ -187,7 +195,8 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
     class_weight: str | dict | None
     horizon: int | None
     t0: int | None = 0  # a class default: states saved before t0 existed load with 0
-    _grid: Members | None = None  # a class default: explicit-λ states (saved before "auto" existed too) have none
+    # a class default: explicit-λ states (saved before "auto" existed too) have none
+    _grid: Members[PegasosClassifier] | None = None
     _class_cost: dict[float, float] | None
     _prior: dict
     _radius: float
@@ -637,29 +646,81 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         """
         return compiled.learn_csr(self, indptr, indices, data, y, columns, sample_weight)
 
-    def learn_rows(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int = 0,
-    ) -> tuple[int, ValueError | None]:
-        """``learn_one`` over rows ``start:`` (finite values, signs ±1.0, checked weights), compiled (with
-        ``lambda_="auto"``, each member's loop).
+    def learn_rows(self, batch: LearnBatch) -> tuple[int, ValueError | None]:
+        """``learn_one`` over the batch's rows from its ``start`` (finite values, signs ±1.0, checked weights),
+        compiled (with ``lambda_="auto"``, each member's loop).
 
-        Fills ``decisions`` and ``probas`` (what ``decision_function_one`` and ``probability`` gave
-        before each row was learned; ``probas`` may be empty when they are not wanted). Stops at the
-        first row ``learn_one`` refuses, which is left unlearned: returns (that row, the error), or
-        (len(rows), None) when every row is learned. The refused row's decision is nan when no decision
-        could be made (a non-finite margin). Arrays the compiled loop cannot take (1-d C-contiguous
-        float64 signs, weights, decisions and probas, one per row, or no probas; rows with a column
-        repeated or out of range) raise a ValueError first.
+        Fills the batch's ``decisions`` and ``probas`` (what ``decision_function_one`` and ``probability`` gave
+        before each row was learned; ``probas`` may be empty when they are not wanted), and its ``margins`` when
+        given (the current iterate's; an explicit λ only). Stops at the first row ``learn_one`` refuses, which is
+        left unlearned: returns (that row, the error), or (len(rows), None) when every row is learned. The refused
+        row's decision is nan when no decision could be made (a non-finite margin). Arrays the compiled loop
+        cannot take (1-d C-contiguous float64 signs, weights, decisions and probas, one per row, or no probas;
+        rows with a column repeated or out of range) raise a ValueError first.
         """
         if self._grid is not None:
-            return self._grid.learn_run(rows, signs, weights, decisions, probas, start, self._platt, self.calibrate)
-        return compiled.learn_rows(self, rows, signs, weights, decisions, probas, start)
+            return self._grid.learn_run(batch, self._platt, self.calibrate)
+        return compiled.learn_rows(self, batch)
+
+    # -- the compiled loop's view: settings and state by the names of pegasos_stream._fast ---------------------
+
+    def _loop_settings(self) -> dict[str, float]:
+        """The settings the compiled loop reads, by the names of ``_fast.PARAMS`` (an explicit λ).
+
+        With ``class_weight="balanced"``, "balanced" is the pseudo-count of each class (> 0) and "cost_pos"
+        and "cost_neg" bound the costs; otherwise "balanced" is 0 and they are the costs. "fit_intercept" is 0 for
+        no bias, 1 for the unregularised one, and −MAX_BIAS_STEP (< 0) for the regularised one.
+        """
+        lambda_ = cast(float, self.lambda_)  # (an explicit λ: "auto" learns with its members)
+        balanced = self.class_weight == "balanced"
+        if balanced:
+            costs = {1.0: self.BALANCED_MAX_COST, -1.0: self.BALANCED_MAX_COST}
+        else:
+            costs = self._class_cost or {1.0: 1.0, -1.0: 1.0}
+        return {
+            "lambda": lambda_,
+            "horizon": self.horizon or 0,
+            "t0": cast(int, self.t0),
+            "average_from": self._average_from or 0,
+            "fit_intercept": -self.MAX_BIAS_STEP
+            if self.fit_intercept == "regularised"
+            else float(bool(self.fit_intercept)),
+            "projection": self.projection,
+            "radius": self._radius,
+            "cost_pos": costs[1.0],
+            "cost_neg": costs[-1.0],
+            "balanced": self.BALANCED_SMOOTHING / lambda_ if balanced else 0.0,
+            "has_prior": bool(self._prior),
+            "compensated_sum": COMPENSATED_SUM,
+            "min_scale": MIN_SCALE,
+            "max_average_cancellation": MAX_AVERAGE_CANCELLATION,
+            "max_norm": MAX_NORM,
+            "calibrate": self.calibrate,
+            **self._platt.loop_settings(),
+        }
+
+    def _loop_state(self) -> dict[str, float | int]:
+        """The state the compiled loop reads and writes, by the names of ``_fast.STATE`` and ``_fast.ISTATE``: the
+        weights' (`WeightVector.loop_state`), the bias and its average, the step and class counts, and the
+        calibration's (`OnlinePlatt.loop_state`); an explicit λ."""
+        return {
+            **self._u.loop_state(),
+            "intercept": self._b,
+            "average_intercept": self._average_b,
+            "t": self._t,
+            "n_pos": self._n_pos,
+            "n_neg": self._n_neg,
+            **self._platt.loop_state(),
+        }
+
+    def _set_loop_state(self, values: Mapping[str, float | int]) -> None:
+        """Take back the state of ``_loop_state``'s names from ``values`` (which may hold others), as the compiled
+        loop left it: the model moved on, and forgets the margins it remembered."""
+        self._u.set_loop_state(values)
+        self._b, self._average_b = float(values["intercept"]), float(values["average_intercept"])
+        self._t, self._n_pos, self._n_neg = int(values["t"]), int(values["n_pos"]), int(values["n_neg"])
+        self._platt.set_loop_state(values)
+        self._last_scored = None
 
     # -- mini-batch inference ----------------------------------------------------------------
 

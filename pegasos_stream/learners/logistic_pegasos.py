@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from operator import mul
 from typing import cast
 
@@ -12,9 +13,9 @@ from river import base
 
 from .._compiled import FAST as _fast
 from .adagrad import MAX_EXPONENT
+from .batch import LearnBatch
 from .calibration import LogisticMargin, squash
 from .compiled import Stored, gather, scatter
-from .rows import Rows
 from .schedule import MAX_NORM, refuse_overflow
 from .state import InvalidState, check_count, check_equal, check_parts, new_like
 from .validation import binary_sign, check_features, check_lambda, check_sample_weight, check_t0, reject_features
@@ -144,19 +145,12 @@ class PegasosLogistic(LogisticMargin, base.Classifier):
         if coef:
             u.add(x, rate * coef)
 
-    def learn_rows(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int = 0,
-    ) -> tuple[int, ValueError | None]:
-        """``learn_one`` over rows ``start:`` (signs ±1, sample weights), in a compiled loop that leaves the
-        model bit-identical to the ``learn_one`` loop; ``decisions`` and ``probas`` (or none, empty) receive each
-        row's margin and probability before it was learned. A row ``learn_one`` refuses stops the run unlearned:
-        returns (that row, the error), or (len(rows), None) when every row is learned."""
+    def learn_rows(self, batch: LearnBatch) -> tuple[int, ValueError | None]:
+        """``learn_one`` over the batch's rows from its start (signs ±1, sample weights), in a compiled loop that
+        leaves the model bit-identical to the ``learn_one`` loop; ``decisions`` and ``probas`` (or none, empty)
+        receive each row's margin and probability before it was learned. A row ``learn_one`` refuses stops the run
+        unlearned: returns (that row, the error), or (len(rows), None) when every row is learned."""
+        rows, start, decisions, probas = batch.rows, batch.start, batch.decisions, batch.probas
         n = len(rows)
         columns: np.ndarray | range | None = None  # with weight arrays: the columns the rows' keys name
         if isinstance(self._u, DenseWeightVector):
@@ -165,9 +159,10 @@ class PegasosLogistic(LogisticMargin, base.Classifier):
         else:
             rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
             compiled = _fast is not None
-        wanted = len(probas) > 0
+            batch = replace(batch, rows=rows)
+        wanted = batch.wants_probas
         while start < n:
-            stop = self._learn_compiled(rows, columns, signs, weights, decisions, start) if compiled else start
+            stop = self._learn_compiled(batch.at(start), columns) if compiled else start
             if wanted:
                 probas[start:stop] = [squash(margin) for margin in decisions[start:stop].tolist()]
             if stop == n:
@@ -181,25 +176,17 @@ class PegasosLogistic(LogisticMargin, base.Classifier):
                 decisions[stop] = margin = self.decision_function_one(x)
                 if wanted:
                     probas[stop] = squash(margin)
-                self.learn_one(x, signs[stop] > 0, float(weights[stop]))
+                self.learn_one(x, batch.signs[stop] > 0, float(batch.weights[stop]))
             except ValueError as error:
                 return stop, error
             start = stop + 1
         return n, None
 
-    def _learn_compiled(
-        self,
-        rows: Rows,
-        columns: np.ndarray | range | None,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        start: int,
-    ) -> int:
-        """Run the compiled loop from ``start``: over the weight array in place (through ``columns`` unless they are
-        the rows' own), or over the weights of the rows' keys gathered out of the dict and scattered back; the row
-        the loop stopped before (len(rows) when it learned them all)."""
-        u = self._u
+    def _learn_compiled(self, batch: LearnBatch, columns: np.ndarray | range | None) -> int:
+        """Run the compiled loop over the batch's rows from its start: over the weight array in place (through
+        ``columns`` unless they are the rows' own), or over the weights of the rows' keys gathered out of the dict
+        and scattered back; the row the loop stopped before (len(rows) when it learned them all)."""
+        rows, start, u = batch.rows, batch.start, self._u
         if isinstance(u, DenseWeightVector):
             v, mapped = u.v, None if isinstance(columns, range) else columns
             present, new = np.empty(0, dtype=bool), np.empty(0, dtype=np.int64)  # every column is present
@@ -208,8 +195,9 @@ class PegasosLogistic(LogisticMargin, base.Classifier):
             v, present = gather(u.v, keys)
             stored, mapped, new = Stored(v, present), None, np.empty(len(keys), dtype=np.int64)
         stop, n_new, scale, sq_norm = _fast.learn_pegasos_logistic_rows(
-            rows.indptr, rows.indices, rows.data, signs, weights, mapped, v, present, new, decisions, u.scale,
-            u.sq_norm, self._t, self.lambda_, self.t0, MIN_SCALE, MAX_NORM, COMPENSATED_SUM, start, rows.distinct,
+            rows.indptr, rows.indices, rows.data, batch.signs, batch.weights, mapped, v, present, new,
+            batch.decisions, u.scale, u.sq_norm, self._t, self.lambda_, self.t0, MIN_SCALE, MAX_NORM, COMPENSATED_SUM,
+            start, rows.distinct,
         )  # fmt: skip
         if isinstance(u, WeightVector):
             scatter(u.v, keys, v, stored, new[:n_new])

@@ -17,20 +17,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from operator import mul
-from typing import TYPE_CHECKING
+from typing import Generic
 
 import numpy as np
 from river import base
 
 from . import compiled
+from .batch import LearnBatch
 from .calibration import OnlinePlatt
+from .protocols import ModelT, PegasosModel
 from .rows import Rows
 from .schedule import MAX_NORM
 from .state import InvalidState, check_attributes, check_float, check_instance, check_list
 from .validation import binary_sign, check_sample_weight
-
-if TYPE_CHECKING:
-    from .linear import PegasosClassifier
 
 __all__ = ["Members"]
 
@@ -42,24 +41,24 @@ LARGE_X = 1e100
 ROOM = MAX_NORM / 2
 
 
-class Members:
+class Members(Generic[ModelT]):
     """Members learning alike, a running hinge loss per candidate iterate, and the decision of the least.
 
     Parameters
     ----------
     members
-        Explicit-λ `PegasosClassifier` objects, in the order ties go by.
+        Explicit-λ `PegasosClassifier` objects (a `PegasosModel` each), in the order ties go by.
     discount
         γ in [0, 1): how much of its running loss a candidate keeps at each example.
 
     """
 
     # Declared here so that every method sees their types (all are set in __init__).
-    _members: list[PegasosClassifier]
+    _members: list[ModelT]
     _losses: list[float]
     discount: float
 
-    def __init__(self, members: Sequence[PegasosClassifier], discount: float) -> None:
+    def __init__(self, members: Sequence[ModelT], discount: float) -> None:
         self._members = list(members)
         self.discount = discount
         self._losses = [0.0] * len(self._candidates())
@@ -83,7 +82,7 @@ class Members:
             raise InvalidState(f"{type(self).__name__}._members: they took different numbers of steps")
         check_list(self, "_losses", len(self._candidates()), 0.0)
 
-    def _candidates(self) -> list[tuple[PegasosClassifier, bool]]:
+    def _candidates(self) -> list[tuple[ModelT, bool]]:
         """(member, averaged iterate?) for each candidate, in order."""
         return [(member, averaged) for member in self._members for averaged in _iterates(member)]
 
@@ -93,12 +92,12 @@ class Members:
         return self._members[0].t
 
     @property
-    def leading(self) -> tuple[PegasosClassifier, bool]:
+    def leading(self) -> tuple[ModelT, bool]:
         """The candidate that predicts now, as (member, averaged iterate?)."""
         return self._candidates()[self._leading()]
 
     @property
-    def leader(self) -> PegasosClassifier:
+    def leader(self) -> ModelT:
         """The member whose iterate predicts now."""
         return self.leading[0]
 
@@ -152,26 +151,17 @@ class Members:
             platt.update(margins[self._leading()], sign > 0)
         self._add_losses(margins, sign, weight)
 
-    def learn_run(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int,
-        platt: OnlinePlatt,
-        calibrate: bool,
-    ) -> tuple[int, ValueError | None]:
-        """``learn`` over rows ``start:``, each member in its compiled loop over the rows none might refuse
-        (``_safe_end``), the others one at a time; as `PegasosClassifier.learn_rows` (the same arrays, the same stop
-        at a refused row), with ``platt`` giving the probabilities, and fitted on the decisions when ``calibrate``."""
+    def learn_run(self, batch: LearnBatch, platt: OnlinePlatt, calibrate: bool) -> tuple[int, ValueError | None]:
+        """``learn`` over the batch's rows from its start, each member in its compiled loop over the rows none might
+        refuse (``_safe_end``), the others one at a time; as `PegasosClassifier.learn_rows` (the same arrays, the
+        same stop at a refused row), with ``platt`` giving the probabilities, and fitted on the decisions when
+        ``calibrate``."""
+        rows, start, decisions, probas = batch.rows, batch.start, batch.decisions, batch.probas
         n = len(rows)
         while start < n:
-            end = self._safe_end(rows, weights, start)
+            end = self._safe_end(rows, batch.weights, start)
             if end > start:
-                run = rows if end == n else rows.slice(0, end)
-                self._learn_compiled(run, signs, weights, decisions, probas, start, platt, calibrate)
+                self._learn_compiled(batch.head(end).at(start), platt, calibrate)
             if end == n:
                 break
             x = rows.row(end)
@@ -182,7 +172,7 @@ class Members:
                 decisions[end] = decision = self.decide(x)
                 if len(probas):
                     probas[end] = platt.proba(decision)
-                self.learn(x, signs[end] > 0, float(weights[end]), platt if calibrate else None)
+                self.learn(x, batch.signs[end] > 0, float(batch.weights[end]), platt if calibrate else None)
             except ValueError as error:
                 return end, error
             start = end + 1
@@ -206,34 +196,21 @@ class Members:
                 safe &= member.norm + member._largest_step() * spread < ROOM
         return start + int(np.argmin(safe)) if not safe.all() else len(rows)
 
-    def _learn_compiled(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int,
-        platt: OnlinePlatt,
-        calibrate: bool,
-    ) -> None:
-        """Every member's compiled loop over ``rows`` from ``start`` (rows none refuses), then each row's decision,
-        probability, calibration and losses in order."""
-        n = len(rows)
+    def _learn_compiled(self, batch: LearnBatch, platt: OnlinePlatt, calibrate: bool) -> None:
+        """Every member's compiled loop over the batch's rows from its start (rows none refuses, an array entry a
+        row), then each row's decision, probability, calibration and losses in order."""
+        n, start = len(batch.rows), batch.start
         candidates = np.empty((len(self._losses), n))
         stops, row = [], 0
         for member in self._members:  # (an averaging member's candidates: its decisions, then its current margins)
             current = candidates[row + 1] if member.average else None
-            stops.append(
-                compiled.learn_rows(member, rows, signs[:n], weights[:n], candidates[row], np.empty(0), start, current)
-            )
+            stops.append(compiled.learn_rows(member, batch.into(candidates[row], np.empty(0), current)))
             row += len(_iterates(member))
         if any(stop != (n, None) for stop in stops):  # rows none refuses: never seen
             raise RuntimeError(f"the members stopped at {stops}")
-        wanted = len(probas) > 0
-        for i, row_margins, sign, weight in zip(
-            range(start, n), candidates[:, start:].T.tolist(), signs[start:n].tolist(), weights[start:n].tolist()
-        ):
+        decisions, probas, wanted = batch.decisions, batch.probas, batch.wants_probas
+        signs, weights = batch.signs[start:].tolist(), batch.weights[start:].tolist()
+        for i, row_margins, sign, weight in zip(range(start, n), candidates[:, start:].T.tolist(), signs, weights):
             decisions[i] = decision = row_margins[self._leading()]
             if wanted:
                 probas[i] = platt.proba(decision)
@@ -269,6 +246,6 @@ class Members:
         return predicting if averaged else current
 
 
-def _iterates(member: PegasosClassifier) -> tuple[bool, ...]:
+def _iterates(member: PegasosModel) -> tuple[bool, ...]:
     """Whether each candidate of ``member`` is its averaged iterate: (True, False) when it averages, else (False,)."""
     return (True, False) if member.average else (False,)

@@ -11,13 +11,13 @@ import numpy as np
 from river import base
 
 from .adagrad import AdaGradLogistic
+from .batch import LearnBatch
 from .calibration import OnlinePlatt
 from .committee import PegasosCommittee
 from .compiled import calibrate_rows
 from .hedge import initial_log_weights, mix_rows, share_cost
 from .linear import PegasosClassifier
 from .logistic_pegasos import PegasosLogistic
-from .rows import Rows
 from .state import InvalidState, check_list, check_parts, new_like
 from .validation import MAX_STEP_COUNT, binary_sign, check_lambdas, check_sample_weight
 
@@ -256,25 +256,19 @@ class PegasosMixture(base.Classifier):
             learner.learn_one(x, y, w)
         self._mixed(margins, update=(np.array([sign]), np.array([weight])))
 
-    def learn_rows(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int = 0,
-    ) -> tuple[int, ValueError | None]:
-        """``learn_one`` over rows ``start:``, each learner in its compiled loop; as
+    def learn_rows(self, batch: LearnBatch) -> tuple[int, ValueError | None]:
+        """``learn_one`` over the batch's rows from its start, each learner in its compiled loop; as
         `PegasosClassifier.learn_rows` (the same arrays, the same stop at a refused row)."""
+        rows, signs, weights, start = batch.rows, batch.signs, batch.weights, batch.start
+        decisions, probas = batch.decisions, batch.probas
         n = len(rows)
         svm_margins, logistic_margins = np.empty((len(self.lambdas), n)), np.empty((len(self.logistics), n))
         other_margins = np.empty((len(self.logistic_svms), n))
         parts, unused = np.empty((2, n)), np.empty(n)
-        stops = [self.committee.learn_rows(rows, signs, weights, unused, unused, start, parts)]
+        stops = [self.committee.learn_rows(batch.into(unused, unused), parts=parts)]
         svm_margins[0], logistic_margins[0] = parts
         stops += [
-            learner.learn_rows(rows, signs, weights, margins, unused, start)
+            learner.learn_rows(batch.into(margins, unused))
             for learner, margins in zip(self._others(), (*svm_margins[1:], *logistic_margins[1:], *other_margins))
         ]
         stop, error = stops[0]

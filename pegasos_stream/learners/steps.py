@@ -17,16 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic
 
 import numpy as np
 
-from .rows import Rows
+from .batch import LearnBatch
+from .protocols import ModelT
 from .validation import binary_sign, check_sample_weight
 from .weights import weight_columns
-
-if TYPE_CHECKING:
-    from .linear import PegasosClassifier
 
 __all__ = ["StepLog", "StepRecorder"]
 
@@ -149,7 +147,7 @@ class _Pieces:
         return log
 
 
-class StepRecorder:
+class StepRecorder(Generic[ModelT]):
     """Predicts and learns with ``model``, a `PegasosClassifier` with weights in arrays (``n_features``), and
     records every step it takes; ``cut()`` hands the steps recorded since the last cut over as a `StepLog`,
     with the example of every step when ``every_row`` (else of the violated ones only).
@@ -160,8 +158,8 @@ class StepRecorder:
 
     _multiclass = False
 
-    def __init__(self, model: PegasosClassifier, every_row: bool = False) -> None:
-        if getattr(model, "n_features", None) is None or getattr(model, "_grid", None) is not None:
+    def __init__(self, model: ModelT, every_row: bool = False) -> None:
+        if model.n_features is None or model.lambda_ == "auto":
             raise ValueError(
                 "recording steps needs a PegasosClassifier with an explicit lambda_ and weights in arrays (n_features)"
             )
@@ -221,23 +219,16 @@ class StepRecorder:
             values if kept else values[:0],
         )
 
-    def learn_rows(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int = 0,
-    ) -> tuple[int, ValueError | None]:
+    def learn_rows(self, batch: LearnBatch) -> tuple[int, ValueError | None]:
         """``PegasosClassifier.learn_rows``, recorded. With an averaged model, whose decisions are not the
         margins its test uses, each row is learned by ``learn_one``."""
         if self.model.average:
-            return self._learn_rows_one_by_one(rows, signs, weights, decisions, probas, start)
-        end, error = self.model.learn_rows(rows, signs, weights, decisions, probas, start)
+            return self._learn_rows_one_by_one(batch)
+        end, error = self.model.learn_rows(batch)
+        rows, start = batch.rows, batch.start
         if end > start:
-            learned_signs = signs[start:end]
-            violated = learned_signs * decisions[start:end] < 1.0
+            learned_signs = batch.signs[start:end]
+            violated = learned_signs * batch.decisions[start:end] < 1.0
             chosen = np.arange(start, end) if self.every_row else np.flatnonzero(violated) + start
             first = rows.indptr[chosen]
             lengths = rows.indptr[chosen + 1] - first
@@ -248,8 +239,8 @@ class StepRecorder:
                 columns = np.asarray(named)[columns]
             self._pieces.add(
                 learned_signs.copy(),
-                weights[start:end].copy(),
-                decisions[start:end].copy(),
+                batch.weights[start:end].copy(),
+                batch.decisions[start:end].copy(),
                 violated,
                 lengths,
                 columns,
@@ -257,17 +248,10 @@ class StepRecorder:
             )
         return end, error
 
-    def _learn_rows_one_by_one(
-        self,
-        rows: Rows,
-        signs: np.ndarray,
-        weights: np.ndarray,
-        decisions: np.ndarray,
-        probas: np.ndarray,
-        start: int,
-    ) -> tuple[int, ValueError | None]:
-        for i in range(start, len(rows)):
-            x = rows.row(i)
+    def _learn_rows_one_by_one(self, batch: LearnBatch) -> tuple[int, ValueError | None]:
+        decisions, probas = batch.decisions, batch.probas
+        for i in range(batch.start, len(batch.rows)):
+            x = batch.rows.row(i)
             decisions[i] = np.nan
             if len(probas):
                 probas[i] = np.nan
@@ -275,11 +259,11 @@ class StepRecorder:
                 decisions[i] = self.model.decision_function_one(x)
                 if len(probas):
                     probas[i] = self.model.probability(decisions[i])
-                self.learn_one(x, signs[i] > 0, float(weights[i]))
+                self.learn_one(x, batch.signs[i] > 0, float(batch.weights[i]))
             except ValueError as error:
                 self.model._last_scored = None
                 return i, error
-        return len(rows), None
+        return len(batch.rows), None
 
     def learn_many(self, X: object, y: object) -> None:
         raise TypeError("a StepRecorder learns one example at a time: learn_many's mini-batch step is not recorded")

@@ -132,7 +132,30 @@ class _LazyScale:
         raise NotImplementedError
 
 
-class WeightVector(_LazyScale):
+class _AveragedLazyScale(_LazyScale):
+    """`_LazyScale` with the running sum of iterates S = avg_scale · v + avg_offset of ``n_averaged`` iterates; its
+    scalars by the names of the compiled loop's state."""
+
+    n_averaged: int
+    avg_scale: float
+
+    def loop_state(self) -> dict[str, float | int]:
+        """The scale, ‖v‖², the average's scale and the count of iterates averaged, by the names of the compiled
+        loop's state (``_fast.STATE``, ``_fast.ISTATE``)."""
+        return {
+            "scale": self.scale,
+            "sq_norm": self.sq_norm,
+            "average_scale": self.avg_scale,
+            "n_averaged": self.n_averaged,
+        }
+
+    def set_loop_state(self, values: Mapping[str, float | int]) -> None:
+        """Take back the values of ``loop_state``'s names from ``values`` (which may hold others)."""
+        self.scale, self.sq_norm = float(values["scale"]), float(values["sq_norm"])
+        self.avg_scale, self.n_averaged = float(values["average_scale"]), int(values["n_averaged"])
+
+
+class WeightVector(_AveragedLazyScale):
     """A sparse weight vector w = scale · v, optionally tracking the average of its iterates.
 
     Parameters
@@ -303,7 +326,7 @@ def dense_columns(keys: Sequence, n_features: int) -> np.ndarray | None:
     return given.astype(np.int64, copy=False)
 
 
-class DenseWeightVector(_LazyScale):
+class DenseWeightVector(_AveragedLazyScale):
     """`WeightVector` over arrays: w = scale · v, with v (and the average's offset) float64 arrays of
     ``n_features`` columns, indexed by int features 0..n_features − 1; any other key is refused.
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
+from ..learners.batch import LearnBatch
 from ..learners.rows import Rows
 from ..learners.steps import StepLog, StepRecorder
 from ..persist.checkpoint import WriteSchedule, checkpoint_bytes, model_digest, read_checkpoint_bytes
@@ -208,8 +209,7 @@ class ClusterState:
             self.model = learned
         elif steps.every_row:
             rows = Rows(steps.indptr, steps.indices, steps.data, range(self.model.n_features or 0), True)
-            n = len(steps)
-            end, error = self.model.learn_rows(rows, steps.signs, steps.weights, np.empty(n), np.empty(0))
+            end, error = self.model.learn_rows(LearnBatch.new(rows, steps.signs, steps.weights, probas=False))
             if error is not None:  # (rows a learner learned; a refusal here is an overflow of the merged weights)
                 raise error
         else:
@@ -352,7 +352,7 @@ class ClusterSync(WriteSchedule):
 
     def __init__(
         self,
-        recorder: StepRecorder,
+        recorder: StepRecorder[PegasosClassifier],
         state: ClusterState,
         channel: DeltaChannel,
         learner: str,

@@ -10,59 +10,19 @@ class predicted (multiclass). The true label of the event, even when it is known
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from typing import Any, Protocol, cast, runtime_checkable
-
-import numpy as np
+from typing import Any, cast
 
 from ..features import DictHasher, EmailFeatures
-from ..learners.rows import Rows
+from ..learners.protocols import BinaryLearner, MulticlassLearner
 from .parsing import BadRecord, Event, EventParser
 from .records import Record
 
 __all__ = [
-    "BinaryLearner",
-    "CompiledLearner",
-    "MulticlassLearner",
     "Predictor",
     "binary_classes",
     "prediction_output",
     "record_features",
 ]
-
-
-@runtime_checkable
-class BinaryLearner(Protocol):
-    """A binary learner: a margin and its calibrated probability; it learns positive or negative."""
-
-    @property
-    def t(self) -> int: ...
-
-    def decision_function_one(self, x: dict) -> float: ...
-
-    def probability(self, score: float) -> float: ...
-
-    def learn_one(self, x: dict, y: bool) -> None: ...
-
-
-@runtime_checkable
-class CompiledLearner(BinaryLearner, Protocol):
-    """A binary learner with a compiled loop over CSR rows (see `PegasosClassifier.learn_rows`)."""
-
-    def learn_rows(
-        self, rows: Rows, signs: np.ndarray, weights: np.ndarray, decisions: np.ndarray, probas: np.ndarray, start: int
-    ) -> tuple[int, ValueError | None]: ...
-
-
-@runtime_checkable
-class MulticlassLearner(Protocol):
-    """A learner of classes: a probability per class known; it checks the labels it learns."""
-
-    @property
-    def t(self) -> int: ...
-
-    def predict_proba_one(self, x: dict) -> dict[Any, float]: ...
-
-    def learn_one(self, x: dict, y: object) -> None: ...
 
 
 def prediction_output(event_id: Hashable, predicted: object, score: float, proba: float) -> dict:

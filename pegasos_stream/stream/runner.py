@@ -14,7 +14,8 @@ from typing import Any, Protocol, TypeVar, cast
 import numpy as np
 
 from ..features import DictHasher, EmailFeatures
-from ..learners.rows import Rows
+from ..learners.batch import LearnBatch
+from ..learners.protocols import BinaryLearner, CompiledLearner, MulticlassLearner
 from ..learners.state import is_count
 from ..learners.validation import binary_sign
 from .batches import BatchParser, Parsed, ParsedBatch, parse_record
@@ -23,14 +24,7 @@ from .evaluation import BinaryReport, MulticlassReport, check_report
 from .inputs import check_position
 from .parsing import BadRecord, Event, EventParser
 from .pending import PendingLabels, check_pending
-from .predictions import (
-    BinaryLearner,
-    CompiledLearner,
-    MulticlassLearner,
-    Predictor,
-    binary_classes,
-    prediction_output,
-)
+from .predictions import Predictor, binary_classes, prediction_output
 from .records import Record, RecordBatch
 from .sinks import NullSink, Sink, SinkError, dead_letter
 from .sources import Source
@@ -162,13 +156,12 @@ class _CompiledBinaryTask(_BinaryTask):
     def __init__(self, model: CompiledLearner, report: BinaryReport) -> None:
         super().__init__(model, report)
 
-    def learn_rows(
-        self, rows: Rows, signs: np.ndarray, decisions: np.ndarray, probas: np.ndarray, first: int
-    ) -> tuple[int, ValueError | None]:
-        """The compiled loop from row ``first`` up to the first row the learner refuses (see
+    def learn_rows(self, batch: LearnBatch) -> tuple[int, ValueError | None]:
+        """The compiled loop from the batch's start up to the first row the learner refuses (see
         ``learn_rows``); the rows learned are reported."""
-        end, error = self.model.learn_rows(rows, signs, np.ones(len(signs)), decisions, probas, first)
-        self.report.update_many(signs[first:end] > 0, decisions[first:end])
+        end, error = self.model.learn_rows(batch)
+        first = batch.start
+        self.report.update_many(batch.signs[first:end] > 0, batch.decisions[first:end])
         return end, error
 
 
@@ -427,11 +420,11 @@ class Runner:
         the records processed while they are emitted (``_learned_unemitted``)."""
         if start == stop:
             return
-        part, part_signs = batch.rows.slice(start, stop), batch.signs[start:stop]
-        decisions, probas = np.empty(stop - start), np.empty(stop - start)
+        part = LearnBatch.new(batch.rows.slice(start, stop), batch.signs[start:stop])
+        decisions, probas = part.decisions, part.probas
         first = 0
         while first < stop - start:
-            end, error = compiled.learn_rows(part, part_signs, decisions, probas, first)
+            end, error = compiled.learn_rows(part.at(first))
             # a row refused by learn_one was still predicted (as one at a time), unless its margin was not finite
             predicted = end + (error is not None and not math.isnan(decisions[end]))
             self.stats.learned += end - first
