@@ -957,9 +957,9 @@ def _resolve_paths(raw: dict, base: Path | None) -> None:
 
 def without_paths(config: dict) -> dict:
     """A copy of ``config`` that opens no file: each path of `_PATH_KEYS` null (but the ``checkpoint`` section's,
-    which ``serve`` and ``predict`` neither write nor read), a file or maildir source standard input, a file output
-    standard output, a file dead-letter sink none. A checkpoint's stored configuration is taken so: a checkpoint is
-    data, and only the files a user names are opened."""
+    which ``serve`` and ``predict`` neither write nor read), a file or maildir source standard input (a maildir's
+    folders left out), a file output standard output, a file dead-letter sink none. A checkpoint's stored
+    configuration is taken so: a checkpoint is data, and only the files a user names are opened."""
     public = copy.deepcopy(config)
     for keys in (keys for keys in _PATH_KEYS if keys[0] != "checkpoint"):
         section = _section(public, keys[:-1])
@@ -973,6 +973,8 @@ def without_paths(config: dict) -> dict:
         section = _section(public, keys)
         if section.get("type") in kinds:
             section["type"] = instead
+    if config["source"].get("type") == "maildir":
+        public["source"]["folders"] = None  # (a maildir's folders: no folders on standard input)
     return public
 
 
@@ -1029,12 +1031,15 @@ def learning_hash(config: dict) -> str:
     """SHA-256 of what decides the steps a learner takes on a record: the ``model`` and ``features`` sections, how
     ``source`` turns a record into an example (its format, fields and labels), and how a cluster merges what its
     learners learned (``cluster.merge``). A cluster's learners must agree on it; they may differ in everything
-    else (their outputs, their error handling, their schedules)."""
+    else (their outputs, their error handling, their schedules). With text features, every format gives the same
+    examples, a message's text (a JSON event's, an mbox's or a maildir's messages), so that a model trained on one
+    learns on from another, a maildir of feedback say: the format and fields are then left out."""
     source = config["source"]
+    kept = ("labels", "label") if config["features"]["type"] == "email" else ("format", "fields", "labels", "label")
     job = {
         "model": config["model"],
         "features": config["features"],
-        "source": {key: source.get(key) for key in ("format", "fields", "labels", "label")},
+        "source": {key: source.get(key) for key in kept},
         "merge": config["cluster"]["merge"],
     }
     return _digest(job)

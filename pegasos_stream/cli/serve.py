@@ -11,7 +11,8 @@ Kafka source in a consumer group of its own (the training group's id + ".serve",
 source.group_id=...``). Without ``--http`` it predicts a stream (standard
 input, a file, Kafka) to the configured output, as ``run`` writes predictions, each with ``model_version``
 and ``model_age_s``; ``--input - --output -`` answers each line as it arrives (a co-process). With
-``--http HOST:PORT`` it answers requests (`stream.http_api`).
+``--http HOST:PORT`` it answers requests (`stream.http_api`); with ``--spamd HOST:PORT`` (or a Unix socket's
+path), spamd's protocol for ``spamc`` and the mail servers set up for it (`stream.spamd`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import signal
 import sys
 import threading
@@ -37,6 +39,7 @@ from ..persist.checkpoint import (
     read_checkpoint_bytes,
 )
 from ..stream.serving import Refusal, ServedModel, Serving, Watcher, serve_stream
+from ..stream.spamd import REQUIRED_SCORE
 from . import options
 from .assemble import build_model, build_parser, build_predictor, build_sinks, build_source
 from .checks import StartupError, check_files
@@ -368,12 +371,12 @@ def _serve_stream(serving: Serving, provider: CheckpointProvider | TopicProvider
     return 0
 
 
-def _listen_address(text: str) -> tuple[str, int]:
+def _listen_address(text: str, flag: str = "--http") -> tuple[str, int]:
     """HOST:PORT (``[::1]:PORT`` for an IPv6 address) as (host, port)."""
     host, _, port = text.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     if not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"--http {text}: expected HOST:PORT (a port from 0 to 65535; 0: any free port)")
+        raise ConfigError(f"{flag} {text}: expected HOST:PORT (a port from 0 to 65535; 0: any free port)")
     return host, int(port)
 
 
@@ -397,15 +400,53 @@ def _serve_http(serving: Serving, host: str, port: int) -> int:
     return 0
 
 
-def command_serve(args: argparse.Namespace) -> int:
-    """Serve predictions until the stream ends or a signal; 0."""
+def _serve_spamd(serving: Serving, args: argparse.Namespace) -> int:
+    """Answer spamd's protocol on ``--spamd`` until a signal."""
+    from ..stream.spamd import FeedbackSpool, SpamdService
+    from ..stream.spamd_server import SpamdServer
+
+    where = args.spamd if "/" in args.spamd else _listen_address(args.spamd, "--spamd")
+    try:
+        feedback = FeedbackSpool(args.feedback) if args.feedback else None
+    except OSError as error:
+        raise StartupError(f"--feedback {args.feedback}: {error.strerror or error}") from None
+    try:
+        server = SpamdServer(SpamdService(serving, args.required_score, feedback), where)
+    except OSError as error:
+        raise StartupError(f"--spamd {args.spamd}: cannot listen: {error.strerror or error}") from None
+    taught = f"; TELL delivers into {args.feedback}" if feedback else ""
+    _log.info("answering spamd's protocol on %s (required score %g%s)", server.address, args.required_score, taught)
+    try:
+        with _on_signals(signal.default_int_handler):  # a KeyboardInterrupt ends serve_forever()
+            server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+def _check_serve_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that do not go together (a ConfigError)."""
     stream_flags = (args.input, args.output, args.max_events, args.stop_when_idle)
-    if args.http and any(flag is not None for flag in stream_flags):
+    listeners = [flag for flag, value in (("--http", args.http), ("--spamd", args.spamd)) if value]
+    if len(listeners) > 1:
+        raise ConfigError("serve answers one protocol: --http or --spamd")
+    if listeners and any(flag is not None for flag in stream_flags):
         raise ConfigError(
-            "--http answers requests: --input, --output, --max-events and --stop-when-idle are for a stream"
+            f"{listeners[0]} answers requests: --input, --output, --max-events and --stop-when-idle are for a stream"
         )
+    if args.feedback and not args.spamd:
+        raise ConfigError("--feedback keeps the messages taught by spamd's TELL: it needs --spamd")
+    if not math.isfinite(args.required_score):
+        raise ConfigError(f"--required-score {args.required_score}: expected a finite number")
     if (args.model is None) == (args.model_topic is None):
         raise ConfigError("serve needs either --model CHECKPOINT or --model-topic TOPIC")
+
+
+def command_serve(args: argparse.Namespace) -> int:
+    """Serve predictions until the stream ends or a signal; 0."""
+    _check_serve_flags(args)
     address = _listen_address(args.http) if args.http else None
     if args.max_model_bytes < 1:
         raise ConfigError(f"--max-model-bytes {args.max_model_bytes}: expected a number of bytes >= 1")
@@ -427,6 +468,8 @@ def command_serve(args: argparse.Namespace) -> int:
         watcher = Watcher(serving, args.reload_s)
         watcher.start()
         opened.callback(watcher.close)
+        if args.spamd:
+            return _serve_spamd(serving, args)
         return _serve_http(serving, *address) if address else _serve_stream(serving, provider, args)
 
 
@@ -449,6 +492,26 @@ def add_serve_command(commands: argparse._SubParsersAction, common: argparse.Arg
         help="the Kafka topic run publishes its models to (publish.topic), on the broker of --config's kafka section",
     )
     serve.add_argument("--http", metavar="HOST:PORT", help="answer POST /predict and GET /health on this address")
+    serve.add_argument(
+        "--spamd",
+        metavar="HOST:PORT|SOCKET",
+        help="answer SpamAssassin's spamd protocol (spamc, and mail servers set up for it) on this address, or on "
+        "a Unix socket at this path",
+    )
+    serve.add_argument(
+        "--required-score",
+        type=float,
+        default=REQUIRED_SCORE,
+        metavar="SCORE",
+        help=f"with --spamd: a message is spam from this score, the log-odds of spam ln(p/(1-p)) (default "
+        f"{REQUIRED_SCORE}: p >= 0.82)",
+    )
+    serve.add_argument(
+        "--feedback",
+        metavar="DIR",
+        help="with --spamd: keep the messages taught by TELL (spamc -L spam|ham) in this Maildir (Spam/, Ham/), "
+        "for run to learn",
+    )
     serve.add_argument(
         "--reload-s", type=float, default=5.0, metavar="SECONDS", help="look for a newer model this often"
     )

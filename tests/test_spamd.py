@@ -1,0 +1,269 @@
+"""``serve --spamd``: SpamAssassin's own client, ``spamc``, checks, reports, marks and teaches messages through
+the spamd protocol, with the verdicts ``predict`` gives; a request that cannot be answered gets spamd's error
+code, never a hang. Real processes and sockets on loopback; the protocol's reader on its own below."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+from pegasos_stream import cli
+from pegasos_stream.persist.checkpoint import latest_valid
+from pegasos_stream.stream.serving import Serving
+from pegasos_stream.stream.spamd import (
+    EX_PROTOCOL,
+    ProtocolError,
+    SpamdService,
+    Verdict,
+    read_request,
+    with_spam_headers,
+)
+from pegasos_stream.stream.spamd_server import SpamdServer
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
+COMMAND = [sys.executable, "-m", "pegasos_stream.cli"]
+SPAMC = shutil.which("spamc")
+#: Seconds to wait for a process or an answer: far past the real thing, for a loaded machine.
+WAIT = 30
+needs_spamc = pytest.mark.skipif(SPAMC is None, reason="spamc is not installed (.ci/run installs it)")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, list[dict]]:
+    """A checkpoint of the spam configuration on the bundled sample, and a few messages of each class."""
+    directory = tmp_path_factory.mktemp("spamd") / "ck"
+    args = ["run", "--config", "spam", "--set", f"checkpoint.dir={directory}", "--output", os.devnull]
+    assert cli.main(args) == 0
+    found = latest_valid(directory)
+    assert found is not None
+    with gzip.open(SAMPLE, "rt", encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle]
+    chosen = [r for r in records if r["label"] == "spam"][:3] + [r for r in records if r["label"] == "ham"][:3]
+    return directory, chosen
+
+
+class Spamd:
+    """``pegasos-stream serve --spamd`` in a process of its own, listening on a free port or a socket."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [*COMMAND, "serve", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        )
+        assert self.process.stderr is not None
+        self.log: list[str] = []
+        for line in self.process.stderr:
+            self.log.append(line)
+            if "answering spamd's protocol on " in line:
+                self.address = line.split(" on ", 1)[1].split(" ", 1)[0]
+                break
+        else:
+            raise AssertionError(f"serve --spamd did not start: {self.log}")
+        threading.Thread(target=lambda: self.log.extend(self.process.stderr or ()), daemon=True).start()
+
+    def spamc(self, *flags: str, message: bytes = b"") -> subprocess.CompletedProcess:
+        host, _, port = self.address.rpartition(":")
+        where = ["-U", self.address] if self.address.startswith("/") else ["-d", host, "-p", port]
+        return subprocess.run([SPAMC, *where, *flags], input=message, capture_output=True, timeout=WAIT)
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=WAIT)
+
+
+@pytest.fixture
+def spamd():
+    started: list[Spamd] = []
+
+    def start(*args: str) -> Spamd:
+        started.append(Spamd(*args))
+        return started[-1]
+
+    yield start
+    for server in started:
+        if server.process.poll() is None:
+            server.process.kill()
+            server.process.wait(timeout=WAIT)
+
+
+def _predicted(checkpoint: Path, message: bytes, tmp_path: Path) -> float:
+    """``predict``'s probability of spam for ``message``."""
+    path = tmp_path / "message.eml"
+    path.write_bytes(message)
+    result = subprocess.run([*COMMAND, "predict", "--model", str(checkpoint), str(path)], capture_output=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["proba"]
+
+
+@needs_spamc
+def test_spamc_checks_reports_and_marks_messages_as_predict_scores_them(trained, spamd, tmp_path):
+    checkpoint, messages = trained
+    server = spamd("--model", str(checkpoint), "--spamd", "127.0.0.1:0")
+    for record in messages:
+        message = record["text"].encode()
+        proba = _predicted(checkpoint, message, tmp_path)
+        score = round(math.log(proba / (1 - proba)), 1)
+        spam = score >= 1.5
+        assert spam == (record["label"] == "spam")  # (the sample's model knows these)
+
+        check = server.spamc("-c", message=message)  # exit 1 for spam, 0 for ham; "score/required"
+        assert (check.returncode, check.stdout) == (int(spam), f"{score:.1f}/1.5\n".encode())
+
+        report = server.spamc("-R", message=message)
+        assert report.stdout.startswith(f"{score:.1f}/1.5\n".encode())
+        assert f"({score:.1f} points, 1.5 required)".encode() in report.stdout
+
+        marked = server.spamc(message=message).stdout  # PROCESS: the message with its headers
+        head, _, body = marked.partition(b"\n\n")
+        assert f"X-Spam-Score: {score:.1f}".encode() in head and (b"X-Spam-Flag: YES" in head) == spam
+        assert f"X-Spam-Status: {'Yes' if spam else 'No'}, score={score:.1f} required=1.5".encode() in head
+        assert body == message.partition(b"\n\n")[2]
+
+        headers = server.spamc("--headers", message=message).stdout  # HEADERS: spamc puts the body back
+        assert headers == marked
+        assert server.spamc("-y", message=message).stdout.strip() == b"PEGASOS_STREAM"  # SYMBOLS
+    assert server.spamc("-K").stdout.startswith(b"SPAMD/1.5 0")  # PING
+    assert server.stop() == 0
+
+
+@needs_spamc
+def test_spamc_teaches_messages_which_run_learns_once_and_the_served_score_moves(trained, spamd, tmp_path):
+    """spamc -L spam|ham delivers into the feedback Maildir; a resumed run over it learns each message once (the
+    model trained on JSON events learns on from raw messages: the same examples), and serve takes up the model it
+    writes."""
+    learned, feedback = tmp_path / "learned", tmp_path / "feedback"
+    assert cli.main(["run", "--config", "spam", "--set", f"checkpoint.dir={learned}", "--output", os.devnull]) == 0
+    server = spamd("--model", str(learned), "--spamd", "127.0.0.1:0", "--feedback", str(feedback), "--reload-s", "0.2")
+    ham = trained[1][3]["text"].encode()
+    before = server.spamc("-c", message=ham).stdout
+    for _ in range(30):
+        taught = server.spamc("-L", "spam", message=ham)
+        assert taught.returncode == 0 and b"successfully" in taught.stdout
+    assert server.spamc("-L", "ham", message=trained[1][0]["text"].encode()).returncode == 0
+    assert len(list((feedback / "Spam" / "new").iterdir())) == 30
+    assert len(list((feedback / "Ham" / "new").iterdir())) == 1
+
+    learn = ["run", "--config", "spam", "--input", str(feedback), "--set", f"checkpoint.dir={learned}", "--resume"]
+    learn += ["--set", "source.folders={Spam: spam, Ham: ham}", "--output", os.devnull]
+    for _ in range(2):  # the second run finds nothing new
+        assert cli.main(learn) == 0
+        state = latest_valid(learned)
+        assert state is not None and state[1]["model"].t == 404 + 31
+
+    deadline = time.monotonic() + WAIT
+    after = before
+    while after == before and time.monotonic() < deadline:  # the follower takes up the newer checkpoint
+        time.sleep(0.1)
+        after = server.spamc("-c", message=ham).stdout
+    assert float(after.split(b"/")[0]) > float(before.split(b"/")[0]), server.log
+    assert not any("refusing" in line for line in server.log)
+
+
+@needs_spamc
+def test_a_unix_socket_and_no_model_yet_answer_with_spamds_codes(trained, spamd, tmp_path):
+    """Without a model, a request is answered EX_TEMPFAIL: spamc passes the message through, unmarked. TELL
+    without --feedback is answered EX_UNAVAILABLE."""
+    socket_path, models = tmp_path / "spamd.sock", tmp_path / "models"
+    models.mkdir()
+    server = spamd("--model", str(models), "--spamd", str(socket_path))
+    assert (socket_path.stat().st_mode & 0o777) == 0o660
+    message = trained[1][0]["text"].encode()
+    assert server.spamc(message=message).stdout == message  # passed through
+    assert server.spamc("-c", message=message).stdout == b"0/0\n"
+    assert server.stop() == 0 and not socket_path.exists()
+    server = spamd("--model", str(trained[0]), "--spamd", str(socket_path))
+    assert server.spamc("-c", message=message).returncode == 1
+    taught = server.spamc("-L", "spam", message=message)
+    assert taught.returncode != 0 and b"successfully" not in taught.stdout
+
+
+def _request(raw: bytes, max_bytes: int = 1 << 20):
+    return read_request(io.BufferedReader(io.BytesIO(raw)), max_bytes)  # type: ignore[arg-type]
+
+
+def test_the_reader_takes_spamds_requests_and_refuses_what_is_not():
+    message = b"Subject: hi\r\n\r\nhello"
+    request = _request(b"CHECK SPAMC/1.5\r\nContent-length: 20\r\nUser: ann\r\n\r\n" + message)
+    assert (request.command, request.user, request.message, request.truncated) == ("CHECK", "ann", message, False)
+    cut = _request(b"CHECK SPAMC/1.5\r\nContent-length: 20\r\n\r\n" + message, max_bytes=8)
+    assert (cut.message, cut.truncated) == (message[:8], True)
+    packed = zlib.compress(message)
+    zipped = _request(b"PROCESS SPAMC/1.5\r\nContent-length: %d\r\nCompress: zlib\r\n\r\n" % len(packed) + packed)
+    assert zipped.message == message
+    assert _request(b"PING SPAMC/1.5\r\n\r\n").command == "PING"
+    for bad, reason in [
+        (b"GET / HTTP/1.1\r\n\r\n", "bad request line"),
+        (b"CHECK SPAMC/1.5\r\nContent-length: x\r\n\r\n", "expected a number of bytes"),
+        (b"CHECK SPAMC/1.5\r\nContent-length: 99\r\n\r\nshort", "short of its Content-length"),
+        (b"CHECK SPAMC/1.5\r\nno colon\r\n\r\n", "bad header line"),
+        (b"CHECK SPAMC/1.5\r\n" + b"X" * 9000 + b"\r\n\r\n", "too long"),
+    ]:
+        with pytest.raises(ProtocolError, match=reason) as refused:
+            _request(bad)
+        assert refused.value.code == EX_PROTOCOL
+
+
+def test_the_spam_headers_replace_any_the_message_came_with_in_its_own_line_ends():
+    forged = b"From: a@b\r\nX-Spam-Flag: NO\r\nX-Spam-Status: No,\r\n  tests=NONE\r\nSubject: s\r\n\r\nbody\r\n"
+    status = b"Yes, score=3.2 required=1.5 tests=PEGASOS_STREAM autolearn=no version=pegasos-stream 0.1.0 model=7"
+    assert with_spam_headers(forged, Verdict(3.2, 1.5, 0.96, 7)) == (
+        b"From: a@b\r\nSubject: s\r\nX-Spam-Flag: YES\r\nX-Spam-Score: 3.2\r\nX-Spam-Status: " + status
+        + b"\r\n\r\nbody\r\n"
+    )  # fmt: skip
+    ham = with_spam_headers(b"no header block at all", Verdict(-1.0, 1.5, 0.3, 1))
+    assert ham.startswith(b"X-Spam-Score: -1.0\nX-Spam-Status: No, score=-1.0") and ham.endswith(
+        b"\n\nno header block at all"
+    )
+
+
+class _NoModel:
+    """A model provider that has none yet."""
+
+    current = None
+    origin = "nowhere"
+    last_refusal = None
+
+    def refresh(self) -> bool:
+        return False
+
+
+def test_past_the_connection_limit_or_the_time_a_request_is_answered_tempfail_at_once():
+    service = SpamdService(Serving(_NoModel()))  # type: ignore[arg-type]
+    server = SpamdServer(service, ("127.0.0.1", 0), max_connections=1, timeout_s=0.5)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    host, port = server.address.rsplit(":", 1)
+    try:
+        idle = socket.create_connection((host, int(port)), timeout=WAIT)  # holds the one place, sends nothing
+        second = socket.create_connection((host, int(port)), timeout=WAIT)
+        assert second.recv(200).startswith(b"SPAMD/1.5 75 EX_TEMPFAIL too many connections")
+        assert idle.recv(200).startswith(b"SPAMD/1.5 75 EX_TEMPFAIL the request did not come in time")
+        assert idle.recv(200) == b""  # closed once its place is free
+        idle.close()
+        second.close()
+        third = socket.create_connection((host, int(port)), timeout=WAIT)  # the place is free again
+        third.sendall(b"PING SPAMC/1.5\r\n\r\n")
+        assert third.recv(200) == b"SPAMD/1.5 0 PONG\r\n"
+        assert third.recv(200) == b""  # closed once its place is free
+        third.close()
+        fourth = socket.create_connection((host, int(port)), timeout=WAIT)
+        fourth.sendall(b"CHECK SPAMC/1.5\r\nContent-length: 2\r\n\r\nhi")
+        assert fourth.recv(200).startswith(b"SPAMD/1.5 75 EX_TEMPFAIL no model yet")
+        fourth.close()
+    finally:
+        server.shutdown()
+        server.close()
