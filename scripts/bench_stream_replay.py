@@ -78,10 +78,9 @@ from _harness import (
 from _stream_data import add_stream_arguments, iter_svmlight_lines, svmlight_to_vw, write_svmlight
 
 import pegasos_stream
-from pegasos_stream.cli.assemble import build_model
+from pegasos_stream.cli.assemble import build_model, build_parser
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.stream.fastparse import parse_svmlight
-from pegasos_stream.stream.parsing import EventParser
 from pegasos_stream.stream.records import Record
 
 try:
@@ -98,8 +97,9 @@ CHUNK = 50_000
 
 def bare_pass(path: Path) -> tuple[float, dict]:
     """decision_function_one + learn_one over dicts parsed (untimed, in chunks) by the runner's parser."""
-    model = build_model(load_config(SVMLIGHT_CONFIG))
-    parser = EventParser("svmlight")
+    config = load_config(SVMLIGHT_CONFIG)
+    model = build_model(config)
+    parser = build_parser(config, model)  # (as the runner parses: the names are the arrays' columns)
     decide, learn = model.decision_function_one, model.learn_one
     scores, positives = [], []
     seconds = 0.0
@@ -124,11 +124,11 @@ def compiled_pass(path: Path) -> tuple[float, dict]:
     seconds = 0.0
     lines = iter_svmlight_lines(path)
     while chunk := list(itertools.islice(lines, CHUNK)):
-        status, rows, signs = parse_svmlight(chunk, max_bytes)
+        status, rows, signs = parse_svmlight(chunk, max_bytes, None, model.max_features)
         if (status == 2).any():
             raise RuntimeError(f"{path}: a line outside the C parser's grammar; learn_csr would skip it")
         start = time.perf_counter()
-        scores.append(model.learn_csr(rows.indptr, rows.indices, rows.data, signs, columns=rows.keys))
+        scores.append(model.learn_csr(rows.indptr, rows.indices, rows.data, signs))  # (the arrays' columns)
         seconds += time.perf_counter() - start
     return seconds, {"scores": np.concatenate(scores)}
 
