@@ -25,6 +25,7 @@ import yaml
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.admin._configs import ConfigResource
+from kafka_helpers import GROUP_SETTINGS
 
 from pegasos_stream import cli
 from pegasos_stream.persist.checkpoint import (
@@ -35,7 +36,7 @@ from pegasos_stream.persist.checkpoint import (
     read_checkpoint,
 )
 from pegasos_stream.stream.publishing import snapshot_records
-from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS, committed_offset
+from pegasos_stream.testing.kafka_broker import committed_offset
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
@@ -168,17 +169,22 @@ def _predicted(line: dict) -> tuple:
 
 def test_a_co_process_answers_each_line_as_it_comes_with_the_model_of_a_file(models, serve, tmp_path):
     """One line written, its answer read, then the next: a server that waited for more input, or did not
-    flush, would never answer (the read would time out)."""
+    flush, would never answer (the read would time out). Every line is answered, in order: a line without a
+    prediction with an error object naming why, so that a client reading one answer per line never blocks."""
     first = models[0]
     before = _sha256(first)
     server = serve("--model", str(first), "--input", "-", "--output", "-")
     events = [*_events(range(5)), b'{"id": "late", "label": true}', b"not JSON", *_events(range(5, 8))]
     answers = [server.ask(event) for event in events[:5]]
-    server.process.stdin.write(b"\n".join(events[5:]) + b"\n")  # a label alone and a bad record: no answer
+    server.process.stdin.write(b"\n".join(events[5:]) + b"\n")  # a label alone and a bad record among them
     server.process.stdin.flush()
-    answers += [json.loads(server.answers.get(timeout=WAIT)) for _ in range(3)]
+    answers += [json.loads(server.answers.get(timeout=WAIT)) for _ in range(5)]
     assert server.stop() == 0
     server.wait_for('"events": 10')
+    unanswered = answers[5:7]
+    assert unanswered[0] == {"position": "<stdin>:6", "error": "nothing to predict (a label alone, or a comment)"}
+    assert unanswered[1]["position"] == "<stdin>:7" and "<stdin>:7: malformed JSON" in unanswered[1]["error"]
+    answers = answers[:5] + answers[7:]
     assert [a["id"] for a in answers] == list(range(8))
     assert {a["model_version"] for a in answers} == {1}
     written = read_checkpoint(first)[1]["written_at"]

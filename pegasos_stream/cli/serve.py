@@ -359,6 +359,7 @@ def _serve_stream(serving: Serving, provider: CheckpointProvider | TopicProvider
                 run["stop_when_idle"],
                 stop,
                 config["errors"]["on_error"],
+                config["source"]["type"] == "stdin" and config["output"]["type"] == "stdout",  # a co-process
             )
     current = provider.current
     summary = {

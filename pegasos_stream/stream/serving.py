@@ -26,11 +26,11 @@ from typing import Protocol
 from .parsing import EventParser
 from .predictions import Predictor, prediction_output, record_features
 from .records import Record, RecordBatch
-from .runner import give_back, reject
+from .runner import give_back, reject, rejection_reason
 from .sinks import Sink
 from .sources import Source
 
-__all__ = ["ModelProvider", "NoModel", "Refusal", "ServedModel", "Serving", "Watcher", "serve_stream"]
+__all__ = ["ModelProvider", "NoModel", "Refusal", "ServedModel", "Serving", "Watcher", "serve_stream", "unanswered"]
 
 _log = logging.getLogger(__name__)
 
@@ -208,6 +208,7 @@ def serve_stream(
     stop_when_idle: float | None = None,
     stop: threading.Event | None = None,
     on_error: str = "skip",
+    answer_each: bool = False,
 ) -> int:
     """Predict the records of ``source`` until it ends, ``max_events`` records, ``stop_when_idle`` seconds
     without one, or ``stop``; the number of records processed.
@@ -216,7 +217,9 @@ def serve_stream(
     as they arrive) is predicted by one model; its predictions go to ``sink``, its bad records, named by
     their position, are logged and go to ``dead_letters`` (``on_error: stop``: a StopRun instead), then both
     are flushed and the source committed: nothing is learned, so nothing else needs saving first. A run
-    stopped inside a batch gives the records it did not write back to the source first.
+    stopped inside a batch gives the records it did not write back to the source first. With ``answer_each``
+    (a co-process, whose client reads one answer per line it writes), a record without a prediction gets one
+    too, in its place: ``{"position", "error"}`` naming why (`unanswered`).
     """
     events = 0
     last_event = time.monotonic()
@@ -231,16 +234,22 @@ def serve_stream(
             _log.info("no event for %g s: stopping", stop_when_idle)
             break
         if records:
-            events += _serve_batch(serving, source, records, sink, dead_letters, on_error)
+            events += _serve_batch(serving, source, records, (sink, dead_letters), on_error, answer_each)
     return events
 
 
 def _serve_batch(
-    serving: Serving, source: Source, records: RecordBatch, sink: Sink, dead_letters: Sink | None, on_error: str
+    serving: Serving,
+    source: Source,
+    records: RecordBatch,
+    sinks: tuple[Sink, Sink | None],
+    on_error: str,
+    answer_each: bool,
 ) -> int:
-    """Claim and predict a batch of ``records`` read from ``source`` (see `serve_stream`), then flush the sinks and
-    commit the source; the number of records claimed. Stopped inside the batch, it gives the records it did not
-    write back to the source."""
+    """Claim and predict a batch of ``records`` read from ``source`` (see `serve_stream`), then flush the sinks
+    (predictions, dead letters) and commit the source; the number of records claimed. Stopped inside the batch, it
+    gives the records it did not write back to the source."""
+    sink, dead_letters = sinks
     records = source.claim(records)
     done = served = rejected = 0
     try:
@@ -248,9 +257,12 @@ def _serve_batch(
             if isinstance(outcome, dict):
                 sink.emit(outcome)
                 served += 1
-            elif outcome is not None:
-                reject(record, outcome, dead_letters, on_error)
-                rejected += 1
+            else:
+                if outcome is not None:
+                    reject(record, outcome, dead_letters, on_error)
+                    rejected += 1
+                if answer_each:
+                    sink.emit(unanswered(record, outcome))
             done += 1
     except BaseException:
         give_back(source, records, done)
@@ -262,3 +274,11 @@ def _serve_batch(
         dead_letters.flush()
     source.commit()
     return len(records)
+
+
+def unanswered(record: Record, outcome: Exception | None) -> dict:
+    """The answer to a record without a prediction: its position, and why (``outcome``: the error that rejected
+    it; None: it held nothing to predict, a label alone or a comment)."""
+    if outcome is None:
+        return {"position": record.position, "error": "nothing to predict (a label alone, or a comment)"}
+    return {"position": record.position, "error": rejection_reason(record, outcome)}
