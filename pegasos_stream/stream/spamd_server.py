@@ -25,6 +25,9 @@ __all__ = ["SpamdServer"]
 Request = socket.socket | tuple[bytes, socket.socket]
 #: Connections answered at once, unless told.
 MAX_CONNECTIONS = 32
+#: Connections the kernel holds while they wait to be accepted (socketserver's 5 drops a burst's connections,
+#: which clients then retry a second later).
+LISTEN_BACKLOG = 128
 #: Seconds a client has to send its request, unless told.
 TIMEOUT_S = 30.0
 
@@ -41,6 +44,7 @@ class _Bounded(socketserver.ThreadingMixIn):
 
     daemon_threads = True
     block_on_close = False
+    request_queue_size = LISTEN_BACKLOG
     service: SpamdService
     timeout_s: float
     max_bytes: int
