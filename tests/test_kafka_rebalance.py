@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kafka_helpers import GROUP_SETTINGS, kafka_source_config
 
 from pegasos_stream import cli
 from pegasos_stream.persist.checkpoint import CheckpointError, checkpoints, read_checkpoint
 from pegasos_stream.stream.kafka_group import GroupSource
-from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS, committed_offset, kafka_source_config
+from pegasos_stream.testing.kafka_broker import committed_offset
 
 PARTITIONS = 4
 
@@ -169,7 +170,7 @@ def test_resume_without_a_checkpoint_starts_at_the_group_offsets_else_at_start(
         return [json.dumps({"id": i, "x": {"a": i % 5 - 2.0}, "label": i % 5 > 2}).encode() for i in ids]
 
     def run(output: Path, *options: str) -> list[int]:
-        argv = ["run", "--config", str(path), "--output", str(output), "--stop-when-idle", "3", *options]
+        argv = ["run", "--config", str(path), "--output", str(output), "--stop-when-idle", "2", *options]
         assert cli.main(argv) == 0
         capsys.readouterr()
         return [json.loads(line)["id"] for line in output.read_text(encoding="utf-8").splitlines()]
@@ -192,7 +193,8 @@ BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or s
 
 def _group_job(directory: Path, broker: str, topic: str, group: str, client: str) -> Path:
     """A run of the group: a model in which each event leaves its own weight (feature "e<id>", which
-    no other event has, so every event is a margin violation), checkpoints every 100 events."""
+    no other event has, so every event is a margin violation), checkpoints every 100 events; it stops
+    after 5 s without events (while it joins the group, it is not idle)."""
     directory.mkdir(parents=True)
     config = {
         "model": {"kind": "linear", "lambda_": 0.01},
@@ -201,7 +203,7 @@ def _group_job(directory: Path, broker: str, topic: str, group: str, client: str
         "output": {"type": "file", "path": str(directory / "out.jsonl")},
         "evaluation": {"stats_every_seconds": 60},
         "checkpoint": {"dir": str(directory / "ck"), "every_events": 100, "keep": 2},
-        "run": {"stop_when_idle": 12},
+        "run": {"stop_when_idle": 5},
     }
     path = directory / "job.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -215,18 +217,28 @@ def _start(job: Path) -> subprocess.Popen:
     return process
 
 
+def _stored_offsets(directory: Path) -> dict[int, int]:
+    """The offsets ({partition: offset}) of the newest checkpoint in ``directory`` ({} when there is none yet)."""
+    found = checkpoints(directory)
+    try:
+        return {p: offset for _, p, offset in read_checkpoint(found[0])[1]["source"]["offsets"]} if found else {}
+    except (CheckpointError, OSError):  # removed as a newer one was written
+        return {}
+
+
 def _wait_for_offsets_of_every_partition(directory: Path, timeout: float) -> None:
     """Until the newest checkpoint in ``directory`` holds an offset for every partition (a run's first ones may
     cover only the partitions it had read from; on a busy machine it takes a while to get there)."""
+    _wait_until(
+        lambda: len(_stored_offsets(directory)) == PARTITIONS, timeout, f"a checkpoint covering {PARTITIONS} partitions"
+    )
+
+
+def _wait_until(condition, timeout: float, what: str) -> None:
+    """Until ``condition()`` holds (an assertion error naming ``what`` after ``timeout`` seconds)."""
     deadline = time.monotonic() + timeout
-    while True:
-        found = checkpoints(directory)
-        try:
-            if found and len(read_checkpoint(found[0])[1]["source"]["offsets"]) == PARTITIONS:
-                return
-        except (CheckpointError, OSError):  # removed as a newer one was written
-            pass
-        assert time.monotonic() < deadline, f"no checkpoint covering {PARTITIONS} partitions after {timeout} s"
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
         time.sleep(0.2)
 
 
@@ -246,16 +258,25 @@ def test_runs_sharing_a_group_learn_every_event_once_through_rebalances_and_a_si
     topic = kafka_topic(PARTITIONS)
     group = f"group-{uuid.uuid4().hex[:8]}"
     ids: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}  # by partition, in offset order
-    produced = threading.Event()
+    enough, produced = threading.Event(), threading.Event()
 
     def producer() -> None:
-        for wave in range(40):
+        """Waves of events until ``enough`` is set (once "c" has learned some), then 4 more."""
+        last = None
+        for wave in range(200):
             for p in range(PARTITIONS):
                 batch = [wave * 1000 + p * 100 + i for i in range(60)]
                 produce(kafka_broker, topic, [_event(i) for i in batch], partition=p)
                 ids[p] += batch
-            time.sleep(0.8)
+            if last is None and enough.is_set():
+                last = wave + 4
+            if wave == last:
+                break
+            time.sleep(0.5)
         produced.set()
+
+    def committed_past(offsets: dict[int, int]) -> bool:
+        return all((committed_offset(kafka_broker, group, topic, p) or 0) > offset for p, offset in offsets.items())
 
     writer = threading.Thread(target=producer, daemon=True)
     jobs = {name: _group_job(tmp_path / name, kafka_broker, topic, group, kafka_client) for name in ("a", "b", "c")}
@@ -274,14 +295,19 @@ def test_runs_sharing_a_group_learn_every_event_once_through_rebalances_and_a_si
             committed = committed_offset(kafka_broker, group, topic, p) or 0
             again |= set(ids[p][committed:offset])
         runs["b"] = _start(jobs["b"])  # gets every partition once the group has given up on "a"
-        time.sleep(14)
+        behind = {p: offset for _, p, offset in stored}
+        _wait_until(lambda: committed_past(behind), 60, 'commit by "b" past the checkpoint of "a" on every partition')
         runs["a"] = _start(jobs["a"])  # its checkpoint's offsets are behind what "b" committed since
-        time.sleep(6)
-        runs["c"] = _start(jobs["c"])
+        err_a = tmp_path / "a" / "run.err"
+        _wait_until(lambda: "the group committed offset" in err_a.read_text(), 60, 'partition for "a" again')
+        runs["c"] = _start(jobs["c"])  # "b" and "a" hand partitions over to it in the middle of the stream
+        _wait_until(lambda: bool(checkpoints(tmp_path / "c" / "ck")), 60, 'checkpoint of "c"')
+        enough.set()
         assert produced.wait(timeout=90)
         for run in runs.values():
             run.wait(timeout=90)
     finally:
+        enough.set()
         for run in runs.values():
             if run.poll() is None:
                 run.kill()

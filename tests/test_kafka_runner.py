@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import yaml
+from kafka_helpers import GROUP_SETTINGS, kafka_source_config
 
 from pegasos_stream import cli
 from pegasos_stream.persist.checkpoint import latest_valid
-from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS, committed_offset, consume, kafka_source_config
+from pegasos_stream.testing.kafka_broker import committed_offset, consume
 
 
 def _config(tmp_path: Path, broker: str, topic: str, group: str, client: str) -> Path:
@@ -34,7 +35,7 @@ def _predicted_ids(path: Path) -> list[int]:
 
 
 def _run(config: Path, output: Path, capsys) -> dict:
-    code = cli.main(["run", "--config", str(config), "--output", str(output), "--stop-when-idle", "4"])
+    code = cli.main(["run", "--config", str(config), "--output", str(output), "--stop-when-idle", "2"])
     assert code == 0
     summary_line = capsys.readouterr().err.strip().splitlines()[-1]
     return json.loads(summary_line)
@@ -90,7 +91,7 @@ def test_one_kafka_section_connects_the_source_the_output_and_the_dead_letter_to
     path = tmp_path / "job.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
 
-    assert cli.main(["run", "--config", str(path), "--stop-when-idle", "3"]) == 0
+    assert cli.main(["run", "--config", str(path), "--stop-when-idle", "2"]) == 0
     summary = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert (summary["events"], summary["learned"], summary["rejected"]) == (11, 10, 1)
     assert [json.loads(value)["id"] for value in consume(kafka_broker, predictions, 10)] == list(range(10))

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kafka_helpers import kafka_source_config
 
 from pegasos_stream import cli
 from pegasos_stream.persist.checkpoint import latest_valid
 from pegasos_stream.stream.kafka import KafkaSink
 from pegasos_stream.stream.sinks import SinkError
-from pegasos_stream.testing.kafka_broker import committed_offset, consume, kafka_source_config
+from pegasos_stream.testing.kafka_broker import committed_offset, consume
 
 HUGE_ID = "X" * 600_000  # its prediction, keyed by the id, is over the producer's 1 MiB max_request_size
 HUGE_BAD_RECORD = b"not JSON " + b"Y" * 800_000  # its dead letter holds it in base64: over 1 MiB
@@ -48,7 +49,7 @@ def test_an_output_over_max_request_size_goes_out_bounded_and_every_record_is_ha
     produce(kafka_broker, topic, [*map(_event, range(10)), middle, *map(_event, range(11, 21))])
     job = _job(tmp_path, kafka_broker, topic, predictions, dead_letters)
     for _ in range(2):  # and a resume finds nothing left to do
-        assert cli.main(["run", "--config", str(job), "--resume", "--stop-when-idle", "3"]) == 0
+        assert cli.main(["run", "--config", str(job), "--resume", "--stop-when-idle", "2"]) == 0
     assert committed_offset(kafka_broker, f"{topic}-group", topic) == 21
     found = latest_valid(tmp_path / "ck")
     assert found is not None and found[2]["events"] == 21

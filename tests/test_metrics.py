@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kafka_helpers import GROUP_SETTINGS
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,7 +28,6 @@ from pegasos_stream.cli.config import load_config
 from pegasos_stream.stream.kafka_offsets import Fetched, OffsetBook, Partition
 from pegasos_stream.stream.metrics import REFRESH_SECONDS, RunMetrics
 from pegasos_stream.stream.sources import FileSource
-from pegasos_stream.testing.kafka_broker import GROUP_SETTINGS
 
 try:  # tests/ as a package
     from .streams import binary_events, jsonl

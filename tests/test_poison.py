@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kafka_helpers import kafka_source_config
 
 from pegasos_stream import cli
 from pegasos_stream.cli import assemble
@@ -17,7 +18,7 @@ from pegasos_stream.cli.config import load_config
 from pegasos_stream.persist import model_digest
 from pegasos_stream.persist.checkpoint import latest_valid
 from pegasos_stream.stream.sinks import NullSink, SinkError
-from pegasos_stream.testing.kafka_broker import committed_offset, kafka_source_config
+from pegasos_stream.testing.kafka_broker import committed_offset
 
 try:  # tests/ as a package
     from .streams import binary_events, jsonl

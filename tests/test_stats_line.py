@@ -7,19 +7,22 @@ import gzip
 import json
 import logging
 import re
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from pegasos_stream import cli
 from pegasos_stream.cli.assemble import build_runner
 from pegasos_stream.cli.config import load_config
-from pegasos_stream.stream.records import RecordBatch
+from pegasos_stream.stream import runner as runner_module
+from pegasos_stream.stream.records import Record, RecordBatch
+from pegasos_stream.stream.runner import Runner, RunStats
 from pegasos_stream.stream.sources import Source
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMAND = [sys.executable, "-m", "pegasos_stream.cli"]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
 STATS = re.compile(
     r"cumulative: events=(\d+) learned=\d+ rejected=\d+( empty_bodies=\d+)? accuracy=\S+ t=\d+; "
@@ -79,19 +82,56 @@ def test_the_stats_line_comes_at_its_interval_while_events_trickle_in(caplog):
     assert all(seconds == pytest.approx(0.6) for _, seconds, _ in lines)
 
 
-def test_the_stats_line_comes_at_its_interval_when_a_file_is_read_in_long_batches(tmp_path):
-    """Messages that take long to learn (the Python email reader): a file is read in batches, which
-    must end in time for the line (before, one batch held the whole file, and no line came)."""
+class _WorkClock:
+    """A clock that only the work moves: each record the runner processes takes ``per_byte`` seconds a byte."""
+
+    def __init__(self, per_byte: float) -> None:
+        self.now, self.per_byte, self._depth = 1000.0, per_byte, 0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def charge(self, work: Callable[[Any], None]) -> Callable[[Any], None]:
+        """``work`` (``process`` or ``process_many``), after which the clock moves on by the records' bytes (once
+        for a record that ``process_many`` hands to ``process``)."""
+
+        def timed(records: Record | RecordBatch) -> None:
+            self._depth += 1
+            try:
+                work(records)
+            finally:
+                self._depth -= 1
+            if not self._depth:
+                size = len(records.value) if isinstance(records, Record) else records.nbytes()
+                self.now += self.per_byte * size
+
+        return timed
+
+
+def test_the_stats_line_comes_at_its_interval_when_a_file_is_read_in_long_batches(monkeypatch, capsys, tmp_path):
+    """Messages that take long to learn (here 1 ms of a driven clock for each 2 kB, about 2 ms a message: the
+    Python email reader's pace): a file is read in batches, which must end in time for the line (before, one
+    batch held the whole file, and no line came). The clock of the line and of the batches' pace is the work's."""
     events = tmp_path / "mail.jsonl"
     events.write_bytes(gzip.decompress(SAMPLE.read_bytes()) * 3)
+    clock = _WorkClock(0.5e-6)
+    run = Runner.run
+
+    def driven_run(self: Runner, *args: Any, **kwargs: Any) -> RunStats:
+        self.clock = clock
+        self.process = clock.charge(self.process)  # type: ignore[method-assign]
+        self.process_many = clock.charge(self.process_many)  # type: ignore[method-assign]
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(Runner, "run", driven_run)
+    monkeypatch.setattr(runner_module, "time", SimpleNamespace(monotonic=clock, perf_counter=clock))
     args = ["eval", "--json", "--input", str(events), "--set", "features.reader=email"]
-    done = subprocess.run(
-        [*COMMAND, *args, "--set", "evaluation.stats_every_seconds=0.25"], capture_output=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr.decode()
-    total = json.loads(done.stdout)["events"]
+    assert cli.main([*args, "--set", "evaluation.stats_every_seconds=0.25"]) == 0
+    done = capsys.readouterr()
+    total = json.loads(done.out)["events"]
     assert total == 3 * 404
-    lines = _stats_lines(done.stderr.decode())
+    assert clock.now - 1000.0 > 8 * 0.25  # (the file took 8 intervals and more)
+    lines = _stats_lines(done.err)
     _check_intervals(lines, 0.25, total)
-    mixture = [line for line in done.stderr.decode().splitlines() if line.startswith("cumulative: ")][-1]
+    mixture = [line for line in done.err.splitlines() if line.startswith("cumulative: ")][-1]
     assert re.search(r" empty_bodies=\d+ ", mixture) and " members=svm(1e-05)+logistic(0.7):" in mixture  # spam.yaml's
