@@ -1,6 +1,6 @@
 """pegasos_stream: a streaming online SVM (Pegasos) for river.
 
-The learners load on first use, so ``import pegasos_stream.stream`` or the command line pays only
+The learners load on first use, so ``import pegasos_stream.run`` or the command line pays only
 for what it needs.
 """
 

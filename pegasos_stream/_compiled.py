@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["FAST", "MODULES", "PURE_PYTHON", "PURE_PYTHON_VARIABLE", "describe", "in_use", "load"]
 
@@ -34,8 +34,12 @@ def load(name: str) -> Any:
         return None
 
 
-#: The compiled module of the learners and the parsers, or None (its callers then run their Python code).
-FAST: Any = load("pegasos_stream._fast")
+#: The compiled module of the learners and the parsers, or None (its callers then run their Python code); typed by its
+#: stub, ``_fast.pyi``.
+if TYPE_CHECKING:
+    from . import _fast as FAST
+else:
+    FAST = load("pegasos_stream._fast")
 
 
 def in_use() -> dict[str, bool]:

@@ -106,7 +106,10 @@ SYNTHETIC_COLUMNS, SYNTHETIC_NNZ = 47_236, 75.0
 #: first prediction) and of its last.
 LAUNCHER = r"""
 import atexit, json, os, sys, time
-from pegasos_stream.stream import cluster, kafka_group, runner, serving
+from pegasos_stream.distribute import cluster
+from pegasos_stream.kafka import group as kafka_group
+from pegasos_stream.run import runner
+from pegasos_stream.serve import serving
 marks = {"started": time.perf_counter(), "first": None, "last": None, "records": 0, "first_count": 0, "syncs": [],
          "assigned": [], "predict_first": None, "predict_last": None, "predicted": 0, "cpu_first": 0, "cpu_last": 0,
          "batches": []}

@@ -81,11 +81,11 @@ from matplotlib.figure import Figure
 from pegasos_stream import PegasosClassifier
 from pegasos_stream.cli.assemble import build_features
 from pegasos_stream.cli.config import load_config
+from pegasos_stream.distribute.cluster import ClusterState, ClusterSync, MemoryLog, decode_delta
 from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.steps import StepRecorder
 from pegasos_stream.persist.checkpoint import model_digest, write_checkpoint
-from pegasos_stream.stream.cluster import ClusterState, ClusterSync, MemoryLog, decode_delta
 
 SPAM_CONFIG = REPO / "configs" / "spam.yaml"
 #: The grid: learners N and events between two syncs of a learner B.

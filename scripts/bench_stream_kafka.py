@@ -57,9 +57,9 @@ from kafka import KafkaConsumer
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.cli.main import process_wide
-from pegasos_stream.stream.kafka import CONSUMER_DEFAULTS
-from pegasos_stream.stream.records import RecordBatch
-from pegasos_stream.stream.sources import Source
+from pegasos_stream.io.records import RecordBatch
+from pegasos_stream.io.sources import Source
+from pegasos_stream.kafka.python_client import CONSUMER_DEFAULTS
 from pegasos_stream.testing.kafka_broker import (
     GROUP_SETTINGS,
     TansuBroker,
@@ -173,7 +173,7 @@ def confluent_polls(address: str, topic: str, group: str, n: int) -> Generator[i
     ``RAW_BATCH``, never more than are left of ``n``."""
     from confluent_kafka import Consumer
 
-    from pegasos_stream.stream.kafka_confluent import librdkafka_settings
+    from pegasos_stream.kafka.confluent_client import librdkafka_settings
 
     settings = {**CONSUMER_DEFAULTS, **GROUP_SETTINGS}
     del settings["bootstrap_timeout_ms"]

@@ -80,8 +80,8 @@ from _stream_data import add_stream_arguments, iter_svmlight_lines, svmlight_to_
 import pegasos_stream
 from pegasos_stream.cli.assemble import build_model, build_parser
 from pegasos_stream.cli.config import load_config
-from pegasos_stream.stream.fastparse import parse_svmlight
-from pegasos_stream.stream.records import Record
+from pegasos_stream.io.records import Record
+from pegasos_stream.parse.fastparse import parse_svmlight
 
 try:
     from vowpalwabbit import pyvw

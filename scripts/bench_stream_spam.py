@@ -83,7 +83,7 @@ from pegasos_stream.cli.config import load_config
 from pegasos_stream.features import EmailFeatures
 from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
-from pegasos_stream.stream.runner import takes_hashed_columns
+from pegasos_stream.run.runner import takes_hashed_columns
 
 SPAM_CONFIG = REPO / "configs" / "spam.yaml"
 #: The target of the spam path: emails per second per core, fastest pass.

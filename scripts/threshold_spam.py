@@ -23,7 +23,7 @@ from pathlib import Path
 
 from _harness import add_data_argument, add_lingspam_argument, add_out_argument, section, write_results
 
-from pegasos_stream.stream.spamd import REQUIRED_SCORE
+from pegasos_stream.serve.spamd import REQUIRED_SCORE
 
 #: The required scores tabled (log-odds of spam).
 SCORES = (0.0, 0.5, 1.0, REQUIRED_SCORE, 2.0, 2.5, 3.0)

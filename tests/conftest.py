@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pegasos_stream.stream.kafka import KafkaSource
-from pegasos_stream.stream.kafka_group import GroupSource
+from pegasos_stream.kafka.group import GroupSource
+from pegasos_stream.kafka.python_client import KafkaSource
 from pegasos_stream.testing import kafka_broker as tansu
 
 #: Fixtures that start or use a broker; a test using any of them gets the ``kafka`` marker.
@@ -125,7 +125,7 @@ def kafka_client(request: pytest.FixtureRequest) -> str:
 def source_class(kafka_client: str) -> type[GroupSource]:
     """The Kafka source of each client in turn (``kafka_client``)."""
     if kafka_client == "confluent":
-        from pegasos_stream.stream.kafka_confluent import ConfluentKafkaSource
+        from pegasos_stream.kafka.confluent_client import ConfluentKafkaSource
 
         return ConfluentKafkaSource
     return KafkaSource

@@ -1,10 +1,11 @@
 """The dependency rule of ARCHITECTURE.md: subpackages by role, imports one way, no circle.
 
-learners and features import nothing else of the package; persist imports learners; stream imports
-learners, features and persist; nothing imports cli. Checked twice: by importing each subpackage
-alone in a fresh interpreter (what it really loads), and by reading every module's import
-statements (what it could load, lazy imports included). No module imports another in a circle, not
-even for a type checker.
+learners, features and io import nothing else of the package; persist imports learners; kafka imports io; parse
+imports io, learners and features; run imports parse and what it does, and persist; serve imports run and what it
+does; distribute imports kafka and what it does, learners and persist; nothing imports cli. Checked twice: by
+importing each subpackage alone in a fresh interpreter (what it really loads), and by reading every module's import
+statements (what it could load, lazy imports included). No module imports another in a circle, not even for a type
+checker.
 """
 
 from __future__ import annotations
@@ -21,14 +22,19 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "pegasos_stream"
 
 #: Each subpackage and the subpackages it may import (besides itself, the compiled module and `_compiled`, which
-#: loads it).
+#: loads it): those below it, and what they import in turn (what importing it alone may load).
 ALLOWED = {
     "learners": set(),
     "features": set(),
     "testing": set(),
+    "io": set(),
     "persist": {"learners"},
-    "stream": {"learners", "features", "persist"},
-    "cli": {"learners", "features", "persist", "stream"},
+    "kafka": {"io"},
+    "parse": {"io", "learners", "features"},
+    "run": {"io", "parse", "learners", "features", "persist"},
+    "serve": {"io", "parse", "run", "learners", "features", "persist"},
+    "distribute": {"io", "kafka", "learners", "persist"},
+    "cli": {"learners", "features", "persist", "io", "kafka", "parse", "run", "serve", "distribute"},
 }
 
 LOADED = """
@@ -47,8 +53,9 @@ def _module_name(path: Path) -> str:
 
 
 def _is_module(name: str) -> bool:
+    """Whether ``name`` is a module or a package of the source tree, or a compiled module (known by its stub)."""
     path = PACKAGE.parent.joinpath(*name.split("."))
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    return any(path.with_suffix(suffix).is_file() for suffix in (".py", ".pyi")) or (path / "__init__.py").is_file()
 
 
 def _imports(path: Path, type_checking: bool = False) -> set[str]:
@@ -119,6 +126,17 @@ def _circles(graph: dict[str, set[str]]) -> list[str]:
 def _role(module: str) -> str | None:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else None
+
+
+def test_every_subpackage_has_a_role_and_the_roles_go_one_way():
+    """Each subpackage is in the table (a new one is not left out of the rule), and the table itself is a layering:
+    a subpackage may import what those it imports may, and none may import one that may import it."""
+    subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert subpackages == set(ALLOWED)
+    for name, allowed in ALLOWED.items():
+        for other in allowed:
+            assert ALLOWED[other] <= allowed, f"{name} may import {other}, but not all that {other} may"
+            assert name not in ALLOWED[other], f"{name} and {other} may import each other"
 
 
 @pytest.mark.parametrize("name", sorted(ALLOWED))

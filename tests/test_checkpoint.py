@@ -41,7 +41,10 @@ import yaml
 
 from pegasos_stream import KernelPegasosClassifier, PegasosClassifier, PegasosMulticlass, cli, load, save
 from pegasos_stream.cli.config import LEARNERS, config_hash, load_config
+from pegasos_stream.io.inputs import FileHead
+from pegasos_stream.io.sinks import NullSink
 from pegasos_stream.learners.svstore import DENSE_MAX_COLUMNS
+from pegasos_stream.parse.parsing import EventParser
 from pegasos_stream.persist import checkpoint as ck
 from pegasos_stream.persist.checkpoint import (
     FORMAT_VERSION,
@@ -57,12 +60,9 @@ from pegasos_stream.persist.checkpoint import (
     write_checkpoint,
 )
 from pegasos_stream.persist.codec import StateError
-from pegasos_stream.stream.evaluation import BinaryReport, MulticlassReport
-from pegasos_stream.stream.inputs import FileHead
-from pegasos_stream.stream.parsing import EventParser
-from pegasos_stream.stream.pending import PendingLabels
-from pegasos_stream.stream.runner import Runner
-from pegasos_stream.stream.sinks import NullSink
+from pegasos_stream.run.evaluation import BinaryReport, MulticlassReport
+from pegasos_stream.run.pending import PendingLabels
+from pegasos_stream.run.runner import Runner
 
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
 HEADER = len(MAGIC) + 32

@@ -21,12 +21,20 @@ from streams import int_stream
 
 from pegasos_stream import PegasosClassifier, cli
 from pegasos_stream.cli.config import ConfigError, learning_hash, validate
+from pegasos_stream.distribute.cluster import (
+    NEW,
+    ClusterState,
+    ClusterSync,
+    Delta,
+    MemoryLog,
+    decode_delta,
+    encode_delta,
+)
+from pegasos_stream.kafka.offsets import Partition
 from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.steps import StepLog, StepRecorder
 from pegasos_stream.persist.checkpoint import model_digest
-from pegasos_stream.stream.cluster import NEW, ClusterState, ClusterSync, Delta, MemoryLog, decode_delta, encode_delta
-from pegasos_stream.stream.kafka_offsets import Partition
 
 N_FEATURES = 16
 VARIANTS = [

@@ -22,15 +22,16 @@ from hypothesis import strategies as st
 
 from pegasos_stream import PegasosClassifier, _compiled, cli
 from pegasos_stream.features import DictHasher, feature_hash
+from pegasos_stream.io import sources
+from pegasos_stream.io.records import Lines, Record
 from pegasos_stream.learners import weights
 from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.calibration import squash
 from pegasos_stream.learners.rows import Rows
+from pegasos_stream.parse import fastparse
+from pegasos_stream.parse.fastparse import NameTable, parse_json_events, parse_json_texts, parse_svmlight
+from pegasos_stream.parse.parsing import BadRecord, EventParser
 from pegasos_stream.persist.checkpoint import checkpoints, model_digest, read_checkpoint
-from pegasos_stream.stream import fastparse, sources
-from pegasos_stream.stream.fastparse import NameTable, parse_json_events, parse_json_texts, parse_svmlight
-from pegasos_stream.stream.parsing import BadRecord, EventParser
-from pegasos_stream.stream.records import Lines, Record
 
 try:  # tests/ as a package
     from .streams import PEGASOS_PARAMS, int_stream

@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 
 from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosLogistic, _compiled
 from pegasos_stream.cli.main import HEAP_BLOCK, HEAP_SLACK
+from pegasos_stream.io import sources
 from pegasos_stream.learners import compiled, weights
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.schedule import MAX_NORM
-from pegasos_stream.stream import sources
 
 if _compiled.FAST is None:
     pytest.skip(

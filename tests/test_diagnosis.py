@@ -19,7 +19,7 @@ from pegasos_stream import cli
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.persist.checkpoint import Checkpoints, checkpoints
-from pegasos_stream.stream.diagnosis import AllRejected
+from pegasos_stream.run.diagnosis import AllRejected
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"

@@ -15,7 +15,7 @@ import pytest
 
 from pegasos_stream import cli
 from pegasos_stream.cli.plot import error_curves, learning_curve
-from pegasos_stream.stream.evaluation import BinaryReport
+from pegasos_stream.run.evaluation import BinaryReport
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"

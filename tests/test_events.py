@@ -20,12 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from river import stream
 
+from pegasos_stream.io import sources
+from pegasos_stream.io.inputs import FileHead
+from pegasos_stream.io.records import Cursors, Record
+from pegasos_stream.io.sources import FileSource, Source, StdinSource
 from pegasos_stream.learners.validation import binary_sign
-from pegasos_stream.stream import sources
-from pegasos_stream.stream.inputs import FileHead
-from pegasos_stream.stream.parsing import BadRecord, Event, EventParser
-from pegasos_stream.stream.records import Cursors, Record
-from pegasos_stream.stream.sources import FileSource, Source, StdinSource
+from pegasos_stream.parse.parsing import BadRecord, Event, EventParser
 
 
 def _parse(value: bytes | str, position: str = "mail.jsonl:3", **parser_args) -> Event:

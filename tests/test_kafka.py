@@ -15,10 +15,10 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka_helpers import GROUP_SETTINGS
 
-from pegasos_stream.stream.kafka import KafkaSink, OffsetOutOfRange
-from pegasos_stream.stream.kafka_group import GroupSource
-from pegasos_stream.stream.parsing import BadRecord, EventParser
-from pegasos_stream.stream.records import Record
+from pegasos_stream.io.records import Record
+from pegasos_stream.kafka.group import GroupSource
+from pegasos_stream.kafka.python_client import KafkaSink, OffsetOutOfRange
+from pegasos_stream.parse.parsing import BadRecord, EventParser
 from pegasos_stream.testing import kafka_broker as tansu
 
 

@@ -23,10 +23,10 @@ from kafka_helpers import kafka_source_config
 from test_kafka_rebalance import BIN
 from test_serve import Serve, _http
 
+from pegasos_stream.distribute.cluster import state_of_snapshot
+from pegasos_stream.distribute.publishing import ModelTopicReader
+from pegasos_stream.kafka.delta_topic import DeltaTopic
 from pegasos_stream.persist.checkpoint import latest_valid, model_digest, read_checkpoint
-from pegasos_stream.stream.cluster import state_of_snapshot
-from pegasos_stream.stream.delta_topic import DeltaTopic
-from pegasos_stream.stream.publishing import ModelTopicReader
 
 COLUMNS = 1 << 14
 WAIT = 60

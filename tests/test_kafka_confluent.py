@@ -15,9 +15,9 @@ from kafka_helpers import GROUP_SETTINGS
 from pegasos_stream.cli.assemble import build_source
 from pegasos_stream.cli.checks import StartupError
 from pegasos_stream.cli.config import load_config
-from pegasos_stream.stream.kafka_confluent import ConfluentKafkaSource, librdkafka_settings, message_runs
-from pegasos_stream.stream.kafka_offsets import Fetched, Partition
-from pegasos_stream.stream.sources import SourceError
+from pegasos_stream.io.sources import SourceError
+from pegasos_stream.kafka.confluent_client import ConfluentKafkaSource, librdkafka_settings, message_runs
+from pegasos_stream.kafka.offsets import Fetched, Partition
 
 
 def test_settings_in_kafka_python_names_become_librdkafka_properties():
@@ -63,7 +63,7 @@ def test_settings_librdkafka_cannot_take_are_refused_before_any_connection(setti
 
 def test_a_client_not_installed_is_one_line_naming_the_extra(monkeypatch):
     config = load_config(None, ["source.type=kafka", "source.topics=[t]", "source.client=confluent"])
-    monkeypatch.delitem(sys.modules, "pegasos_stream.stream.kafka_confluent")
+    monkeypatch.delitem(sys.modules, "pegasos_stream.kafka.confluent_client")
     monkeypatch.setitem(sys.modules, "confluent_kafka", None)  # import confluent_kafka: ModuleNotFoundError
     with pytest.raises(StartupError, match=r"^source.client is confluent, but confluent-kafka is not installed: "):
         build_source(config)
@@ -106,7 +106,7 @@ def test_a_batch_of_messages_is_cut_into_runs_of_one_partition():
 def test_client_errors_are_logged_once_and_a_fatal_one_stops_the_source(kafka_broker, kafka_topic, caplog):
     topic = kafka_topic(1)
     source = ConfluentKafkaSource(kafka_broker, [topic], f"group-{uuid.uuid4().hex[:8]}", consumer=GROUP_SETTINGS)
-    caplog.set_level(logging.WARNING, logger="pegasos_stream.stream.kafka_confluent")
+    caplog.set_level(logging.WARNING, logger="pegasos_stream.kafka.confluent_client")
     denied = Message(error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "not yours"))
     kept = [_message(topic, 0, 0), _message(topic, 0, 1)]
     eof = Message(error=KafkaError(KafkaError._PARTITION_EOF))

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 
-from pegasos_stream.stream.kafka_offsets import Dropped, Fetched, OffsetBook, Partition, Seeks
+from pegasos_stream.kafka.offsets import Dropped, Fetched, OffsetBook, Partition, Seeks
 
 P0, P1, P2 = (Partition("events", i) for i in range(3))
 

@@ -12,9 +12,9 @@ import yaml
 from kafka_helpers import kafka_source_config
 
 from pegasos_stream import cli
+from pegasos_stream.io.sinks import SinkError
+from pegasos_stream.kafka.python_client import KafkaSink
 from pegasos_stream.persist.checkpoint import latest_valid
-from pegasos_stream.stream.kafka import KafkaSink
-from pegasos_stream.stream.sinks import SinkError
 from pegasos_stream.testing.kafka_broker import committed_offset, consume
 
 HUGE_ID = "X" * 600_000  # its prediction, keyed by the id, is over the producer's 1 MiB max_request_size

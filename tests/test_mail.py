@@ -23,11 +23,11 @@ import pytest
 import yaml
 
 from pegasos_stream.cli.config import ConfigError, load_config
+from pegasos_stream.io.inputs import FileHead
+from pegasos_stream.io.mail import MaildirSource, MboxSplitter, MessageFileSource, MessageStdinSource
+from pegasos_stream.io.records import Record
+from pegasos_stream.parse.parsing import BadRecord, EventParser
 from pegasos_stream.persist.checkpoint import describe, latest_valid
-from pegasos_stream.stream.inputs import FileHead
-from pegasos_stream.stream.mail import MaildirSource, MboxSplitter, MessageFileSource, MessageStdinSource
-from pegasos_stream.stream.parsing import BadRecord, EventParser
-from pegasos_stream.stream.records import Record
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"

@@ -25,9 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pegasos_stream import cli
 from pegasos_stream.cli.assemble import build_runner
 from pegasos_stream.cli.config import load_config
-from pegasos_stream.stream.kafka_offsets import Fetched, OffsetBook, Partition
-from pegasos_stream.stream.metrics import REFRESH_SECONDS, RunMetrics
-from pegasos_stream.stream.sources import FileSource
+from pegasos_stream.io.sources import FileSource
+from pegasos_stream.kafka.offsets import Fetched, OffsetBook, Partition
+from pegasos_stream.run.metrics import REFRESH_SECONDS, RunMetrics
 
 try:  # tests/ as a package
     from .streams import binary_events, jsonl

@@ -15,9 +15,9 @@ from pegasos_stream import cli
 from pegasos_stream.cli import assemble
 from pegasos_stream.cli.assemble import build_checkpoints, build_runner, build_source
 from pegasos_stream.cli.config import load_config
+from pegasos_stream.io.sinks import NullSink, SinkError
 from pegasos_stream.persist import model_digest
 from pegasos_stream.persist.checkpoint import latest_valid
-from pegasos_stream.stream.sinks import NullSink, SinkError
 from pegasos_stream.testing.kafka_broker import committed_offset
 
 try:  # tests/ as a package

@@ -16,7 +16,7 @@ from pegasos_stream import cli, save
 from pegasos_stream.cli.assemble import build_features
 from pegasos_stream.cli.predict import input_format, load_model
 from pegasos_stream.persist.checkpoint import latest_valid, model_digest, read_checkpoint
-from pegasos_stream.stream.predictions import Predictor, binary_classes
+from pegasos_stream.run.predictions import Predictor, binary_classes
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"

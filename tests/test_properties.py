@@ -22,8 +22,8 @@ from sklearn.metrics import roc_auc_score
 from pegasos_stream import KernelPegasosClassifier, PegasosClassifier, PegasosMulticlass
 from pegasos_stream.learners.schedule import MAX_NORM
 from pegasos_stream.learners.validation import MIN_LAMBDA
-from pegasos_stream.stream import evaluation
-from pegasos_stream.stream.evaluation import roc_auc
+from pegasos_stream.run import evaluation
+from pegasos_stream.run.evaluation import roc_auc
 
 # derandomize: the same examples on every run, so a CI result is reproducible.
 _COMMON = dict(

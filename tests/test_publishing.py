@@ -9,7 +9,7 @@ import json
 import pytest
 
 from pegasos_stream.cli.config import ConfigError, config_hash, validate
-from pegasos_stream.stream.publishing import (
+from pegasos_stream.distribute.publishing import (
     SnapshotAssembler,
     SnapshotRefused,
     chunk_key,

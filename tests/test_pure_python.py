@@ -42,7 +42,7 @@ def test_the_variable_leaves_every_compiled_module_unused():
         "import json, pegasos_stream\n"
         "from pegasos_stream import _compiled\n"
         "from pegasos_stream.features import email\n"
-        "from pegasos_stream.stream import fastparse\n"
+        "from pegasos_stream.parse import fastparse\n"
         "print(json.dumps([pegasos_stream.compiled_available(), _compiled.in_use(), _compiled.FAST is None,"
         " email._text is None, fastparse.COMPILED, _compiled.describe()]))"
     )

@@ -51,7 +51,7 @@ from kafka_helpers import kafka_source_config
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.cli.inputs import resume_position
 from pegasos_stream.persist.checkpoint import MAGIC, checkpoints, latest_valid, read_checkpoint, write_checkpoint
-from pegasos_stream.stream.pending import PendingLabels
+from pegasos_stream.run.pending import PendingLabels
 from pegasos_stream.testing.kafka_broker import committed_offset
 
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")

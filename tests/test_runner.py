@@ -30,20 +30,20 @@ from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config, shipped_configs
 from pegasos_stream.cli.main import process_wide
 from pegasos_stream.features import EmailFeatures
+from pegasos_stream.io.records import Record, RecordBatch
+from pegasos_stream.io.sinks import JsonLinesSink
 from pegasos_stream.learners.calibration import OnlinePlatt
 from pegasos_stream.persist.checkpoint import Checkpoints, latest_valid, model_digest
-from pegasos_stream.stream.evaluation import BinaryReport
-from pegasos_stream.stream.pending import PendingLabels
-from pegasos_stream.stream.records import Record, RecordBatch
-from pegasos_stream.stream.runner import StopRun
-from pegasos_stream.stream.sinks import JsonLinesSink
+from pegasos_stream.run.evaluation import BinaryReport
+from pegasos_stream.run.pending import PendingLabels
+from pegasos_stream.run.rejections import StopRun
 
 try:  # tests/ as a package
     from .streams import binary_events, jsonl
 except ImportError:  # tests/ as a plain directory: pytest puts it on sys.path
     from streams import binary_events, jsonl
-from pegasos_stream.stream import batches
-from pegasos_stream.stream.sources import FileSource, Source
+from pegasos_stream.io.sources import FileSource, Source
+from pegasos_stream.parse import batches
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"

@@ -28,6 +28,7 @@ from kafka.admin._configs import ConfigResource
 from kafka_helpers import GROUP_SETTINGS
 
 from pegasos_stream import cli
+from pegasos_stream.distribute.publishing import snapshot_records
 from pegasos_stream.persist.checkpoint import (
     checkpoint_path,
     checkpoint_sequence,
@@ -35,7 +36,6 @@ from pegasos_stream.persist.checkpoint import (
     model_digest,
     read_checkpoint,
 )
-from pegasos_stream.stream.publishing import snapshot_records
 from pegasos_stream.testing.kafka_broker import committed_offset
 
 ROOT = Path(__file__).resolve().parents[1]

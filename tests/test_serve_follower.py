@@ -34,7 +34,7 @@ from pegasos_stream import PegasosClassifier, cli, load, save
 from pegasos_stream.cli.config import config_hash, load_config, override_config
 from pegasos_stream.cli.serve import CheckpointProvider
 from pegasos_stream.persist.checkpoint import CheckpointError, checkpoint_path, latest_valid, read_checkpoint
-from pegasos_stream.stream.serving import Serving
+from pegasos_stream.serve.serving import Serving
 
 COMMAND = [sys.executable, "-m", "pegasos_stream.cli"]
 #: Seconds to wait for a process, a line or an answer.

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from pegasos_stream import cli
+from pegasos_stream.io.sinks import KEPT_CHARS, KEPT_VALUE_BYTES, JsonLinesSink, SinkError, dead_letter, shortened
 from pegasos_stream.persist.checkpoint import latest_valid
-from pegasos_stream.stream.sinks import KEPT_CHARS, KEPT_VALUE_BYTES, JsonLinesSink, SinkError, dead_letter, shortened
 
 try:  # tests/ as a package
     from .streams import binary_events, jsonl

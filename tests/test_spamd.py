@@ -23,8 +23,8 @@ import pytest
 
 from pegasos_stream import cli
 from pegasos_stream.persist.checkpoint import latest_valid
-from pegasos_stream.stream.serving import Serving
-from pegasos_stream.stream.spamd import (
+from pegasos_stream.serve.serving import Serving
+from pegasos_stream.serve.spamd import (
     EX_PROTOCOL,
     ProtocolError,
     SpamdService,
@@ -32,7 +32,7 @@ from pegasos_stream.stream.spamd import (
     read_request,
     with_spam_headers,
 )
-from pegasos_stream.stream.spamd_server import SpamdServer
+from pegasos_stream.serve.spamd_server import SpamdServer
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"

@@ -158,24 +158,24 @@ def _bootstrap_waits(monkeypatch, kafka_client: str) -> list[float]:
     client waits 0.2 s of them, so that the test need not wait the default's seconds."""
     waits: list[float] = []
     if kafka_client == "kafka-python":
-        from pegasos_stream.stream import kafka
+        from pegasos_stream.kafka import python_client
 
-        real = kafka.KafkaConsumer
+        real = python_client.KafkaConsumer
 
         def consumer(**settings):
             waits.append(settings["bootstrap_timeout_ms"] / 1000)
             return real(**{**settings, "bootstrap_timeout_ms": 200})
 
-        monkeypatch.setattr(kafka, "KafkaConsumer", consumer)
+        monkeypatch.setattr(python_client, "KafkaConsumer", consumer)
     else:
-        from pegasos_stream.stream import kafka_confluent
+        from pegasos_stream.kafka import confluent_client
 
-        class Consumer(kafka_confluent.Consumer):
+        class Consumer(confluent_client.Consumer):
             def list_topics(self, *args, timeout: float = -1, **kwargs):
                 waits.append(timeout)
                 return super().list_topics(*args, timeout=0.2, **kwargs)
 
-        monkeypatch.setattr(kafka_confluent, "Consumer", Consumer)
+        monkeypatch.setattr(confluent_client, "Consumer", Consumer)
     return waits
 
 

@@ -17,10 +17,10 @@ import pytest
 from pegasos_stream import cli
 from pegasos_stream.cli.assemble import build_runner
 from pegasos_stream.cli.config import load_config
-from pegasos_stream.stream import runner as runner_module
-from pegasos_stream.stream.records import Record, RecordBatch
-from pegasos_stream.stream.runner import Runner, RunStats
-from pegasos_stream.stream.sources import Source
+from pegasos_stream.io.records import Record, RecordBatch
+from pegasos_stream.io.sources import Source
+from pegasos_stream.run import runner as runner_module
+from pegasos_stream.run.runner import Runner, RunStats
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"

@@ -9,23 +9,23 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
 
 from ..features import DictHasher, EmailFeatures
+from ..io.mail import MaildirSource, MessageFileSource, MessageStdinSource
+from ..io.sinks import JsonLinesSink, NullSink, Sink
+from ..io.sources import FileSource, Source, StdinSource
+from ..parse.parsing import MAIL_FORMATS, EventParser
 from ..persist.checkpoint import Checkpoints
-from ..stream.evaluation import BinaryReport, MulticlassReport
-from ..stream.mail import MaildirSource, MessageFileSource, MessageStdinSource
-from ..stream.parsing import MAIL_FORMATS, EventParser
-from ..stream.pending import PendingLabels
-from ..stream.predictions import Predictor, binary_classes
-from ..stream.runner import Runner
-from ..stream.sinks import JsonLinesSink, NullSink, Sink
-from ..stream.sources import FileSource, Source, StdinSource
+from ..run.evaluation import BinaryReport, MulticlassReport
+from ..run.pending import PendingLabels
+from ..run.predictions import Predictor, binary_classes
+from ..run.runner import Runner
 from .checks import StartupError, checkpoint_key
 from .config import ConfigError, config_hash, kafka_client_settings, learner_class, learning_hash, without_secrets
 
 if TYPE_CHECKING:
-    from ..stream.cluster import ClusterState, ClusterSync
-    from ..stream.kafka_group import GroupSource
-    from ..stream.metrics import RunMetrics
-    from ..stream.publishing import ModelPublisher
+    from ..distribute.cluster import ClusterState, ClusterSync
+    from ..distribute.publishing import ModelPublisher
+    from ..kafka.group import GroupSource
+    from ..run.metrics import RunMetrics
 
 __all__ = [
     "build_checkpoints",
@@ -143,7 +143,7 @@ def build_source(config: dict, position: dict | None = None) -> Source:
 def _kafka_source(source: dict, position: dict) -> GroupSource:
     """The Kafka source of the ``source`` section, resumed at the offsets of ``position`` (or from the beginning);
     a StartupError when the brokers cannot be reached or the client refuses a setting."""
-    from ..stream.kafka_group import BrokerUnreachable
+    from ..kafka.group import BrokerUnreachable
 
     try:
         kafka = _kafka_source_class(source["client"])(
@@ -171,11 +171,11 @@ def _kafka_source(source: dict, position: dict) -> GroupSource:
 def _kafka_source_class(client: str) -> type[GroupSource]:
     """The Kafka source of ``client`` (``source.client``); a StartupError when its package is not installed."""
     if client == "kafka-python":
-        from ..stream.kafka import KafkaSource
+        from ..kafka.python_client import KafkaSource
 
         return KafkaSource
     try:
-        from ..stream.kafka_confluent import ConfluentKafkaSource
+        from ..kafka.confluent_client import ConfluentKafkaSource
     except ModuleNotFoundError as error:
         if error.name != "confluent_kafka":
             raise
@@ -209,8 +209,8 @@ def build_publisher(config: dict, checkpoints: Checkpoints) -> ModelPublisher | 
 def _publisher(config: dict) -> ModelPublisher:
     """The publisher to ``publish.topic``."""
     section = config["publish"]
-    from ..stream.kafka import BrokerUnreachable
-    from ..stream.publishing import ModelPublisher
+    from ..distribute.publishing import ModelPublisher
+    from ..kafka.python_client import BrokerUnreachable
 
     try:
         publisher = ModelPublisher(
@@ -235,11 +235,11 @@ def build_cluster(config: dict) -> tuple[ClusterSync, list[Callable[[], object]]
     import socket
     import uuid
 
+    from ..distribute.cluster import ClusterState, ClusterSync, SnapshotPublisher
+    from ..io.sources import SourceError
+    from ..kafka.delta_topic import DeltaTopic
+    from ..kafka.python_client import BrokerUnreachable
     from ..learners.steps import StepRecorder
-    from ..stream.cluster import ClusterState, ClusterSync, SnapshotPublisher
-    from ..stream.delta_topic import DeltaTopic
-    from ..stream.kafka import BrokerUnreachable
-    from ..stream.sources import SourceError
 
     section = config["cluster"]
     digest = learning_hash(config)
@@ -286,10 +286,10 @@ def _cluster_start(config: dict, digest: str) -> ClusterState | None:
     topic = config["publish"]["topic"]
     if not topic:
         return None
+    from ..distribute.cluster import state_of_snapshot
+    from ..distribute.publishing import ModelTopicReader
+    from ..kafka.python_client import BrokerUnreachable
     from ..persist.checkpoint import CheckpointError
-    from ..stream.cluster import state_of_snapshot
-    from ..stream.kafka import BrokerUnreachable
-    from ..stream.publishing import ModelTopicReader
 
     section = config["publish"]
     try:
@@ -322,7 +322,7 @@ def _sink(kind: str, section: dict, key: str) -> Sink:
     if kind == "file":
         return JsonLinesSink(section["path"])
     if kind == "kafka":
-        from ..stream.kafka import BrokerUnreachable, KafkaSink
+        from ..kafka.python_client import BrokerUnreachable, KafkaSink
 
         try:
             return KafkaSink(
@@ -398,7 +398,7 @@ def build_metrics(config: dict, runner: Runner, source: Source, checkpoints: Che
     if section["port"] is None:
         return None
     try:
-        from ..stream.metrics import RunMetrics
+        from ..run.metrics import RunMetrics
     except ModuleNotFoundError as error:
         if error.name != "prometheus_client":
             raise

@@ -11,8 +11,8 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..stream.mail import maildir_folders
-from ..stream.parsing import MAIL_FORMATS
+from ..io.mail import maildir_folders
+from ..parse.parsing import MAIL_FORMATS
 
 __all__ = [
     "MIN_KEY_BYTES",

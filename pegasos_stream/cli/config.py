@@ -33,8 +33,8 @@ import yaml
 from .. import learners
 from ..features import DictHasher, EmailFeatures
 from ..learners.validation import binary_sign
+from ..parse.parsing import MAIL_FORMATS
 from ..persist.checkpoint import sha256
-from ..stream.parsing import MAIL_FORMATS
 
 __all__ = [
     "INPUT_KEYS",
@@ -359,7 +359,7 @@ SCHEMA: dict = {
         "key_file": _text(None, "a file path"),
         "key_env": _text(None, "the name of an environment variable"),
     },
-    "publish": {  # checkpoints published to a model topic (stream.publishing); not part of the job (config_hash)
+    "publish": {  # checkpoints published to a model topic (distribute.publishing); not part of the job (config_hash)
         "topic": _text(None, "a topic name"),
         "every_events": _integer(None),
         "every_seconds": _number(None),
@@ -367,7 +367,7 @@ SCHEMA: dict = {
         **KAFKA_CONNECTION,
         "producer": Settings(),
     },
-    "cluster": {  # several learners in one consumer group (stream.cluster); not part of the job (config_hash)
+    "cluster": {  # several learners in one consumer group (distribute.cluster); not part of the job (config_hash)
         "delta_topic": _text(None, "a topic name"),
         "merge": _choice("sequential", "sequential", "additive"),
         "sync_every_events": _integer(1000),
@@ -616,7 +616,7 @@ def check_kafka_checkpoints(config: dict, where: str) -> None:
 def _check_cluster(config: dict, where: str) -> None:
     """A cluster learner (``cluster.delta_topic``) reads Kafka, keeps no checkpoints of its own (the delta log
     and the snapshots published are the cluster's), and learns with Pegasos in weight arrays: the one learner
-    whose steps are recorded and replayed (see ``stream.cluster``)."""
+    whose steps are recorded and replayed (see ``distribute.cluster``)."""
     if not config["cluster"]["delta_topic"]:
         return
     problem = None

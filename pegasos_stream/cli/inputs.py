@@ -1,7 +1,7 @@
 """What a checkpoint's source position means for the input a resumed run is given.
 
 A position applies to the input it was taken from and to no other. It names that input: a file's position holds
-the file's identity (`stream.inputs`); any other position, and a file's written before positions held one, is
+the file's identity (`io.inputs`); any other position, and a file's written before positions held one, is
 named by the source of the configuration stored beside it (its type, and its path, resolved in the working
 directory). Another input is read from its beginning (Kafka topics the position holds no offsets of start where
 the consumer group committed, else at ``source.start``); the same file grown since goes on where the position
@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 from typing import NamedTuple
 
-from ..stream.inputs import changed
+from ..io.inputs import changed
 from .checks import StartupError
 
 __all__ = ["resume_position"]

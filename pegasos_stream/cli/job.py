@@ -9,10 +9,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
+from ..io.sources import Source
 from ..persist.checkpoint import Checkpoints, latest_valid
 from ..persist.checkpoint import checkpoints as checkpoint_files
-from ..stream.runner import Runner, RunStats, StateKeeper, check_resumable
-from ..stream.sources import Source
+from ..run.runner import Runner, RunStats, StateKeeper, check_resumable
 from .assemble import build_checkpoints, build_cluster, build_metrics, build_publisher, build_runner, build_source
 from .checks import checkpoint_directory_error, checkpoint_key
 from .config import ConfigError, written_for
@@ -20,8 +20,8 @@ from .inputs import resume_position
 from .progress import ProgressBar
 
 if TYPE_CHECKING:
-    from ..stream.cluster import ClusterSync
-    from ..stream.kafka_group import GroupSource
+    from ..distribute.cluster import ClusterSync
+    from ..kafka.group import GroupSource
 
 __all__ = ["Job", "open_job"]
 

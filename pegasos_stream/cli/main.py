@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from .. import __version__, _compiled
+from ..io.sinks import SinkError
+from ..io.sources import SourceError
 from ..persist.checkpoint import CheckpointError, CheckpointWriteError, describe
-from ..stream.diagnosis import AllRejected
-from ..stream.runner import Runner, RunStats, StopRun
-from ..stream.sinks import SinkError
-from ..stream.sources import SourceError
+from ..run.diagnosis import AllRejected
+from ..run.rejections import StopRun
+from ..run.runner import Runner, RunStats
 from . import options
 from .checks import StartupError, check_files, check_mail_labels, check_plot
 from .config import ConfigError, check_kafka_checkpoints, config_file, load_config, shipped_configs
@@ -30,7 +31,7 @@ from .predict import EVENT_SUFFIXES, command_predict
 from .serve import add_serve_command, command_serve
 
 if TYPE_CHECKING:
-    from ..stream.evaluation import BinaryReport
+    from ..run.evaluation import BinaryReport
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
 DEFAULT_CONFIG = "spam"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..stream.evaluation import BinaryReport
+    from ..run.evaluation import BinaryReport
 
 __all__ = ["WINDOW_SHARE", "ErrorCurves", "error_curves", "learning_curve", "write_learning_curve"]
 

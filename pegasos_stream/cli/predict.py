@@ -5,7 +5,7 @@ configuration). An input is one RFC 822 message (a file, or ``-`` for standard i
 events as ``run`` reads them (the configuration's ``source`` settings: format, field names, labels);
 by default a name ending in one of ``EVENT_SUFFIXES`` (each also with ``.gz``) holds events and any
 other name one message, ``--format`` decides for every input. Each prediction is one JSON line on
-standard output, as ``run`` writes it (`stream.predictions`), with the message's name, or the event's
+standard output, as ``run`` writes it (`run.predictions`), with the message's name, or the event's
 id, as its id.
 """
 
@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ..features import EmailFeatures
+from ..io.records import Record
+from ..io.sinks import JsonLinesSink
+from ..io.sources import FileSource, Source, StdinSource
+from ..parse.parsing import EventParser
 from ..persist.checkpoint import CheckpointError, latest_valid, read_checkpoint
-from ..stream.parsing import EventParser
-from ..stream.predictions import Predictor, prediction_output, record_features
-from ..stream.records import Record
-from ..stream.runner import rejection_reason
-from ..stream.sinks import JsonLinesSink
-from ..stream.sources import FileSource, Source, StdinSource
+from ..run.predictions import Predictor, prediction_output, record_features
+from ..run.rejections import rejection_reason
 from . import options
 from .assemble import build_parser, build_predictor
 from .checks import StartupError

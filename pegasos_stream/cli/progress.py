@@ -9,8 +9,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from ..stream.runner import RunStats
-from ..stream.sources import Source
+from ..io.sources import Source
+from ..run.runner import RunStats
 
 __all__ = ["BAR_FORMAT", "ProgressBar"]
 

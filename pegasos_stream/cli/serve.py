@@ -11,8 +11,8 @@ Kafka source in a consumer group of its own (the training group's id + ".serve",
 source.group_id=...``). Without ``--http`` it predicts a stream (standard
 input, a file, Kafka) to the configured output, as ``run`` writes predictions, each with ``model_version``
 and ``model_age_s``; ``--input - --output -`` answers each line as it arrives (a co-process). With
-``--http HOST:PORT`` it answers requests (`stream.http_api`); with ``--spamd HOST:PORT`` (or a Unix socket's
-path), spamd's protocol for ``spamc`` and the mail servers set up for it (`stream.spamd`).
+``--http HOST:PORT`` it answers requests (`serve.http_api`); with ``--spamd HOST:PORT`` (or a Unix socket's
+path), spamd's protocol for ``spamc`` and the mail servers set up for it (`serve.spamd`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from ..persist.checkpoint import (
     read_checkpoint,
     read_checkpoint_bytes,
 )
-from ..stream.serving import Refusal, ServedModel, Serving, Watcher, serve_stream
-from ..stream.spamd import REQUIRED_SCORE
+from ..serve.serving import Refusal, ServedModel, Serving, Watcher, serve_stream
+from ..serve.spamd import REQUIRED_SCORE
 from . import options
 from .assemble import build_model, build_parser, build_predictor, build_sinks, build_source
 from .checks import StartupError, check_files
@@ -55,7 +55,7 @@ from .config import (
 from .predict import stored_config
 
 if TYPE_CHECKING:
-    from ..stream.publishing import ModelTopicReader
+    from ..distribute.publishing import ModelTopicReader
 
 __all__ = ["CheckpointProvider", "TopicProvider", "add_serve_command", "command_serve"]
 
@@ -211,7 +211,7 @@ class CheckpointProvider(_Provider):
 
 
 class TopicProvider(_Provider):
-    """Models published by ``run`` to a model topic (a `ModelProvider`; see `stream.publishing`), read by
+    """Models published by ``run`` to a model topic (a `ModelProvider`; see `distribute.publishing`), read by
     ``reader``: the newest complete snapshot whose digest matches, and then each newer one that ``refresh``
     finds. A version is its checkpoint's sequence number, its age counts from when the checkpoint was written.
     A newer snapshot that cannot be served (chunks missing, a digest that does not match, a checkpoint that
@@ -319,8 +319,8 @@ def _on_signals(handler: Callable[..., Any]) -> Iterator[None]:
 
 def _topic_reader(args: argparse.Namespace) -> ModelTopicReader:
     """The reader of ``--model-topic``, connected as the ``kafka`` section of ``--config`` and the overrides say."""
-    from ..stream.kafka import BrokerUnreachable
-    from ..stream.publishing import ModelTopicReader
+    from ..distribute.publishing import ModelTopicReader
+    from ..kafka.python_client import BrokerUnreachable
 
     sets = options.overrides(args)
     path = config_file(args.config) if args.config else None
@@ -383,7 +383,7 @@ def _listen_address(text: str, flag: str = "--http") -> tuple[str, int]:
 
 def _serve_http(serving: Serving, host: str, port: int) -> int:
     try:
-        from ..stream.http_api import HttpServer, PredictionApp
+        from ..serve.http_api import HttpServer, PredictionApp
     except ModuleNotFoundError as error:
         if error.name not in ("waitress", "werkzeug"):
             raise
@@ -403,8 +403,8 @@ def _serve_http(serving: Serving, host: str, port: int) -> int:
 
 def _serve_spamd(serving: Serving, args: argparse.Namespace) -> int:
     """Answer spamd's protocol on ``--spamd`` until a signal."""
-    from ..stream.spamd import FeedbackSpool, SpamdService
-    from ..stream.spamd_server import SpamdServer
+    from ..serve.spamd import FeedbackSpool, SpamdService
+    from ..serve.spamd_server import SpamdServer
 
     where = args.spamd if "/" in args.spamd else _listen_address(args.spamd, "--spamd")
     try:

@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 
 #: The compiled reader and hashing of ``reader="bytes"`` (``_text.c``); None when not in use
 #: (`EmailFeatures.transform_texts` then builds its rows in Python).
-_text = load("pegasos_stream.features._text")
+if TYPE_CHECKING:
+    from . import _text  # (typed by its stub, _text.pyi)
+else:
+    _text = load("pegasos_stream.features._text")
 
 __all__ = ["EmailFeatures", "TextRows", "message_text"]
 
@@ -318,7 +321,7 @@ class EmailFeatures(base.Transformer):
                 np.frombuffer(indptr, int64),
                 np.frombuffer(indices, int64),
                 np.frombuffer(values, np.float64),
-                keys if columns is None else columns,
+                cast("list[int]", keys) if columns is None else columns,  # (keys: None when hashed in place)
             )
         return rows_of([self.python_transform_one(text) for text in texts], columns)
 

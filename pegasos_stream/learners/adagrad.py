@@ -275,12 +275,12 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
         all)."""
         rows, start = batch.rows, batch.start
         keys, w_store, g2_store = rows.keys, self._w, self._g2
-        in_place = isinstance(columns, range)  # the rows' columns are the weights' columns
-        new = np.empty(0 if in_place else len(keys), dtype=np.int64)
+        looked_up = None if isinstance(columns, range) else columns  # (None: the rows' columns are the weights')
+        new = np.empty(0 if looked_up is None else len(keys), dtype=np.int64)
 
         def loop(w: np.ndarray, g2: np.ndarray, present: np.ndarray) -> tuple[int, int]:
             return _fast.learn_logistic_rows(
-                rows.indptr, rows.indices, rows.data, batch.signs, batch.weights, None if in_place else columns, w, g2,
+                rows.indptr, rows.indices, rows.data, batch.signs, batch.weights, looked_up, w, g2,
                 present, new, batch.decisions, self.learning_rate, self.initial_accumulator, COMPENSATED_SUM, start,
                 rows.distinct,
             )  # fmt: skip

@@ -1,7 +1,7 @@
 """The learners as types: what a stream needs of a learner, and what the modules below `linear` use of a
 `PegasosClassifier`.
 
-`BinaryLearner`, `CompiledLearner` and `MulticlassLearner` are what `stream` predicts and learns with.
+`BinaryLearner`, `CompiledLearner` and `MulticlassLearner` are what `run` and `serve` predict and learn with.
 `LoopModel` and `PegasosModel` name what `compiled` (the glue to the compiled loop), `members` and `steps` use
 of an explicit-λ `PegasosClassifier`, so that they need not import `linear`, which imports them.
 """

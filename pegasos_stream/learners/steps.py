@@ -6,7 +6,7 @@ what the test saw (the label, the sample weight, the decision, whether the margi
 example of each violated step, in order. `PegasosClassifier.replay` applies a log to a model: the same
 floating-point operations ``learn_one`` performs, with the recorded test in place of a new one. Applied to
 the model that recorded them, a log gives back that model bit for bit; applied to another, it adds the
-log's ΔS = Σ c·y·x and Δt to that model's (S, t) (see the cluster mode of `stream.cluster`).
+log's ΔS = Σ c·y·x and Δt to that model's (S, t) (see the cluster mode of `distribute.cluster`).
 
 `StepRecorder` is the learner a run learns with when its steps are to be shared: it predicts and learns
 with a `PegasosClassifier` (weights in arrays) and records each step into its log, with the example of every

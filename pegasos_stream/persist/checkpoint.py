@@ -420,7 +420,7 @@ class Checkpoints(WriteSchedule):
     CheckpointWriteError. With ``key``, each checkpoint is signed with it (`checkpoint_bytes`).
     """
 
-    #: A checkpoint is due only once records have arrived (see `stream.runner.StateKeeper`).
+    #: A checkpoint is due only once records have arrived (see `run.runner.StateKeeper`).
     writes_when_idle = False
 
     def __init__(

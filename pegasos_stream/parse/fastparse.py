@@ -2,7 +2,7 @@
 events to their texts.
 
 Each parser takes what it can in its plain grammar and marks the rest for the Python parser
-(`pegasos_stream.stream.parsing`), which gives the same event or the same error. Without the compiled
+(`pegasos_stream.parse.parsing`), which gives the same event or the same error. Without the compiled
 module (`COMPILED` false; see `pegasos_stream._compiled`), the Python parser takes every record.
 """
 
@@ -14,9 +14,9 @@ from typing import TypeAlias
 import numpy as np
 
 from .._compiled import FAST as _fast
+from ..io.records import Lines
+from ..io.threads import helper_thread
 from ..learners.rows import Rows, int64_array
-from .records import Lines
-from .threads import helper_thread
 
 __all__ = [
     "COMPILED",
@@ -57,16 +57,16 @@ def parse_svmlight(
         parts = svmlight_parts(values, max_bytes, columns)
         if len(parts) == 1:
             return parts[0][2]
-        (_, _, (status, rows, labels)), (_, _, (more_status, more_rows, more_labels)) = parts
-        indptr = np.concatenate([rows.indptr, more_rows.indptr[1:] + rows.indptr[-1]])
+        (_, _, (first_status, rows, first_labels)), (_, _, (more_status, more_rows, more_labels)) = parts
+        joined_indptr = np.concatenate([rows.indptr, more_rows.indptr[1:] + rows.indptr[-1]])
         joined = Rows(
-            indptr,
+            joined_indptr,
             np.concatenate([rows.indices, more_rows.indices]),
             np.concatenate([rows.data, more_rows.data]),
             range(columns),
             True,
         )
-        return np.concatenate([status, more_status]), joined, np.concatenate([labels, more_labels])
+        return np.concatenate([first_status, more_status]), joined, np.concatenate([first_labels, more_labels])
     keys: list = []
     lines = values.spans() if isinstance(values, Lines) else values
     status, indptr, indices, data, labels = _fast.parse_svmlight(

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from .. import __version__
-from .parsing import Event
+from ..parse.parsing import Event
 from .serving import NoModel, Serving
 
 __all__ = [

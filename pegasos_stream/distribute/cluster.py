@@ -19,7 +19,7 @@ A delta is folded only when, for each partition it covers, it starts where the c
 that partition ended: an event is learned exactly once across the cluster, whatever the timing of rebalances,
 restarts, SIGKILLs and a broker that delivers a record twice. A learner whose delta is refused takes its
 partitions up again where the cluster left them. `ClusterState` and `ClusterSync` know nothing of Kafka:
-`stream.delta_topic` carries the deltas.
+`kafka.delta_topic` carries the deltas.
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
+from ..kafka.offsets import Partition
 from ..learners.batch import LearnBatch
 from ..learners.rows import Rows
 from ..learners.steps import StepLog, StepRecorder
 from ..persist.checkpoint import WriteSchedule, checkpoint_bytes, model_digest, read_checkpoint_bytes
-from .kafka_offsets import Partition
 
 if TYPE_CHECKING:
+    from ..kafka.group import GroupSource
     from ..learners.linear import PegasosClassifier
-    from .kafka_group import GroupSource
     from .publishing import ModelPublisher
 
 __all__ = [
@@ -285,7 +285,7 @@ class SnapshotPublisher:
 
 class DeltaChannel(Protocol):
     """Where a cluster's deltas go and come from: a log read from the offset it was opened at (a Kafka topic:
-    `stream.delta_topic.DeltaTopic`; `MemoryLog` in one process)."""
+    `kafka.delta_topic.DeltaTopic`; `MemoryLog` in one process)."""
 
     def send(self, data: bytes) -> None:
         """Append the bytes of a delta to the log, once acknowledged."""

@@ -1,4 +1,4 @@
-"""Where events come from: files (plain or gzip), standard input; Kafka lives in `kafka`, mail in `mail`.
+"""Where events come from: files (plain or gzip), standard input; Kafka lives in the `kafka` package, mail in `mail`.
 
 A source hands out records in batches: ``read(n)`` gives up to ``n`` records as a ``RecordBatch``,
 an empty one when nothing arrived for ``poll_seconds`` (an idle tick, so the runner can check its
@@ -156,7 +156,7 @@ class FileSource(Source):
 
     ``offset`` is the byte offset (in the decompressed stream) after the last record read and
     ``line`` its line number, so a reader can be reopened exactly where it stopped; the position holds
-    them with the file's identity (`stream.inputs`), which says what they are offsets into. A record's
+    them with the file's identity (`io.inputs`), which says what they are offsets into. A record's
     cursor is its (offset after it, line number); blank lines are counted and skipped. The file is
     read a block of ``READ_BUFFER`` bytes at a time (the next one read ahead on another thread, see
     `_Blocks`) and a batch's records are left in their block (`Lines`), none copied unless asked for: a batch

@@ -19,10 +19,10 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from .records import Record
-from .runner import rejection_reason
+from ..io.records import Record
+from ..io.sinks import json_line
+from ..run.rejections import rejection_reason
 from .serving import NoModel, Serving
-from .sinks import json_line
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment

@@ -4,8 +4,8 @@
 out, what a claim keeps, what a commit sends and when, where a partition resumes, whether an offset
 resumed from lies within its partition's log, and what a rebalance does (a revocation's checkpoint
 and commit, an assignment's seeks). A subclass talks to the broker through a few methods (``_fetch``,
-``_seek_to``, ``_commit_request``, ...): ``kafka.KafkaSource`` with kafka-python,
-``kafka_confluent.ConfluentKafkaSource`` with confluent-kafka. Neither client is imported here.
+``_seek_to``, ``_commit_request``, ...): ``python_client.KafkaSource`` with kafka-python,
+``confluent_client.ConfluentKafkaSource`` with confluent-kafka. Neither client is imported here.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from itertools import accumulate
 
-from .kafka_offsets import Fetched, OffsetBook, Partition, Seeks
-from .records import Cursors, RecordBatch
-from .sources import BATCH_BYTES, Source, SourceError
+from ..io.records import Cursors, RecordBatch
+from ..io.sources import BATCH_BYTES, Source, SourceError
+from .offsets import Fetched, OffsetBook, Partition, Seeks
 
 __all__ = [
     "BOOTSTRAP_TIMEOUT_MS",

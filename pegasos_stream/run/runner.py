@@ -14,32 +14,29 @@ from typing import Any, Protocol, TypeVar, cast
 import numpy as np
 
 from ..features import DictHasher, EmailFeatures
+from ..io.inputs import check_position
+from ..io.records import Record, RecordBatch
+from ..io.sinks import NullSink, Sink, SinkError
+from ..io.sources import Source
 from ..learners.batch import LearnBatch
 from ..learners.protocols import BinaryLearner, CompiledLearner, MulticlassLearner
 from ..learners.state import is_count
 from ..learners.validation import binary_sign
-from .batches import BatchParser, Parsed, ParsedBatch, parse_record
+from ..parse.batches import BatchParser, Parsed, ParsedBatch, parse_record
+from ..parse.parsing import BadRecord, Event, EventParser
 from .diagnosis import AllRejected, LeadingRejections
 from .evaluation import BinaryReport, MulticlassReport, check_report
-from .inputs import check_position
-from .parsing import BadRecord, Event, EventParser
 from .pending import PendingLabels, check_pending
 from .predictions import Predictor, binary_classes, prediction_output
-from .records import Record, RecordBatch
-from .sinks import NullSink, Sink, SinkError, dead_letter
-from .sources import Source
+from .rejections import give_back, reject, rejection_reason
 
 __all__ = [
     "RunMonitor",
     "RunStats",
     "Runner",
     "StateKeeper",
-    "StopRun",
     "check_resumable",
     "check_snapshot",
-    "give_back",
-    "reject",
-    "rejection_reason",
     "takes_hashed_columns",
 ]
 
@@ -51,10 +48,6 @@ FIRST_BATCH = 64
 STATS_BATCHES = 4
 #: ... and at least this many seconds of it (or ``batch_size`` records).
 MIN_BATCH_SECONDS = 0.1
-
-
-class StopRun(RuntimeError):
-    """A bad record with ``on_error: stop``: the message names the record's position."""
 
 
 @dataclass
@@ -87,7 +80,7 @@ class RunStats:
 
 
 class RunMonitor(Protocol):
-    """What watches a run from outside it (the metrics of `stream.metrics`), called in the runner's thread."""
+    """What watches a run from outside it (the metrics of `run.metrics`), called in the runner's thread."""
 
     def tick(self, idle: bool) -> None:
         """A batch was processed (``idle``: the source had nothing) and the loop goes round again."""
@@ -98,7 +91,7 @@ class RunMonitor(Protocol):
 
 class StateKeeper(Protocol):
     """What keeps a run's state durable: its checkpoints (`persist.checkpoint.Checkpoints`), or a cluster
-    learner's syncs (`stream.cluster.ClusterSync`). The source's offsets are committed after each ``write``."""
+    learner's syncs (`distribute.cluster.ClusterSync`). The source's offsets are committed after each ``write``."""
 
     #: Whether a write may be due while no record arrives (a cluster learner folds the others' deltas then).
     writes_when_idle: bool
@@ -237,8 +230,8 @@ class Runner:
     """Predicts every event with features, learns every label, and reports on the way.
 
     ``run`` works in any thread: process-wide matters (signal handlers calling ``request_stop``,
-    the garbage collector) are the caller's, the command line's. Rejections (warnings), the
-    statistics line and the idle stop (info) go to this module's logger.
+    the garbage collector) are the caller's, the command line's. The statistics line and the idle
+    stop (info) go to this module's logger, rejections (warnings) to `run.rejections`'s.
 
     Parameters
     ----------
@@ -252,7 +245,7 @@ class Runner:
         Records to events.
     sink
         Receives one prediction ``{"id", "predicted", "score", "proba"}`` per predicted event (see
-        `stream.predictions`: the class predicted is named as ``parser``'s labels are).
+        `run.predictions`: the class predicted is named as ``parser``'s labels are).
     pending
         Where examples wait for a delayed label.
     report
@@ -281,7 +274,7 @@ class Runner:
     stop_after_leading_rejections
         A run of which each of the first this many records is rejected (each record, when the input ends
         before) stops with `AllRejected`, saying what the records look like, and neither checkpoints nor
-        commits them (0: never; see `stream.diagnosis`). No checkpoint is due until a record is taken.
+        commits them (0: never; see `run.diagnosis`). No checkpoint is due until a record is taken.
 
     """
 
@@ -718,35 +711,3 @@ def takes_hashed_columns(model: object, features: EmailFeatures | DictHasher | N
     columns = getattr(model, "max_features", None) or getattr(model, "n_features", None)
     bits = None if features is None else features.hash_bits
     return isinstance(columns, int) and bits is not None and 2**bits <= columns
-
-
-def rejection_reason(record: Record, error: Exception) -> str:
-    """Why ``record`` is rejected, from the error it raised: its position, then the reason."""
-    if isinstance(error, BadRecord):
-        return str(error)
-    if isinstance(error, ValueError):
-        return f"{record.position}: {error}"
-    return f"{record.position}: {type(error).__name__}: {error}"
-
-
-def reject(record: Record, error: Exception, dead_letters: Sink | None, on_error: str) -> None:
-    """Stop on ``record`` (``on_error: stop``: a StopRun saying why), or log it and send it to ``dead_letters``."""
-    reason = rejection_reason(record, error)
-    if on_error == "stop":
-        raise StopRun(reason)
-    _log.warning("rejected %s", reason)
-    if dead_letters is not None:
-        dead_letters.emit(dead_letter(record.position, reason, record.value))
-
-
-def give_back(source: Source, batch: RecordBatch, done: int) -> bool:
-    """Give the records ``done..`` of ``batch``, claimed but not processed, back to ``source``;
-    whether its position now covers only records processed (False: it cannot give records back,
-    and must be neither checkpointed nor committed)."""
-    if done < len(batch):
-        try:
-            source.unclaim(batch, done)
-        except NotImplementedError:
-            _log.error("%s cannot give back the records not processed: no final checkpoint or commit", source.name)
-            return False
-    return True

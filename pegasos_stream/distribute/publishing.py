@@ -29,7 +29,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from .kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, describe_kafka_error, started_client
+from ..kafka.python_client import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, describe_kafka_error, started_client
 
 __all__ = [
     "PARTITION",

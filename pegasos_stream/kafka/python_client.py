@@ -5,7 +5,7 @@ rejected record, never a partition stuck on a deserializer error. Offsets are co
 (auto-commit is off) and every call that talks to the broker has a bounded wait, so an unreachable
 broker gives idle ticks and logged warnings instead of exceptions and 30 s stalls; a client whose
 broker does not answer when it starts is a `BrokerUnreachable` within ``BOOTSTRAP_TIMEOUT_MS``. What is read,
-claimed, committed and sought is decided by ``kafka_group.GroupSource`` (over an ``OffsetBook``); the
+claimed, committed and sought is decided by ``group.GroupSource`` (over an ``OffsetBook``); the
 source does the talking.
 """
 
@@ -19,7 +19,8 @@ from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, KafkaProducer, 
 from kafka.errors import KafkaError, KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
-from .kafka_group import (
+from ..io.sinks import SinkError, json_line, shortened
+from .group import (
     BOOTSTRAP_TIMEOUT_MS,
     CONSUMER_DEFAULTS,
     BrokerUnreachable,
@@ -27,8 +28,7 @@ from .kafka_group import (
     OffsetOutOfRange,
     describe,
 )
-from .kafka_offsets import Fetched, Partition
-from .sinks import SinkError, json_line, shortened
+from .offsets import Fetched, Partition
 
 __all__ = [
     "CONSUMER_DEFAULTS",

@@ -1,4 +1,4 @@
-"""A spamd server: `stream.spamd`'s protocol on a TCP address or a Unix socket, one thread per connection.
+"""A spamd server: `serve.spamd`'s protocol on a TCP address or a Unix socket, one thread per connection.
 
 At most ``max_connections`` are answered at once; one more is answered ``EX_TEMPFAIL`` at once (``spamc`` then
 passes its message through unscored) and closed, so that a burst or idle clients never queue mail without

@@ -23,12 +23,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .parsing import EventParser
-from .predictions import Predictor, prediction_output, record_features
-from .records import Record, RecordBatch
-from .runner import give_back, reject, rejection_reason
-from .sinks import Sink
-from .sources import Source
+from ..io.records import Record, RecordBatch
+from ..io.sinks import Sink
+from ..io.sources import Source
+from ..parse.parsing import EventParser
+from ..run.predictions import Predictor, prediction_output, record_features
+from ..run.rejections import give_back, reject, rejection_reason
 
 __all__ = ["ModelProvider", "NoModel", "Refusal", "ServedModel", "Serving", "Watcher", "serve_stream", "unanswered"]
 

@@ -15,6 +15,7 @@ from typing import TypeAlias, cast
 import numpy as np
 
 from ..features import DictHasher, EmailFeatures, feature_hash
+from ..io.records import Record, RecordBatch
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
 from .fastparse import (
@@ -27,7 +28,6 @@ from .fastparse import (
     svmlight_parts,
 )
 from .parsing import BadRecord, Event, EventParser
-from .records import Record, RecordBatch
 
 __all__ = ["BatchParser", "Parsed", "ParsedBatch", "parse_record"]
 

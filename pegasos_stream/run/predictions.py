@@ -13,9 +13,9 @@ from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 from ..features import DictHasher, EmailFeatures
+from ..io.records import Record
 from ..learners.protocols import BinaryLearner, MulticlassLearner
-from .parsing import BadRecord, Event, EventParser
-from .records import Record
+from ..parse.parsing import BadRecord, Event, EventParser
 
 __all__ = [
     "Predictor",

@@ -8,8 +8,8 @@ import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 
+from ..io.records import Record
 from ..learners.validation import SIGNS
-from .records import Record
 
 __all__ = ["MAIL_FORMATS", "BadRecord", "Event", "EventParser"]
 

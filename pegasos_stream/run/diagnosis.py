@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from .parsing import EventParser
-from .records import Record
+from ..io.records import Record
+from ..parse.parsing import EventParser
 
 __all__ = ["AllRejected", "LeadingRejections"]
 

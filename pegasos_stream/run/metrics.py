@@ -27,9 +27,9 @@ from prometheus_client.process_collector import ProcessCollector
 from .evaluation import BinaryReport, roc_auc
 
 if TYPE_CHECKING:
+    from ..io.sources import Source
     from ..persist.checkpoint import Checkpoints
     from .runner import Runner
-    from .sources import Source
 
 __all__ = ["PREFIX", "RATE_WINDOW_SECONDS", "REFRESH_SECONDS", "RunMetrics"]
 

@@ -1,4 +1,4 @@
-"""Where predictions and rejected records go: standard output, a file; Kafka lives in `kafka`.
+"""Where predictions and rejected records go: standard output, a file; the Kafka sink is `kafka.python_client`'s.
 
 A sink has accepted what it was given once ``flush`` returns: a file has written it, Kafka has acknowledged it.
 A sink that cannot take or deliver something raises a `SinkError` (from ``emit`` or ``flush``), which the runner

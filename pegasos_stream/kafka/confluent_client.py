@@ -1,7 +1,7 @@
-"""Kafka with confluent-kafka (librdkafka): the consumer-group source of `kafka`, on a faster client.
+"""Kafka with confluent-kafka (librdkafka): the consumer-group source of `python_client`, on a faster client.
 
 An optional extra (``pip install 'pegasos-stream[confluent]'``; ``source.client: confluent``). The source
-keeps every promise of ``kafka.KafkaSource``, decided alike by ``kafka_group.GroupSource``: auto-commit
+keeps every promise of ``python_client.KafkaSource``, decided alike by ``group.GroupSource``: auto-commit
 is off and offsets are committed only by ``commit()``, each partition resumes at its stored offset
 (set in the assignment itself), a revocation commits what was processed before the consumer rejoins
 the group, and every call that talks to the broker has a bounded wait. Messages are consumed in
@@ -36,9 +36,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from .kafka_group import BrokerUnreachable, GroupSource
-from .kafka_offsets import Fetched, Partition
-from .sources import SourceError
+from ..io.sources import SourceError
+from .group import BrokerUnreachable, GroupSource
+from .offsets import Fetched, Partition
 
 __all__ = ["ConfluentKafkaSource", "librdkafka_settings", "message_runs"]
 

@@ -1,4 +1,4 @@
-"""A cluster's delta log on a Kafka topic (kafka-python): the `DeltaChannel` of `stream.cluster`.
+"""A cluster's delta log on a Kafka topic (kafka-python): the `DeltaChannel` of `distribute.cluster`.
 
 The topic has one partition, so that every learner reads the deltas in one order. A delta goes out as chunk
 records of at most ``max_record_bytes`` each, keyed ``{id}/chunk/{i:06d}`` (``id`` a random name of the delta),
@@ -22,8 +22,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from .kafka import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, describe_kafka_error, started_client
-from .sources import SourceError
+from ..io.sources import SourceError
+from .python_client import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS, describe_kafka_error, started_client
 
 __all__ = ["ABANDON_RECORDS", "DeltaTopic"]
 

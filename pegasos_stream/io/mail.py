@@ -245,7 +245,7 @@ class MessageFileSource(Source):
     A record is named ``path:number``, the message's number in the file (from 1). Its cursor is (the
     offset where the next message starts in the decompressed file, its number): a resumed source
     reopens the file at the start of the message after the last one processed. The position holds
-    the file's identity too (`stream.inputs`).
+    the file's identity too (`io.inputs`).
     """
 
     def __init__(

@@ -1,0 +1,1 @@
+"""Kafka: the consumer-group source and its offsets, a module per client, and a cluster's delta topic."""

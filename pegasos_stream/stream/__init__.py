@@ -1,1 +1,0 @@
-"""Streams: records from sources, events from records, the prequential runner, sinks, Kafka."""
