@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import os
 import queue
 import shutil
@@ -383,6 +384,51 @@ def test_http_answers_single_and_batch_requests_refuses_bad_ones_and_reports_hea
     assert status == 200
     assert health["status"] == "ok" and health["model_version"] == 1 and 0 <= health["model_age_s"] < 3600
     assert (health["served"], health["errors"], health["model_path"]) == (4, 5, str(checkpoint_path(directory, 1)))
+    assert server.stop(signal.SIGTERM) == 0
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=WAIT) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_http_scores_raw_messages_answers_rspamds_checkv2_and_keeps_taught_messages(serve, tmp_path):
+    """A raw message (message/rfc822, 8-bit) is scored as predict scores it; /checkv2 answers rspamd's shape with
+    the action the required score gives; /learnspam delivers into the feedback Maildir."""
+    checkpoint = tmp_path / "ck"
+    assert cli.main(["run", "--config", "spam", "--set", f"checkpoint.dir={checkpoint}", "--output", os.devnull]) == 0
+    with gzip.open(SAMPLE, "rt", encoding="utf-8") as handle:
+        spam = next(json.loads(line) for line in handle if '"label": "spam"' in line)
+    message = spam["text"].encode() + "\nCafé crème, 8-bit.\n".encode("latin-1")
+    (tmp_path / "m.eml").write_bytes(message)
+    predicted = subprocess.run(
+        [*COMMAND, "predict", "--model", str(checkpoint), str(tmp_path / "m.eml")], capture_output=True
+    )
+    proba = json.loads(predicted.stdout)["proba"]
+    score = round(math.log(proba / (1 - proba)), 1)
+
+    feedback = tmp_path / "feedback"
+    server = serve("--model", str(checkpoint), "--http", "127.0.0.1:0", "--feedback", str(feedback))
+    url = server.wait_for("serving predictions on ").split(" on ")[1].split()[0]
+    raw = {"Content-Type": "message/rfc822"}
+    status, answer = _post(f"{url}/predict", message, raw)
+    assert status == 200 and answer["proba"] == proba and answer["score"] == score and answer["predicted"] == "spam"
+
+    rspamd = {"From": "a@example.com", "Rcpt": "b@example.org", "IP": "192.0.2.1", "User": "b", "Deliver-To": "b"}
+    status, answer = _post(f"{url}/checkv2", message, rspamd)
+    assert status == 200 and answer["action"] == "add header" and answer["is_skipped"] is False
+    assert (answer["score"], answer["required_score"]) == (score, 1.5) and "PEGASOS_STREAM" in answer["symbols"]
+    assert answer["request"] == rspamd
+    assert _post(f"{url}/checkv2", b"", rspamd)[0] == 400
+
+    assert _post(f"{url}/learnspam", message, raw) == (200, {"success": True, "label": "spam"})
+    assert _post(f"{url}/learnham", message, raw)[0] == 200
+    assert [path.read_bytes() for path in (feedback / "Spam" / "new").iterdir()] == [message]
+    assert len(list((feedback / "Ham" / "new").iterdir())) == 1
     assert server.stop(signal.SIGTERM) == 0
 
 

@@ -39,7 +39,7 @@ from ..persist.checkpoint import (
     read_checkpoint_bytes,
 )
 from ..serve.serving import Refusal, ServedModel, Serving, Watcher, serve_stream
-from ..serve.spamd import REQUIRED_SCORE
+from ..serve.spamd import REQUIRED_SCORE, FeedbackSpool, SpamdService
 from . import options
 from .assemble import build_model, build_parser, build_predictor, build_sinks, build_source
 from .checks import StartupError, check_files
@@ -381,7 +381,16 @@ def _listen_address(text: str, flag: str = "--http") -> tuple[str, int]:
     return host, int(port)
 
 
-def _serve_http(serving: Serving, host: str, port: int) -> int:
+def _mail_service(serving: Serving, args: argparse.Namespace) -> SpamdService:
+    """What scores raw messages against ``--required-score`` and keeps those taught in ``--feedback``."""
+    try:
+        feedback = FeedbackSpool(args.feedback) if args.feedback else None
+    except OSError as error:
+        raise StartupError(f"--feedback {args.feedback}: {error.strerror or error}") from None
+    return SpamdService(serving, args.required_score, feedback)
+
+
+def _serve_http(serving: Serving, host: str, port: int, args: argparse.Namespace) -> int:
     try:
         from ..serve.http_api import HttpServer, PredictionApp
     except ModuleNotFoundError as error:
@@ -389,10 +398,10 @@ def _serve_http(serving: Serving, host: str, port: int) -> int:
             raise
         raise StartupError("--http needs waitress and werkzeug: pip install 'pegasos-stream[serve]'") from None
     try:
-        server = HttpServer(PredictionApp(serving), host, port)
+        server = HttpServer(PredictionApp(serving, _mail_service(serving, args)), host, port)
     except OSError as error:
         raise StartupError(f"--http {host}:{port}: cannot listen: {error.strerror or error}") from None
-    _log.info("serving predictions on %s (POST /predict, GET /health)", server.url)
+    _log.info("serving predictions on %s (POST /predict, /checkv2, /learnspam, /learnham; GET /health)", server.url)
     try:
         with _on_signals(signal.default_int_handler):  # a KeyboardInterrupt ends server.run()
             server.run()
@@ -403,19 +412,15 @@ def _serve_http(serving: Serving, host: str, port: int) -> int:
 
 def _serve_spamd(serving: Serving, args: argparse.Namespace) -> int:
     """Answer spamd's protocol on ``--spamd`` until a signal."""
-    from ..serve.spamd import FeedbackSpool, SpamdService
     from ..serve.spamd_server import SpamdServer
 
     where = args.spamd if "/" in args.spamd else _listen_address(args.spamd, "--spamd")
+    service = _mail_service(serving, args)
     try:
-        feedback = FeedbackSpool(args.feedback) if args.feedback else None
-    except OSError as error:
-        raise StartupError(f"--feedback {args.feedback}: {error.strerror or error}") from None
-    try:
-        server = SpamdServer(SpamdService(serving, args.required_score, feedback), where)
+        server = SpamdServer(service, where)
     except OSError as error:
         raise StartupError(f"--spamd {args.spamd}: cannot listen: {error.strerror or error}") from None
-    taught = f"; TELL delivers into {args.feedback}" if feedback else ""
+    taught = f"; TELL delivers into {args.feedback}" if service.feedback else ""
     _log.info("answering spamd's protocol on %s (required score %g%s)", server.address, args.required_score, taught)
     try:
         with _on_signals(signal.default_int_handler):  # a KeyboardInterrupt ends serve_forever()
@@ -437,8 +442,8 @@ def _check_serve_flags(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"{listeners[0]} answers requests: --input, --output, --max-events and --stop-when-idle are for a stream"
         )
-    if args.feedback and not args.spamd:
-        raise ConfigError("--feedback keeps the messages taught by spamd's TELL: it needs --spamd")
+    if args.feedback and not listeners:
+        raise ConfigError("--feedback keeps the messages taught by TELL or /learnspam: it needs --spamd or --http")
     if not math.isfinite(args.required_score):
         raise ConfigError(f"--required-score {args.required_score}: expected a finite number")
     if (args.model is None) == (args.model_topic is None):
@@ -471,7 +476,7 @@ def command_serve(args: argparse.Namespace) -> int:
         opened.callback(watcher.close)
         if args.spamd:
             return _serve_spamd(serving, args)
-        return _serve_http(serving, *address) if address else _serve_stream(serving, provider, args)
+        return _serve_http(serving, *address, args) if address else _serve_stream(serving, provider, args)
 
 
 def add_serve_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -504,14 +509,14 @@ def add_serve_command(commands: argparse._SubParsersAction, common: argparse.Arg
         type=float,
         default=REQUIRED_SCORE,
         metavar="SCORE",
-        help=f"with --spamd: a message is spam from this score, the log-odds of spam ln(p/(1-p)) (default "
+        help=f"with --spamd or --http: a message is spam from this score, the log-odds of spam ln(p/(1-p)) (default "
         f"{REQUIRED_SCORE}: p >= 0.82)",
     )
     serve.add_argument(
         "--feedback",
         metavar="DIR",
-        help="with --spamd: keep the messages taught by TELL (spamc -L spam|ham) in this Maildir (Spam/, Ham/), "
-        "for run to learn",
+        help="with --spamd or --http: keep the messages taught by TELL (spamc -L spam|ham) or POST /learnspam, "
+        "/learnham in this Maildir (Spam/, Ham/), for run to learn",
     )
     serve.add_argument(
         "--reload-s", type=float, default=5.0, metavar="SECONDS", help="look for a newer model this often"

@@ -6,6 +6,13 @@ or a JSON array of event objects, and answers the array of their predictions, al
 that cannot be predicted is answered 400 with ``{"error": ...}`` naming what is wrong (for an array, also
 ``"errors"``: each bad event's index and reason, and nothing is predicted), and 503 while there is no model
 yet. ``GET /health`` answers `Serving.health` (503 while there is no model).
+
+For mail systems: ``POST /predict`` also takes one raw message (``Content-Type: message/rfc822``, its bytes as
+they are, 8-bit too) and answers its prediction. ``POST /checkv2`` takes a raw message as rspamd's does and
+answers rspamd's shape: ``action`` ("add header" from the required score, else "no action"), ``score`` and
+``required_score`` (the log-odds of spam, as `serve.spamd` scores), ``symbols`` and ``is_skipped``; the request
+headers rspamd reads (``From``, ``Rcpt``, ``IP``, ``User``, ``Deliver-To``) are echoed back in ``request``. ``POST
+/learnspam`` and ``/learnham`` keep the message for learning (`FeedbackSpool`; 503 without ``--feedback``).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from ..io.records import Record
 from ..io.sinks import json_line
 from ..run.rejections import rejection_reason
 from .serving import NoModel, Serving
+from .spamd import SYMBOL, SpamdService, Verdict
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -35,14 +43,23 @@ MAX_REQUEST_BYTES = 64 << 20
 REQUEST = "request"
 
 
-class PredictionApp:
-    """The WSGI application of ``serving``: ``POST /predict`` and ``GET /health``."""
+#: The request headers of rspamd's protocol echoed back by ``/checkv2``.
+RSPAMD_HEADERS = ("From", "Rcpt", "IP", "User", "Deliver-To")
 
-    def __init__(self, serving: Serving) -> None:
+
+class PredictionApp:
+    """The WSGI application of ``serving``: ``POST /predict``, ``/checkv2``, ``/learnspam``, ``/learnham`` and
+    ``GET /health``; ``mail`` scores raw messages and keeps the taught ones (its serving is ``serving``)."""
+
+    def __init__(self, serving: Serving, mail: SpamdService | None = None) -> None:
         self.serving = serving
+        self.mail = mail or SpamdService(serving)
         self._urls = Map(
             [
                 Rule("/predict", endpoint="predict", methods=["POST"]),
+                Rule("/checkv2", endpoint="checkv2", methods=["POST"]),
+                Rule("/learnspam", endpoint="learnspam", methods=["POST"]),
+                Rule("/learnham", endpoint="learnham", methods=["POST"]),
                 Rule("/health", endpoint="health", methods=["GET"]),
             ]
         )
@@ -52,12 +69,85 @@ class PredictionApp:
         request.max_content_length = MAX_REQUEST_BYTES
         try:
             endpoint, _ = self._urls.bind_to_environ(environ).match()
-            response = self._predict(request) if endpoint == "predict" else self._health()
+            response = self._answer(endpoint, request)
         except HTTPException as error:
             response = _json(error.code or 500, {"error": error.description})
             if isinstance(error, MethodNotAllowed) and error.valid_methods:
                 response.headers["Allow"] = ", ".join(error.valid_methods)
         return response(environ, start_response)
+
+    def _answer(self, endpoint: str, request: Request) -> Response:
+        if endpoint == "health":
+            return self._health()
+        if endpoint == "checkv2":
+            return self._checkv2(request)
+        if endpoint in ("learnspam", "learnham"):
+            return self._learn(request, endpoint.removeprefix("learn"))
+        if request.mimetype == "message/rfc822":
+            return self._predict_message(request)
+        return self._predict(request)
+
+    def _verdict(self, request: Request) -> Verdict | Response:
+        """The verdict on the raw message of ``request``, or the response refusing it."""
+        message = request.get_data(cache=False)
+        if not message.strip():
+            self.serving.count(0, 1)
+            return _json(400, {"error": f"{REQUEST}: empty body: expected a message"})
+        try:
+            verdict = self.mail.verdict(message)
+        except NoModel as error:
+            return _json(503, {"error": str(error)})
+        except (ValueError, TypeError, OverflowError) as error:
+            self.serving.count(0, 1)
+            return _json(400, {"error": f"{REQUEST}: {error}"})
+        self.serving.count(1, 0)
+        return verdict
+
+    def _predict_message(self, request: Request) -> Response:
+        """A raw message's prediction, as ``/predict`` answers an event's (its id: "request")."""
+        verdict = self._verdict(request)
+        if isinstance(verdict, Response):
+            return verdict
+        served = self.serving.provider.current
+        classes = served.predictor.classes if served is not None else (False, True)
+        return _json(
+            200,
+            {
+                "id": REQUEST,
+                "predicted": classes[verdict.spam],
+                "score": verdict.score,
+                "proba": verdict.proba,
+                "model_version": verdict.model_version,
+            },
+        )
+
+    def _checkv2(self, request: Request) -> Response:
+        """rspamd's ``/checkv2``: the verdict in rspamd's shape."""
+        verdict = self._verdict(request)
+        if isinstance(verdict, Response):
+            return verdict
+        about = f"log-odds of spam, p = {verdict.proba:.4f} (model {verdict.model_version})"
+        return _json(
+            200,
+            {
+                "is_skipped": False,
+                "action": "add header" if verdict.spam else "no action",
+                "score": verdict.score,
+                "required_score": verdict.required,
+                "symbols": {SYMBOL: {"name": SYMBOL, "score": verdict.score, "description": about}},
+                "request": {name: request.headers[name] for name in RSPAMD_HEADERS if name in request.headers},
+            },
+        )
+
+    def _learn(self, request: Request, label: str) -> Response:
+        """Keep the request's raw message for learning as ``label`` ("spam" or "ham")."""
+        message = request.get_data(cache=False)
+        if not message.strip():
+            return _json(400, {"error": f"{REQUEST}: empty body: expected a message"})
+        if self.mail.feedback is None:
+            return _json(503, {"error": "learning is off: serve --feedback DIR keeps taught messages"})
+        self.mail.feedback.add(message, label)
+        return _json(200, {"success": True, "label": label})
 
     def _health(self) -> Response:
         health = self.serving.health()
