@@ -173,6 +173,38 @@ def test_spamc_teaches_messages_which_run_learns_once_and_the_served_score_moves
     assert not any("refusing" in line for line in server.log)
 
 
+def test_learn_delivers_mboxes_messages_and_maildirs_which_run_learns_once(trained, tmp_path, capsys):
+    """``learn --spam|--ham`` (sa-learn's habit): an mbox's messages, one raw message and a Maildir's files (not
+    its tmp/, hidden files or Maildir++ folders) go into the feedback Maildir, which a resumed run learns once."""
+    texts = [b"From: x%d@example.com\nSubject: offer %d\n\nbuy now, %d\n" % (i, i, i) for i in range(6)]
+    mbox = tmp_path / "junk.mbox"
+    mbox.write_bytes(b"".join(b"From a@b Thu Jan  1 00:00:00 2004\n" + text + b"\n" for text in texts[:3]))
+    maildir = tmp_path / "Maildir"
+    for part, name, text in (("cur", "1.a:2,S", texts[3]), ("new", "2.b", texts[4]), ("tmp", "3.c", texts[5])):
+        (maildir / part).mkdir(parents=True, exist_ok=True)
+        (maildir / part / name).write_bytes(text)
+    (maildir / ".Junk" / "cur").mkdir(parents=True)
+    (maildir / ".Junk" / "cur" / "4.d").write_bytes(texts[0])
+    (tmp_path / "one.eml").write_bytes(texts[5])
+    feedback = tmp_path / "feedback"
+    assert cli.main(["learn", "--spam", "--feedback", str(feedback), str(mbox)]) == 0
+    assert cli.main(["learn", "--ham", "--feedback", str(feedback), str(maildir), str(tmp_path / "one.eml")]) == 0
+    assert "delivered 3 messages into" in capsys.readouterr().err
+    assert sorted(p.read_bytes() for p in (feedback / "Spam" / "new").iterdir()) == sorted(texts[:3])
+    assert sorted(p.read_bytes() for p in (feedback / "Ham" / "new").iterdir()) == sorted(texts[3:6])
+    assert cli.main(["learn", "--ham", "--feedback", str(feedback), str(tmp_path / "missing")]) == 2
+    assert "missing: no such file or directory" in capsys.readouterr().err
+
+    checkpoints = tmp_path / "ck"
+    learn = ["run", "--config", "spam", "--set", f"checkpoint.dir={checkpoints}", "--output", os.devnull]
+    assert cli.main(learn) == 0
+    learn += ["--input", str(feedback), "--set", "source.folders={Spam: spam, Ham: ham}", "--resume"]
+    for _ in range(2):  # the second run finds nothing new
+        assert cli.main(learn) == 0
+        state = latest_valid(checkpoints)
+        assert state is not None and state[1]["model"].t == 404 + 6
+
+
 @needs_spamc
 def test_a_unix_socket_and_no_model_yet_answer_with_spamds_codes(trained, spamd, tmp_path):
     """Without a model, a request is answered EX_TEMPFAIL: spamc passes the message through, unmarked. TELL

@@ -1,5 +1,6 @@
 """The ``pegasos-stream`` command line: ``run`` a stream job, ``eval`` a finite log, ``predict`` with a
-trained model, ``serve`` its predictions, ``inspect`` a checkpoint, list the shipped ``configs``."""
+trained model, ``serve`` its predictions, ``learn`` messages users taught, ``inspect`` a checkpoint, list the
+shipped ``configs``."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from . import options
 from .checks import StartupError, check_files, check_mail_labels, check_plot
 from .config import ConfigError, check_kafka_checkpoints, config_file, load_config, shipped_configs
 from .job import Job, open_job
+from .learn import add_learn_command, command_learn
 from .plot import write_learning_curve
 from .predict import EVENT_SUFFIXES, command_predict
 from .serve import add_serve_command, command_serve
@@ -242,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     predict.add_argument("inputs", nargs="*", metavar="FILE", help="a message or events file, - for standard input")
     options.add_key_options(predict)
     add_serve_command(commands, common)
+    add_learn_command(commands)
     inspect = commands.add_parser("inspect", help="summarise a checkpoint (a file, or a directory's newest)")
     inspect.add_argument("path")
     inspect.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -259,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                 return command_predict(args)
             if args.command == "serve":
                 return command_serve(args)
+            if args.command == "learn":
+                return command_learn(args)
             return _command_run(args, evaluate=args.command == "eval")
         except BrokenPipeError:
             return _output_gone()
