@@ -378,12 +378,14 @@ def test_http_answers_single_and_batch_requests_refuses_bad_ones_and_reports_hea
     assert _http(f"{url}/predict", b"{") == (400, {"error": "request: malformed JSON: " + _json_error(b"{")})
     assert _http(f"{url}/predict", b"")[0] == 400
     assert _http(f"{url}/predict", b'{"id": 1, "label": true}')[0] == 400
+    too_many = b"[" + b", ".join([_events(range(1))[0]] * 1001) + b"]"  # the work of a request is bounded
+    assert _http(f"{url}/predict", too_many) == (400, {"error": "request: 1,001 events: at most 1,000 a request"})
     assert _http(f"{url}/predict")[0] == 405
 
     status, health = _http(f"{url}/health")
     assert status == 200
     assert health["status"] == "ok" and health["model_version"] == 1 and 0 <= health["model_age_s"] < 3600
-    assert (health["served"], health["errors"], health["model_path"]) == (4, 5, str(checkpoint_path(directory, 1)))
+    assert (health["served"], health["errors"], health["model_path"]) == (4, 6, str(checkpoint_path(directory, 1)))
     assert server.stop(signal.SIGTERM) == 0
 
 

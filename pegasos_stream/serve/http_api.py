@@ -39,6 +39,11 @@ __all__ = ["MAX_REQUEST_BYTES", "HttpServer", "PredictionApp"]
 
 #: The largest request body taken; a larger one is answered 413.
 MAX_REQUEST_BYTES = 64 << 20
+#: The most events of one request (an array), and the largest array body: the work of a request is bounded.
+MAX_EVENTS, MAX_ARRAY_BYTES = 1000, 16 << 20
+#: Connections waitress holds at once, and the seconds an idle one is kept: idle or half-open clients are let go
+#: long before they could fill the connections and keep health checks out.
+CONNECTION_LIMIT, IDLE_TIMEOUT_S = 500, 10
 #: The position of a request's event, and of the events of an array (``request[0]``...), in messages.
 REQUEST = "request"
 
@@ -183,10 +188,14 @@ def request_records(body: bytes) -> tuple[list[Record], bool]:
         raise ValueError(f"{REQUEST}: empty body: expected a JSON event object, or an array of them")
     if not body.lstrip().startswith(b"["):
         return [Record(body, REQUEST)], False
+    if len(body) > MAX_ARRAY_BYTES:
+        raise ValueError(f"{REQUEST}: an array of {len(body):,} bytes: at most {MAX_ARRAY_BYTES:,} a request")
     try:
         items = json.loads(body)
     except (ValueError, RecursionError) as error:  # (UnicodeDecodeError is a ValueError)
         raise ValueError(f"{REQUEST}: malformed JSON: {error}") from None
+    if len(items) > MAX_EVENTS:
+        raise ValueError(f"{REQUEST}: {len(items):,} events: at most {MAX_EVENTS:,} a request")
     return [Record(json.dumps(item).encode(), f"{REQUEST}[{i}]") for i, item in enumerate(items)], True
 
 
@@ -202,11 +211,20 @@ def _json(status: int, body: object) -> Response:
 
 
 class HttpServer:
-    """``app`` served by waitress on ``host:port`` (port 0: a free port), ``threads`` requests at a time;
-    an OSError when the address cannot be listened on."""
+    """``app`` served by waitress on ``host:port`` (port 0: a free port), ``threads`` requests at a time, at most
+    ``CONNECTION_LIMIT`` connections, each let go after ``IDLE_TIMEOUT_S`` idle seconds; an OSError when the
+    address cannot be listened on."""
 
     def __init__(self, app: PredictionApp, host: str, port: int, threads: int = 4) -> None:
-        self._server = waitress.create_server(app, host=host, port=port, threads=threads, ident="pegasos-stream")
+        self._server = waitress.create_server(
+            app,
+            host=host,
+            port=port,
+            threads=threads,
+            ident="pegasos-stream",
+            connection_limit=CONNECTION_LIMIT,
+            channel_timeout=IDLE_TIMEOUT_S,
+        )
 
     @property
     def url(self) -> str:
