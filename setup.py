@@ -22,11 +22,24 @@ ROOT = Path(__file__).resolve().parent
 FLAGS = ["-O2", "-fno-fast-math", "-ffp-contract=off"]
 MSVC_FLAGS = ["/O2", "/fp:precise"]
 
-#: The compiled inner loops of the batch replay path and of the "bytes" email reader.
+#: The headers the compiled modules share (static inline code, compiled into each module that includes it).
+COMMON = "pegasos_stream/_common.h"  # checked array buffers, growing buffers, columns of a vocabulary
+LINES = "pegasos_stream/_lines.h"  # the lines a parser reads: a list of bytes or the spans of a block
+CRC32 = "pegasos_stream/crc32.h"  # the hashing of feature names
+
+#: The compiled modules, each in the subpackage it serves (ARCHITECTURE.md): the learners' loops of the batch
+#: replay path, the parsers of svmlight and JSON records, the reading of a file's blocks and lines, and the
+#: "bytes" email reader.
 EXTENSIONS = [
-    Extension("pegasos_stream._fast", ["pegasos_stream/_fast.c"], depends=["pegasos_stream/crc32.h"]),
-    Extension("pegasos_stream.features._text", ["pegasos_stream/features/_text.c"], depends=["pegasos_stream/crc32.h"]),
+    Extension("pegasos_stream.learners._loops", ["pegasos_stream/learners/_loops.c"], depends=[COMMON]),
+    Extension("pegasos_stream.parse._parse", ["pegasos_stream/parse/_parse.c"], depends=[COMMON, LINES, CRC32]),
+    Extension("pegasos_stream.io._blocks", ["pegasos_stream/io/_blocks.c"], depends=[COMMON, LINES]),
+    Extension("pegasos_stream.features._text", ["pegasos_stream/features/_text.c"], depends=[CRC32]),
 ]
+
+#: Compiled modules earlier versions built and this one does not (``_fast``: split into the first three above).
+#: A build removes what is left of them, for any interpreter, from the build directory and the source tree.
+RETIRED = ["pegasos_stream._fast"]
 
 #: Why a build may fail for want of a working compiler: none found, one that cannot run, a compile or link error.
 BUILD_ERRORS = (CCompilerError, BaseError, OSError)
@@ -62,13 +75,24 @@ class OptionalBuildExt(build_ext):
         """Remove the compiled modules an earlier build left, in the build directory and (for an in-place or
         editable build) in the package, so that each module is built from the sources now or is absent: setuptools
         would skip a module whose file is newer than its sources, and install the earlier file of a module it
-        could not build."""
+        could not build. The modules of `RETIRED`, built by earlier versions, are removed wherever they are left
+        (the source tree included), whatever interpreter built them."""
         for ext in self.extensions:
             built = [Path(self.build_lib, self.get_ext_filename(self.get_ext_fullname(ext.name)))]
             if self.inplace:
                 built.append(Path(self.get_ext_fullpath(ext.name)))
             for path in built:
                 path.unlink(missing_ok=True)
+        for name in RETIRED:
+            package, _, module = name.rpartition(".")
+            for root in (Path(self.build_lib), ROOT):
+                folder = root.joinpath(*package.split("."))
+                for path in [
+                    *folder.glob(f"{module}.*.so"),
+                    *folder.glob(f"{module}.so"),
+                    *folder.glob(f"{module}*.pyd"),
+                ]:
+                    path.unlink(missing_ok=True)
 
     def build_extension(self, ext: Extension) -> None:
         ext.extra_compile_args = MSVC_FLAGS if self.compiler.compiler_type == "msvc" else FLAGS

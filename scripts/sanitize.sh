@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Run the tests of the compiled module under AddressSanitizer and UndefinedBehaviorSanitizer.
+# Run the tests of the compiled modules under AddressSanitizer and UndefinedBehaviorSanitizer.
 #
-# Builds the compiled modules (pegasos_stream/_fast.c, pegasos_stream/features/_text.c) with
+# Builds the compiled modules (pegasos_stream/learners/_loops.c, pegasos_stream/parse/_parse.c,
+# pegasos_stream/io/_blocks.c, pegasos_stream/features/_text.c, with the headers they share) with
 # -fsanitize=address,undefined into a temporary copy of the package (the in-place build is never
 # touched), runs tests/test_compiled.py, tests/test_compiled_boundary.py, tests/test_text_compiled.py,
-# tests/test_mime_rule.py, tests/test_committee.py and tests/test_logistic_pegasos.py there with the ASan
-# runtime preloaded, and exits non-zero on any sanitizer report or test failure.
+# tests/test_mime_rule.py, tests/test_committee.py, tests/test_dense_weights.py,
+# tests/test_logistic_pegasos.py and tests/test_events.py (the parsers and the block reader over files)
+# there with the ASan runtime preloaded, checks that every module of pegasos_stream._compiled.MODULES
+# was built and loads, and exits non-zero on any sanitizer report or test failure.
 #
 # Usage: scripts/sanitize.sh [pytest arguments...]    (PYTHON=... picks the interpreter; default:
 # .venv/bin/python when present, else python3; CC=... the compiler, gcc by default)
@@ -34,7 +37,7 @@ print(s.get_config_var("EXT_SUFFIX"))')
 read -ra flags <<<"${config[0]}"
 include=${config[1]} suffix=${config[2]}
 sanitize=(-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g)
-for module in _fast features/_text; do
+for module in learners/_loops parse/_parse io/_blocks features/_text; do
     "$cc" "${flags[@]}" -I"$include" -O2 -fno-fast-math -ffp-contract=off "${sanitize[@]}" \
         -c "$root/pegasos_stream/$module.c" -o "$work/module.o"
     "$cc" -shared "${sanitize[@]}" "$work/module.o" -o "$work/pegasos_stream/$module$suffix"
@@ -49,12 +52,17 @@ mkdir "$reports"
 status=0
 (
     cd "$work"
+    LD_PRELOAD="$libasan" PYTHONMALLOC=malloc ASAN_OPTIONS="detect_leaks=0" "$python" -c '
+import sys
+from pegasos_stream import _compiled
+missing = [name for name, used in _compiled.in_use().items() if not used]
+sys.exit(f"sanitize: compiled modules not loaded: {missing}" if missing else 0)'
     LD_PRELOAD="$libasan" PYTHONMALLOC=malloc \
         ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$reports/asan" \
         UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan" \
         "$python" -m pytest -q -p no:cacheprovider tests/test_compiled.py tests/test_compiled_boundary.py \
         tests/test_text_compiled.py tests/test_mime_rule.py tests/test_committee.py tests/test_dense_weights.py \
-        tests/test_logistic_pegasos.py "$@"
+        tests/test_logistic_pegasos.py tests/test_events.py "$@"
 ) || status=$?
 
 if [ -n "$(ls -A "$reports")" ]; then

@@ -21,8 +21,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "pegasos_stream"
 
-#: Each subpackage and the subpackages it may import (besides itself, the compiled module and `_compiled`, which
-#: loads it): those below it, and what they import in turn (what importing it alone may load).
+#: Each subpackage and the subpackages it may import (besides itself and `_compiled`, which loads the compiled
+#: modules, each in its subpackage): those below it, and what they import in turn (what importing it alone may load).
 ALLOWED = {
     "learners": set(),
     "features": set(),
@@ -146,7 +146,7 @@ def test_a_subpackage_imported_alone_loads_only_what_the_rule_allows(name):
     out = subprocess.run(
         [sys.executable, "-c", LOADED.format(name=name)], capture_output=True, text=True, check=True
     ).stdout
-    loaded = set(json.loads(out)) - {name, "_fast", "_compiled"}
+    loaded = set(json.loads(out)) - {name, "_compiled"}
     assert loaded <= ALLOWED[name], f"{name} loads {sorted(loaded - ALLOWED[name])}"
 
 
@@ -159,6 +159,47 @@ def test_every_import_statement_follows_the_dependency_rule():
         and (other := _role(target)) not in (None, role)
         and other not in ALLOWED[role]
     ]
+    assert broken == []
+
+
+def _compiled_names(path: Path) -> set[str]:
+    """The names of `_compiled` a module uses: ``from .._compiled import LOOPS`` and ``_compiled.LOOPS``."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "_compiled":
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "_compiled":
+            found.add(node.attr)
+    return found
+
+
+def test_each_compiled_module_lies_in_a_subpackage_and_has_its_stub():
+    from pegasos_stream import _compiled
+
+    assert set(_compiled.NAMES.values()) == set(_compiled.MODULES)
+    for module in _compiled.MODULES:
+        assert _role(module) is not None, f"{module} lies in no subpackage of the table"
+        stub = PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".pyi")
+        assert stub.is_file(), f"{module} has no stub"
+        assert stub.with_suffix(".c").is_file(), f"{module} has no C source beside its stub"
+    assert not list(PACKAGE.glob("_fast*")), "the former compiled module _fast is left in the package"
+
+
+def test_each_compiled_module_is_used_only_where_its_subpackage_may_be_imported():
+    """learners/ uses its loops, parse/ its parsers (and may use the learners' loops), io/ its block reader, features/
+    its text reader; a layer never loads the compiled module of a layer above it, so that importing it alone loads
+    no other subpackage (`_compiled` loads each module on first use)."""
+    from pegasos_stream import _compiled
+
+    broken = []
+    for path in PACKAGE.rglob("*.py"):
+        module = _module_name(path)
+        role = _role(module)
+        for name in _compiled_names(path) & set(_compiled.NAMES):
+            owner = _role(_compiled.NAMES[name])
+            if role is not None and owner != role and owner not in ALLOWED[role]:
+                broken.append(f"{module} uses {name} ({_compiled.NAMES[name]})")
     assert broken == []
 
 

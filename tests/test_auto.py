@@ -311,7 +311,7 @@ def test_bad_settings_are_refused(params, message):
         PegasosClassifier(**params)
 
 
-@pytest.mark.skipif(_compiled.FAST is None, reason="the compiled module is not built")
+@pytest.mark.skipif(_compiled.LOOPS is None, reason="the compiled module is not built")
 def test_the_compiled_loop_gives_the_current_margins_when_asked():
     model = PegasosClassifier(lambda_=1e-2, average=True, fit_intercept="regularised", t0=10)
     examples = _stream(60, 6)

@@ -2,7 +2,7 @@
 code run from inside a compiled pass (a key's __eq__ or __hash__, a value's __float__) neither breaks it
 nor changes what the Python expression it stands for gives.
 
-``learn_csr`` and the raw ``_fast.learn_rows``, ``_fast.learn_logistic_rows`` and ``_fast.learn_pegasos_logistic_rows``
+``learn_csr`` and the raw ``_loops.learn_rows``, ``learn_logistic_rows`` and ``learn_pegasos_logistic_rows``
 entries get each malformed input in turn: each is a ValueError saying what is wrong, and the model (or every array the
 raw entry writes) is left as it was.
 """
@@ -31,11 +31,12 @@ from pegasos_stream.learners import compiled, weights
 from pegasos_stream.learners.rows import Rows
 from pegasos_stream.learners.schedule import MAX_NORM
 
-if _compiled.FAST is None:
+if _compiled.LOOPS is None or _compiled.BLOCKS is None:
     pytest.skip(
-        "the compiled module is not in use (not built, or PEGASOS_STREAM_PURE_PYTHON is set)", allow_module_level=True
+        "the compiled modules are not in use (not built, or PEGASOS_STREAM_PURE_PYTHON is set)", allow_module_level=True
     )
-_fast = _compiled.FAST
+_loops = _compiled.LOOPS
+_blocks = _compiled.BLOCKS
 
 
 def _trained(n_features: int | None = None) -> PegasosClassifier:
@@ -140,7 +141,7 @@ ARRAYS = (
 
 
 def _raw_arguments() -> dict:
-    """Valid arguments of ``_fast.learn_rows`` (a model past its first step, three rows), by name, and ``start``."""
+    """Valid arguments of ``_loops.learn_rows`` (a model past its first step, three rows), by name, and ``start``."""
     model = PegasosClassifier(lambda_=1e-4, average=True)
     model.learn_one({"a": 1.0}, True)
     rows = Rows.from_dicts([{"a": 1.0, "b": 2.0}, {"b": -1.0}, {"a": 0.5, "c": 1.0}])
@@ -169,7 +170,7 @@ def _raw_arguments() -> dict:
 
 
 def _call(arguments: dict) -> int:
-    return _fast.learn_rows(*(arguments[name] for name in ARRAYS), arguments["start"])
+    return _loops.learn_rows(*(arguments[name] for name in ARRAYS), arguments["start"])
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -193,11 +194,11 @@ def _replace(name: str, make: Callable[[np.ndarray], object]) -> Callable[[dict]
 
 
 def _istate(name: str, value: int) -> Callable[[dict], None]:
-    return _set("istate", _fast.ISTATE.index(name), value)
+    return _set("istate", _loops.ISTATE.index(name), value)
 
 
 def _param(name: str, value: float) -> Callable[[dict], None]:
-    return _set("params", _fast.PARAMS.index(name), value)
+    return _set("params", _loops.PARAMS.index(name), value)
 
 
 RAW_CASES = {
@@ -250,10 +251,10 @@ def test_int32_indices_learn_what_int64_ones_do_and_are_checked_alike(distinct):
     as int64 ones, and the same refusals, out-of-range and negative columns included."""
 
     def pegasos(arguments: dict) -> object:
-        return _fast.learn_rows(*(arguments[name] for name in ARRAYS), 0, distinct)
+        return _loops.learn_rows(*(arguments[name] for name in ARRAYS), 0, distinct)
 
     def logistic(arguments: dict) -> object:
-        return _fast.learn_logistic_rows(*(arguments[name] for name in LOGISTIC_ARRAYS), 0.5, 1e-6, False, 0, distinct)
+        return _loops.learn_logistic_rows(*(arguments[name] for name in LOGISTIC_ARRAYS), 0.5, 1e-6, False, 0, distinct)
 
     for call, make in ((pegasos, _raw_arguments), (logistic, _logistic_arguments)):
         wide, narrow = make(), make()
@@ -268,7 +269,7 @@ def test_int32_indices_learn_what_int64_ones_do_and_are_checked_alike(distinct):
         arguments["indices"] = arguments["indices"].astype(np.int32)
         arguments["indices"][index] = value
         with pytest.raises(ValueError, match=r"^learn_rows: " + message):
-            _fast.learn_rows(*(arguments[name] for name in ARRAYS), 0, distinct)
+            _loops.learn_rows(*(arguments[name] for name in ARRAYS), 0, distinct)
     long_rows = np.array([0, 1, 10], dtype=np.int64)  # a second row long enough for the checks' four-lane passes
     for dtype in (np.int32, np.int64):
         for columns, message in (
@@ -279,13 +280,13 @@ def test_int32_indices_learn_what_int64_ones_do_and_are_checked_alike(distinct):
         ):
             indices = np.array(columns, dtype=dtype)
             if message is None:
-                _fast.check_rows(long_rows, indices, 10)
+                _loops.check_rows(long_rows, indices, 10)
             else:
                 with pytest.raises(ValueError, match=message):
-                    _fast.check_rows(long_rows, indices, 10)
+                    _loops.check_rows(long_rows, indices, 10)
     for extreme in (np.iinfo(np.int64).min, np.iinfo(np.int64).max):  # after a column: no overflow in the check
         with pytest.raises(ValueError, match=rf"^row 0: column {extreme} is out of range"):
-            _fast.check_rows(np.array([0, 3]), np.array([0, 5, extreme], dtype=np.int64), 10)
+            _loops.check_rows(np.array([0, 3]), np.array([0, 5, extreme], dtype=np.int64), 10)
 
 
 def test_distinct_rows_skip_the_repeat_search_but_not_the_bounds():
@@ -293,18 +294,18 @@ def test_distinct_rows_skip_the_repeat_search_but_not_the_bounds():
     checks that keep every read and write inside the arrays."""
     arguments = _raw_arguments()
     arguments["indices"][1] = 0  # row 0 then holds column 0 twice
-    assert _fast.learn_rows(*(arguments[name] for name in ARRAYS), 0, True) == 3
+    assert _loops.learn_rows(*(arguments[name] for name in ARRAYS), 0, True) == 3
     for index, value, message in ((4, 3, r"row 2: column 3 is out of range"), (0, -1, r"row 0: column -1 is out")):
         arguments = _raw_arguments()
         arguments["indices"][index] = value
         before = {name: np.array(arguments[name], copy=True) for name in ARRAYS}
         with pytest.raises(ValueError, match=r"^learn_rows: " + message):
-            _fast.learn_rows(*(arguments[name] for name in ARRAYS), 0, True)
+            _loops.learn_rows(*(arguments[name] for name in ARRAYS), 0, True)
         assert all(np.array_equal(arguments[name], before[name]) for name in ARRAYS)
     logistic = _logistic_arguments()
     logistic["indices"][4] = 3
     with pytest.raises(ValueError, match=r"^learn_logistic_rows: row 2: column 3 is out of range"):
-        _fast.learn_logistic_rows(
+        _loops.learn_logistic_rows(
             *(logistic[name] for name in LOGISTIC_ARRAYS), 0.5, 1e-6, False, 0, True
         )  # fmt: skip
 
@@ -312,7 +313,7 @@ def test_distinct_rows_skip_the_repeat_search_but_not_the_bounds():
 def test_the_raw_arguments_are_learned():
     arguments = _raw_arguments()
     assert _call(arguments) == 3
-    assert arguments["istate"][_fast.ISTATE.index("t")] == 4
+    assert arguments["istate"][_loops.ISTATE.index("t")] == 4
 
 
 def _refused_writing_nothing(
@@ -343,7 +344,7 @@ LOGISTIC_ARRAYS = ("indptr", "indices", "data", "signs", "weights", "columns", "
 
 
 def _logistic_arguments() -> dict:
-    """Valid arguments of ``_fast.learn_logistic_rows``: three rows over three local columns mapped to weight
+    """Valid arguments of ``_loops.learn_logistic_rows``: three rows over three local columns mapped to weight
     columns 4, 0 and 2 of five, the first two present."""
     return {
         "indptr": np.array([0, 2, 3, 5], dtype=np.int64),
@@ -364,7 +365,7 @@ def _logistic_arguments() -> dict:
 
 
 def _logistic_call(arguments: dict) -> tuple[int, int]:
-    return _fast.learn_logistic_rows(
+    return _loops.learn_logistic_rows(
         *(arguments[name] for name in LOGISTIC_ARRAYS),
         arguments["learning_rate"], arguments["initial_accumulator"], False, arguments["start"],
     )  # fmt: skip
@@ -438,7 +439,7 @@ PEGASOS_LOGISTIC_ARRAYS = (
 
 
 def _pegasos_logistic_arguments() -> dict:
-    """Valid arguments of ``_fast.learn_pegasos_logistic_rows``: three rows over three local columns mapped to weight
+    """Valid arguments of ``_loops.learn_pegasos_logistic_rows``: three rows over three local columns mapped to weight
     columns 4, 0 and 2 of five, the first two present, w = 0.5·v after 7 steps."""
     v = np.array([0.2, 0.0, 0.0, 0.0, -0.4])
     return {
@@ -464,7 +465,7 @@ def _pegasos_logistic_arguments() -> dict:
 
 
 def _pegasos_logistic_call(arguments: dict, distinct: bool = False) -> tuple[int, int, float, float]:
-    return _fast.learn_pegasos_logistic_rows(
+    return _loops.learn_pegasos_logistic_rows(
         *(arguments[name] for name in PEGASOS_LOGISTIC_ARRAYS),
         *(arguments[name] for name in ("scale", "sq_norm", "t", "lambda_", "t0", "min_scale", "max_norm")),
         weights.COMPENSATED_SUM, arguments["start"], distinct,
@@ -554,7 +555,7 @@ def test_the_pegasos_logistic_loop_refuses_malformed_arguments_and_writes_nothin
 def test_the_one_example_passes_over_weight_arrays_refuse_malformed_arrays_and_write_nothing():
     w, g2 = np.array([0.5, -1.0, 2.0]), np.full(3, 1e-6)
     columns, values = np.array([2, 0], dtype=np.int64), np.array([1.0, 3.0])
-    assert _fast.dense_dot(w, columns, values, False) == 2.0 * 1.0 + 0.5 * 3.0
+    assert _loops.dense_dot(w, columns, values, False) == 2.0 * 1.0 + 0.5 * 3.0
     bad = {
         "columns\\[1\\] = 3 is outside 0\\.\\.2": (np.array([2, 3], dtype=np.int64), values),
         "columns\\[0\\] = -1 is outside": (np.array([-1, 0], dtype=np.int64), values),
@@ -563,32 +564,32 @@ def test_the_one_example_passes_over_weight_arrays_refuse_malformed_arrays_and_w
     }
     for message, (cols, vals) in bad.items():
         with pytest.raises(ValueError, match="^dense_dot: " + message):
-            _fast.dense_dot(w, cols, vals, False)
+            _loops.dense_dot(w, cols, vals, False)
         before = (w.copy(), g2.copy())
         with pytest.raises(ValueError, match="^logistic_step: " + message):
-            _fast.logistic_step(w, cols, vals, g2, -0.5, 0.7)
+            _loops.logistic_step(w, cols, vals, g2, -0.5, 0.7)
         assert np.array_equal(w, before[0]) and np.array_equal(g2, before[1])
     with pytest.raises(ValueError, match=r"^logistic_step: g2: 2 items, expected 3"):
-        _fast.logistic_step(w, columns, values, g2[:2], -0.5, 0.7)
+        _loops.logistic_step(w, columns, values, g2[:2], -0.5, 0.7)
     with pytest.raises(ValueError, match=r"^logistic_step: w: expected a writable"):
-        _fast.logistic_step(_read_only(w), columns, values, g2, -0.5, 0.7)
+        _loops.logistic_step(_read_only(w), columns, values, g2, -0.5, 0.7)
 
 
 def test_the_calibration_pass_refuses_arrays_of_the_wrong_length():
     margins, signs, probas = np.array([0.5, -1.0]), np.array([1.0, -1.0]), np.zeros(2)
     state, istate, params = (
-        np.zeros(len(_fast.STATE)),
-        np.zeros(len(_fast.ISTATE), np.int64),
-        np.zeros(len(_fast.PARAMS)),
+        np.zeros(len(_loops.STATE)),
+        np.zeros(len(_loops.ISTATE), np.int64),
+        np.zeros(len(_loops.PARAMS)),
     )
     for name, arrays in {
         "signs": (margins, signs[:1], probas, state, istate, params),
         "probas": (margins, signs, np.zeros(3), state, istate, params),
         "state": (margins, signs, probas, state[:-1], istate, params),
-        "params": (margins, signs, probas, state, istate, np.zeros(len(_fast.PARAMS) + 1)),
+        "params": (margins, signs, probas, state, istate, np.zeros(len(_loops.PARAMS) + 1)),
     }.items():
         with pytest.raises(ValueError, match=f"^platt_rows: {name}: "):
-            _fast.platt_rows(*arrays)
+            _loops.platt_rows(*arrays)
     assert not probas.any() and not state.any()
 
 
@@ -612,12 +613,12 @@ def test_the_mixing_loop_refuses_arrays_of_the_wrong_length_and_bad_settings():
         ("losses", 6, np.zeros(3)),
     ]:
         with pytest.raises(ValueError, match=f"^mix_rows: {name}: "):
-            _fast.mix_rows(*good[:index], array, *good[index + 1 :])
+            _loops.mix_rows(*good[:index], array, *good[index + 1 :])
     for learned, share in ((-1, 3.0), (0, -1.0), (0, math.nan), (0, math.inf)):
         with pytest.raises(ValueError, match=r"^mix_rows: share = "):
-            _fast.mix_rows(*good[:7], learned, share, True)
+            _loops.mix_rows(*good[:7], learned, share, True)
     with pytest.raises(ValueError, match=r"^mix_rows: decisions: expected a writable"):
-        _fast.mix_rows(log_p, log_q, _read_only(decisions), *good[3:])
+        _loops.mix_rows(log_p, log_q, _read_only(decisions), *good[3:])
     assert not decisions.any() and not losses.any() and np.array_equal(log_weights, np.log([0.5, 0.5]))
 
 
@@ -628,9 +629,9 @@ def test_the_compiled_names_cover_exactly_what_python_sends():
     model = PegasosClassifier(lambda_=1e-4, class_weight={True: 2.0}, prior={"a": 1.0})
     state = model._loop_state()
     for names, python in [
-        (_fast.PARAMS, model._loop_settings()),
-        (_fast.STATE, [name for name, value in state.items() if isinstance(value, float)]),
-        (_fast.ISTATE, [*(name for name, value in state.items() if isinstance(value, int)), *compiled.LOOP_COUNTS]),
+        (_loops.PARAMS, model._loop_settings()),
+        (_loops.STATE, [name for name, value in state.items() if isinstance(value, float)]),
+        (_loops.ISTATE, [*(name for name, value in state.items() if isinstance(value, int)), *compiled.LOOP_COUNTS]),
     ]:
         assert len(set(names)) == len(names)
         assert set(names) == set(python)
@@ -774,18 +775,18 @@ def test_gather_refuses_a_key_list_shortened_by_a_lookup():
     keys.insert(0, CollidingKey("a", lambda: keys.clear() if keys else None))
     values, present = np.empty(4), np.empty(4, dtype=bool)
     with pytest.raises(RuntimeError, match=r"^gather: the list of keys changed size$"):
-        _fast.gather({"a": 1.0, "b": 2.0}, keys, values, present)
+        _loops.gather({"a": 1.0, "b": 2.0}, keys, values, present)
 
 
 @pytest.mark.parametrize("sizes", [(-1, 0), (0, -1), (2**25 + 1, 0), (0, 2**25 + 1)])
 def test_keep_freed_memory_refuses_sizes_outside_what_malloc_takes(sizes):
     with pytest.raises(ValueError, match=r"^keep_freed_memory: block and slack must be in \[0, 2\*\*25\] bytes$"):
-        _fast.keep_freed_memory(*sizes)
+        _blocks.keep_freed_memory(*sizes)
 
 
 def test_keep_freed_memory_takes_the_sizes_a_run_sets_where_malloc_is_glibcs():
     glibc_malloc = platform.libc_ver()[0] == "glibc" and not os.environ.get("LD_PRELOAD")  # (not a sanitizer's)
-    assert _fast.keep_freed_memory(HEAP_BLOCK, HEAP_SLACK) is glibc_malloc
+    assert _blocks.keep_freed_memory(HEAP_BLOCK, HEAP_SLACK) is glibc_malloc
 
 
 # -- reading a file in blocks --------------------------------------------------------------
@@ -805,8 +806,8 @@ def test_the_compiled_block_reader_reads_what_the_python_one_reads(content, bloc
         file, python_file = io.BytesIO(content), io.BytesIO(content)
         rest, text = b"", b""
         while True:
-            piece, next_rest = _fast.read_block(file, rest, block, carry)
-            with mock.patch.object(sources, "_fast", None):
+            piece, next_rest = _blocks.read_block(file, rest, block, carry)
+            with mock.patch.object(sources, "_blocks", None):
                 assert sources._read_block(python_file, rest) == (piece, next_rest)
             if not piece:
                 break
@@ -833,11 +834,11 @@ class _Counting(io.BytesIO):
 @pytest.mark.parametrize("said", [-1, 5, None, "3"])
 def test_the_compiled_block_reader_refuses_a_file_that_miscounts(said):
     with pytest.raises((ValueError, TypeError)):
-        _fast.read_block(_Counting(b"abcd", said), b"", 4, 2)
+        _blocks.read_block(_Counting(b"abcd", said), b"", 4, 2)
 
 
 def test_the_compiled_block_reader_refuses_a_carry_longer_than_its_block():
     refusal = r"^read_block: expected 0 <= max_carry and a carry of at most size bytes$"
     for carry, max_carry in ((b"abcde", 2), (b"ab", -1)):
         with pytest.raises(ValueError, match=refusal):
-            _fast.read_block(io.BytesIO(b"xyz"), carry, 4, max_carry)
+            _blocks.read_block(io.BytesIO(b"xyz"), carry, 4, max_carry)

@@ -200,13 +200,13 @@ DICT_KEYS = st.one_of(st.integers(-2, N + 1), st.booleans(), st.sampled_from(["a
 DICT_VALUES = st.one_of(st.floats(-1e3, 1e3), st.integers(-(10**400), 10**400), st.booleans(), st.just(math.nan))
 
 
-@pytest.mark.skipif(_compiled.FAST is None, reason="the compiled module is not in use")
+@pytest.mark.skipif(_compiled.LOOPS is None, reason="the compiled module is not in use")
 @settings(max_examples=300, deadline=None)
 @given(x=st.dictionaries(DICT_KEYS, DICT_VALUES, max_size=8), c=st.floats(-10, 10))
 def test_the_one_example_passes_over_a_dict_give_the_array_passes_bits(x, c):
     """dense_dict_dot and dense_dict_axpy take the dict as it is, or leave it (None, nothing written) to the passes
     over its columns and values, which name what they refuse; where they take it, the same bits."""
-    fast = _compiled.FAST
+    fast = _compiled.LOOPS
     u = DenseWeightVector(N)
     u.v[:] = np.linspace(-1.0, 1.0, N)
     vx = fast.dense_dict_dot(u.v, x, COMPENSATED_SUM)

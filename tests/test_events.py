@@ -424,7 +424,7 @@ def test_a_file_is_read_in_records_as_its_lines_however_many_are_asked_for(
         tempfile.TemporaryDirectory() as directory,
         mock.patch.object(sources, "READ_BUFFER", block),
         mock.patch.object(sources, "MAX_CARRY", carry),
-        mock.patch.object(sources, "_fast", sources._fast if compiled else None),
+        mock.patch.object(sources, "_blocks", sources._blocks if compiled else None),
     ):
         path = Path(directory) / "events.jsonl"
         path.write_bytes(content)

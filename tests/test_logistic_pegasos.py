@@ -192,8 +192,8 @@ def test_learn_rows_without_the_compiled_loop_learns_the_same(monkeypatch):
     stream = _stream(200, 3)
     rows, signs, weights = _rows(stream, "arrays in place")
     results = []
-    for fast in (logistic_pegasos._fast, None):
-        monkeypatch.setattr(logistic_pegasos, "_fast", fast)
+    for fast in (logistic_pegasos._loops, None):
+        monkeypatch.setattr(logistic_pegasos, "_loops", fast)
         model, decisions, probas = PegasosLogistic(lambda_=0.01, t0=0, n_features=N), np.empty(200), np.empty(200)
         assert model.learn_rows(LearnBatch(rows, signs, weights, decisions, probas)) == (200, None)
         results.append((model_digest(model), decisions.tolist(), probas.tolist()))

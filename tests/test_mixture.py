@@ -145,7 +145,7 @@ def test_the_mixture_never_loses_more_than_its_regret_bound_to_its_best_member(s
     st.booleans(),
 )
 def test_the_compiled_mixing_loop_is_bit_identical_to_its_python_reference(members, n, seed, share, learned, update):
-    if hedge._fast is None:
+    if hedge._loops is None:
         pytest.skip("the compiled module is not in use")
     rng = np.random.default_rng(seed)
     probas = np.clip(rng.uniform(-0.2, 1.2, (members, n)), 2.0**-53, 1 - 2.0**-53)

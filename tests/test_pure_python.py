@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PURE_PYTHON_TESTS = ["tests/test_runner.py", "tests/test_committee.py", "tests/test_poison.py"]
 PURE_PYTHON_SELECTION = ["-m", "not kafka and not slow", "-k", "not (text_events_learned_in_batches and email)"]
 
-needs_compiled = pytest.mark.skipif(_compiled.FAST is None, reason="the compiled module is not in use")
+needs_compiled = pytest.mark.skipif(_compiled.LOOPS is None, reason="the compiled module is not in use")
 
 
 def _environment(**variables: str) -> dict[str, str]:
@@ -43,7 +43,8 @@ def test_the_variable_leaves_every_compiled_module_unused():
         "from pegasos_stream import _compiled\n"
         "from pegasos_stream.features import email\n"
         "from pegasos_stream.parse import fastparse\n"
-        "print(json.dumps([pegasos_stream.compiled_available(), _compiled.in_use(), _compiled.FAST is None,"
+        "print(json.dumps([pegasos_stream.compiled_available(), _compiled.in_use(),"
+        " [getattr(_compiled, name) is None for name in _compiled.NAMES],"
         " email._text is None, fastparse.COMPILED, _compiled.describe()]))"
     )
     done = subprocess.run(
@@ -53,9 +54,9 @@ def test_the_variable_leaves_every_compiled_module_unused():
         text=True,
         check=True,
     )
-    available, in_use, no_fast, no_text, parsers, described = json.loads(done.stdout)
+    available, in_use, no_module, no_text, parsers, described = json.loads(done.stdout)
     assert available is False and not any(in_use.values()) and set(in_use) == set(_compiled.MODULES)
-    assert no_fast and no_text and parsers is False
+    assert all(no_module) and no_text and parsers is False
     assert described == "pure Python: PEGASOS_STREAM_PURE_PYTHON is set"
 
 
@@ -63,7 +64,9 @@ def test_the_variable_leaves_every_compiled_module_unused():
 def test_the_version_says_which_code_runs():
     command = [sys.executable, "-m", "pegasos_stream.cli", "--version"]
     compiled_run = subprocess.run(command, env=_environment(), capture_output=True, text=True, check=True)
-    assert compiled_run.stdout.strip() == f"pegasos-stream {pegasos_stream.__version__}, compiled modules in use"
+    named = ", ".join(name.removeprefix("pegasos_stream.") for name in _compiled.MODULES)
+    expected = f"pegasos-stream {pegasos_stream.__version__}, compiled modules in use: {named}"
+    assert " ".join(compiled_run.stdout.split()) == expected  # (argparse wraps the line to the terminal's width)
     for value, pure in [("1", True), ("0", False), ("", False)]:
         done = subprocess.run(
             command, env=_environment(PEGASOS_STREAM_PURE_PYTHON=value), capture_output=True, text=True, check=True
@@ -79,8 +82,8 @@ def test_gather_and_scatter_in_python_match_the_compiled_ones(monkeypatch):
     keys = ["a", 7, "b", ("t", 1), "new", 3.5]
     held = {"a": 1.5, 7: -2.0, "b": 0.25, ("t", 1): 1e-300, 3.5: 4}
     results = []
-    for module in (_compiled.FAST, None):
-        monkeypatch.setattr(compiled, "_fast", module)
+    for module in (_compiled.LOOPS, None):
+        monkeypatch.setattr(compiled, "_loops", module)
         weights_dict = dict(held)
         values, present = compiled.gather(weights_dict, keys)
         stored = compiled.Stored(values, present)
@@ -106,8 +109,8 @@ def test_gather_and_scatter_in_python_match_the_compiled_ones(monkeypatch):
 def test_the_repeated_column_check_in_python_names_what_the_compiled_one_names(monkeypatch, indptr, indices, columns):
     data = np.ones(len(indices))
     messages = []
-    for module in (_compiled.FAST, None):
-        monkeypatch.setattr(rows, "_fast", module)
+    for module in (_compiled.LOOPS, None):
+        monkeypatch.setattr(rows, "_loops", module)
         with pytest.raises(ValueError, match="appears more than once") as refused:
             Rows.from_csr(indptr, indices, data, columns)
         messages.append(str(refused.value))
@@ -120,10 +123,10 @@ def test_a_model_learned_in_python_is_the_compiled_one_bit_for_bit(monkeypatch):
     xs = [{int(j): float(rng.normal()) for j in rng.choice(40, 6, replace=False)} for _ in range(300)]
     ys = [bool(rng.random() < 0.4) for _ in xs]
     models = []
-    for module in (_compiled.FAST, None):
-        monkeypatch.setattr(compiled, "_fast", module)
-        monkeypatch.setattr(weights, "_fast", module)
-        monkeypatch.setattr(rows, "_fast", module)
+    for module in (_compiled.LOOPS, None):
+        monkeypatch.setattr(compiled, "_loops", module)
+        monkeypatch.setattr(weights, "_loops", module)
+        monkeypatch.setattr(rows, "_loops", module)
         model = PegasosClassifier(lambda_=1e-3, average=True, fit_intercept=True, class_weight="balanced")
         batch = Rows.from_dicts(xs)
         decisions = model.learn_csr(batch.indptr, batch.indices, batch.data, ys, columns=batch.keys)

@@ -78,8 +78,8 @@ def process_wide(runner: Runner) -> Iterator[None]:
     generations, to be traversed again. Freed memory is kept for reuse (`HEAP_BLOCK`, `HEAP_SLACK`): that
     setting, with the compiled modules, lasts as long as the process."""
     previous = {sig: signal.signal(sig, runner.request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
-    if _compiled.FAST is not None:
-        _compiled.FAST.keep_freed_memory(HEAP_BLOCK, HEAP_SLACK)
+    if _compiled.BLOCKS is not None:
+        _compiled.BLOCKS.keep_freed_memory(HEAP_BLOCK, HEAP_SLACK)
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], YOUNG_COLLECTION), *thresholds[1:])
     gc.freeze()

@@ -12,19 +12,13 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 import numpy as np
 from river import base
 
-from .._compiled import load
+from .._compiled import TEXT as _text  # the compiled "bytes" reader and hashing (_text.c), or None
 from .hashing import check_hash_bits, feature_hash
 from .mime import read_message
 
 if TYPE_CHECKING:
     from email.message import Message
 
-#: The compiled reader and hashing of ``reader="bytes"`` (``_text.c``); None when not in use
-#: (`EmailFeatures.transform_texts` then builds its rows in Python).
-if TYPE_CHECKING:
-    from . import _text  # (typed by its stub, _text.pyi)
-else:
-    _text = load("pegasos_stream.features._text")
 
 __all__ = ["EmailFeatures", "TextRows", "message_text"]
 

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple, overload
 
 import numpy as np
 
-from .._compiled import FAST as _fast
+from .._compiled import BLOCKS as _blocks
 
 __all__ = ["Cursors", "Lines", "Record", "RecordBatch"]
 
@@ -76,8 +76,8 @@ class Lines(Sequence[bytes]):
 
     def tolist(self) -> list[bytes]:
         """The records as bytes objects."""
-        if _fast is not None:
-            return _fast.span_list(self.block, self.starts, self.ends)
+        if _blocks is not None:
+            return _blocks.span_list(self.block, self.starts, self.ends)
         block = self.block
         return [block[start:end] for start, end in zip(self.starts.tolist(), self.ends.tolist(), strict=True)]
 

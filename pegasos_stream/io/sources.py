@@ -29,7 +29,7 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
-from .._compiled import FAST as _fast
+from .._compiled import BLOCKS as _blocks
 from .inputs import FileHead
 from .records import Cursors, Lines, Record, RecordBatch
 from .threads import helper_thread
@@ -58,8 +58,8 @@ def _read_block(file: BinaryIO, carry: bytes) -> tuple[bytes, bytes]:
     ``file`` after it; and, when the block is whole, its end after its last "\\n" if that is at most ``MAX_CARRY``
     bytes (else b""), to carry to the start of the next block: (the block, that end). Compiled, what is read is read
     in after the carry, nothing copied, and every block whole has the same size, so that one freed holds the next."""
-    if _fast is not None:
-        return _fast.read_block(file, carry, READ_BUFFER, MAX_CARRY)
+    if _blocks is not None:
+        return _blocks.read_block(file, carry, READ_BUFFER, MAX_CARRY)
     block = carry + file.read(READ_BUFFER - len(carry))
     if len(block) < READ_BUFFER:
         return block, b""
@@ -429,11 +429,11 @@ _NO_SPANS = (
 
 
 def _split_lines(block: bytes, keep: int) -> _BlockLines:
-    """The lines of ``block`` that end in "\\n" (compiled where it can be: ``_fast.split_lines``): a record is the
+    """The lines of ``block`` that end in "\\n" (compiled where it can be: ``_blocks.split_lines``): a record is the
     line without its "\\n" and the "\\r"s before it, or, for a line of ``keep`` bytes or more (keep >= 0), its first
     keep - 1 bytes."""
-    if _fast is not None:
-        starts, ends, sizes, blank, used = _fast.split_lines(block, keep)
+    if _blocks is not None:
+        starts, ends, sizes, blank, used = _blocks.split_lines(block, keep)
         return _BlockLines(
             block,
             np.frombuffer(starts, dtype=np.int64),

@@ -12,7 +12,7 @@ from typing import NamedTuple, cast
 import numpy as np
 from river import base
 
-from .._compiled import FAST as _fast
+from .._compiled import LOOPS as _loops
 from .batch import LearnBatch
 from .calibration import LogisticMargin, squash
 from .compiled import Stored, gather, scatter
@@ -143,8 +143,8 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
         try:
             if isinstance(self._w, dict):
                 margin = sparse_dot(self._w, x)
-            elif _fast is not None:
-                margin = _fast.dense_dot(self._w, *self._dense_example(x), COMPENSATED_SUM)
+            elif _loops is not None:
+                margin = _loops.dense_dot(self._w, *self._dense_example(x), COMPENSATED_SUM)
             else:
                 self._check_columns(x)
                 margin = sum(map(mul, map(self._w.item, x), x.values()))
@@ -190,9 +190,9 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
         """The step ``x`` asks for, with its margin before it; a ValueError, with nothing learned, for
         features whose margin or squared gradient is not finite."""
         example = None
-        if isinstance(self._w, np.ndarray) and _fast is not None:
+        if isinstance(self._w, np.ndarray) and _loops is not None:
             example = self._dense_example(x)
-            margin = self._finite(x, _fast.dense_dot(self._w, *example, COMPENSATED_SUM))
+            margin = self._finite(x, _loops.dense_dot(self._w, *example, COMPENSATED_SUM))
             largest = float(np.abs(example[1]).max()) if len(x) else 0.0
         else:
             margin = self.decision_function_one(x)
@@ -212,8 +212,8 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
                 acc = g2.get(key, initial) + g * g
                 g2[key] = acc
                 weights[key] = weights.get(key, 0.0) - rate * g / math.sqrt(acc)
-        elif isinstance(weights, np.ndarray) and isinstance(g2, np.ndarray) and step.example and _fast is not None:
-            _fast.logistic_step(weights, *step.example, g2, coef, rate)
+        elif isinstance(weights, np.ndarray) and isinstance(g2, np.ndarray) and step.example and _loops is not None:
+            _loops.logistic_step(weights, *step.example, g2, coef, rate)
         elif isinstance(weights, np.ndarray) and isinstance(g2, np.ndarray):
             for key, value in x.items():
                 g = coef * value
@@ -233,7 +233,7 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
         if isinstance(self._w, dict):
             rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
             batch = replace(batch, rows=rows)
-        if _fast is None:
+        if _loops is None:
             columns = None  # every row through learn_one
         elif columns is None:
             columns = self.columns_of(rows.keys)
@@ -279,7 +279,7 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
         new = np.empty(0 if looked_up is None else len(keys), dtype=np.int64)
 
         def loop(w: np.ndarray, g2: np.ndarray, present: np.ndarray) -> tuple[int, int]:
-            return _fast.learn_logistic_rows(
+            return _loops.learn_logistic_rows(
                 rows.indptr, rows.indices, rows.data, batch.signs, batch.weights, looked_up, w, g2,
                 present, new, batch.decisions, self.learning_rate, self.initial_accumulator, COMPENSATED_SUM, start,
                 rows.distinct,

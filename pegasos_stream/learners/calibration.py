@@ -77,7 +77,7 @@ class OnlinePlatt:
         check_count(self, "n_neg")
 
     def loop_settings(self) -> dict[str, float]:
-        """The settings the compiled loops read for calibration, by the names of ``_fast.PARAMS``."""
+        """The settings the compiled loops read for calibration, by the names of ``_loops.PARAMS``."""
         return {
             "platt_rate": self.learning_rate,
             "tail_start": TAIL_START,
@@ -88,7 +88,7 @@ class OnlinePlatt:
 
     def loop_state(self) -> dict[str, float | int]:
         """α, a, b, the sums of squared gradients and the class counts, by the names of the compiled loops' state
-        (``_fast.STATE``, ``_fast.ISTATE``)."""
+        (``_loops.STATE``, ``_loops.ISTATE``)."""
         return {
             "platt_log_slope": self.log_slope,
             "platt_slope": self.slope,

@@ -1,4 +1,4 @@
-"""The compiled replay of `PegasosClassifier.learn_one` over many rows (``pegasos_stream._fast``).
+"""The compiled replay of `PegasosClassifier.learn_one` over many rows (``pegasos_stream.learners._loops``).
 
 ``learn_csr`` checks a CSR matrix, its labels and weights, then learns its rows; ``learn_rows`` runs the
 compiled loop over `Rows` and takes each row the loop stops before (a rare branch, a refusal) through
@@ -7,7 +7,7 @@ dicts into arrays and scattered back. Without the compiled module (see `pegasos_
 ``learn_rows`` takes every row through ``learn_one``, which gives the same model bit for bit.
 
 The loop reads its settings from one array and the model's state from two (floats and integers), whose
-entries the compiled module names in order (``_fast.PARAMS``, ``_fast.STATE``, ``_fast.ISTATE``). The model says
+entries the compiled module names in order (``_loops.PARAMS``, ``STATE``, ``ISTATE``). The model says
 its settings and state by those names (``_loop_settings``, ``_loop_state``: see `LoopModel`) and takes its state
 back (``_set_loop_state``); the arrays are put in the compiled module's order here (`settings_array`,
 `state_arrays`), and read back by name.
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._compiled import FAST as _fast
+from .._compiled import LOOPS as _loops
 from .batch import LearnBatch
 from .rows import Rows
 from .schedule import effective_step
@@ -46,29 +46,29 @@ __all__ = [
     "state_arrays",
 ]
 
-#: The entries of ``_fast.ISTATE`` that are no model's state: the counts the loop returns (0 in), how many
+#: The entries of ``_loops.ISTATE`` that are no model's state: the counts the loop returns (0 in), how many
 #: columns it first wrote into v and into the average's offset.
 LOOP_COUNTS = ("n_new_v", "n_new_offset")
 
 
 def settings_array(settings: Mapping[str, float]) -> np.ndarray:
-    """The compiled loops' settings array: each of ``_fast.PARAMS`` from ``settings``, 0 for a name it lacks (a
+    """The compiled loops' settings array: each of ``_loops.PARAMS`` from ``settings``, 0 for a name it lacks (a
     setting its loop does not read)."""
-    return np.array([settings.get(name, 0.0) for name in _fast.PARAMS], dtype=np.float64)
+    return np.array([settings.get(name, 0.0) for name in _loops.PARAMS], dtype=np.float64)
 
 
 def state_arrays(values: Mapping[str, float | int]) -> tuple[np.ndarray, np.ndarray]:
-    """The compiled loops' state arrays (``_fast.STATE``: floats, ``_fast.ISTATE``: integers), each entry from
+    """The compiled loops' state arrays (``_loops.STATE``: floats, ``_loops.ISTATE``: integers), each entry from
     ``values`` by its name, 0 for a name it lacks (`LOOP_COUNTS`, or the state of another part)."""
-    state = np.array([values.get(name, 0.0) for name in _fast.STATE], dtype=np.float64)
-    return state, np.array([values.get(name, 0) for name in _fast.ISTATE], dtype=np.int64)
+    state = np.array([values.get(name, 0.0) for name in _loops.STATE], dtype=np.float64)
+    return state, np.array([values.get(name, 0) for name in _loops.ISTATE], dtype=np.int64)
 
 
 def _state_values(state: np.ndarray, istate: np.ndarray) -> dict[str, float | int]:
     """The entries of the state arrays as the loop left them, by name (Python floats and ints), for their owners
     to take back (`LOOP_COUNTS` too)."""
-    values: dict[str, float | int] = dict(zip(_fast.STATE, state.tolist()))
-    values.update(zip(_fast.ISTATE, istate.tolist()))
+    values: dict[str, float | int] = dict(zip(_loops.STATE, state.tolist()))
+    values.update(zip(_loops.ISTATE, istate.tolist()))
     return values
 
 
@@ -138,10 +138,12 @@ def learn_rows(model: LoopModel, batch: LearnBatch) -> tuple[int, ValueError | N
     if isinstance(u, DenseWeightVector):
         rows = _widened(u, rows)
         columns = weight_columns(rows.keys, len(u.v))
-        compiled = _fast is not None and columns is not None  # (None: a key that is no column, which learn_one refuses)
+        compiled = (
+            _loops is not None and columns is not None
+        )  # (None: a key that is no column, which learn_one refuses)
     else:
         rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
-        compiled = _fast is not None
+        compiled = _loops is not None
     batch = replace(batch, rows=rows)
     while start < n:
         # the step whose shrink clears the weights (a model's first) is learn_one's, as the compiled loop would
@@ -247,12 +249,12 @@ def _loop(
     v_presence: tuple[np.ndarray, np.ndarray],
     offset_presence: tuple[np.ndarray, np.ndarray],
 ) -> tuple[int, dict[str, int]]:
-    """``_fast.learn_rows`` over the weights ``v`` (the average's ``offset``, the ``prior``) of the rows' columns,
+    """``_loops.learn_rows`` over the weights ``v`` (the average's ``offset``, the ``prior``) of the rows' columns,
     with the model's state read before and given back after; (the row it stopped before, the counts of columns
     first written). The presence pairs are (flags, list of columns first written), empty when all are present."""
     rows, margins = batch.rows, batch.margins
     state, istate = state_arrays(model._loop_state())
-    stop = _fast.learn_rows(
+    stop = _loops.learn_rows(
         rows.indptr, rows.indices, rows.data, batch.signs, batch.weights, v, offset, prior, v_presence[0],
         offset_presence[0], v_presence[1], offset_presence[1], state, istate, settings_array(model._loop_settings()),
         batch.decisions, batch.probas, batch.start, rows.distinct, np.empty(0) if margins is None else margins,
@@ -266,25 +268,25 @@ def calibrate_rows(platt: OnlinePlatt, margins: np.ndarray, signs: np.ndarray, p
     """For each margin in order, its probability ``platt.proba(margin)`` into ``probas``, then
     ``platt.update(margin, sign > 0)``: compiled when the compiled module is in use (the same operations, as
     `learn_rows` calibrates a `PegasosClassifier`), else in Python."""
-    if _fast is None:
+    if _loops is None:
         for i, margin, sign in zip(range(len(margins)), margins.tolist(), signs.tolist()):
             probas[i] = platt.proba(margin)
             platt.update(margin, sign > 0)
         return
     state, istate = state_arrays(platt.loop_state())  # (the entries of no calibration are left 0, as its settings)
-    _fast.platt_rows(margins, signs, probas, state, istate, settings_array(platt.loop_settings()))
+    _loops.platt_rows(margins, signs, probas, state, istate, settings_array(platt.loop_settings()))
     platt.set_loop_state(_state_values(state, istate))
 
 
 def gather(weights: dict, keys: list) -> tuple[np.ndarray, np.ndarray]:
     """(the values of ``keys``, 0.0 where absent; whether each is present)."""
     values, present = np.empty(len(keys)), np.empty(len(keys), dtype=bool)
-    if _fast is None:
+    if _loops is None:
         found = [weights.get(key) for key in keys]
         present[:] = [value is not None for value in found]
         values[:] = [0.0 if value is None else float(value) for value in found]
     else:
-        _fast.gather(weights, keys, values, present)
+        _loops.gather(weights, keys, values, present)
     return values, present
 
 
@@ -305,7 +307,7 @@ def scatter(weights: dict, keys: list, values: np.ndarray, stored: Stored, new: 
     into), then add the ``new`` ones in the order they were first written (the order ``learn_one`` inserts
     them in)."""
     for columns in (stored.changed(values), new):
-        if _fast is None:
+        if _loops is None:
             weights.update((keys[column], value) for column, value in zip(columns.tolist(), values[columns].tolist()))
         else:
-            _fast.scatter(weights, keys, values, columns.astype(np.int64, copy=False))
+            _loops.scatter(weights, keys, values, columns.astype(np.int64, copy=False))

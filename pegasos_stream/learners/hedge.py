@@ -16,7 +16,7 @@ multiplication), the share keeps π_k ≥ (1 − α_s)·v_k, and the sum telesco
 `share_cost`, about c·ln T: the price of following the member that predicts best lately rather than overall.
 
 The loop is sequential (the share makes each step's weights depend on the last), so it runs compiled
-(``_fast.mix_rows``) when the compiled module is in use; `mix_rows_python` is its reference, the same
+(``_loops.mix_rows``) when the compiled module is in use; `mix_rows_python` is its reference, the same
 floating-point operations in the same order.
 """
 
@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from .._compiled import FAST as _fast
+from .._compiled import LOOPS as _loops
 
 __all__ = ["initial_log_weights", "mix_rows", "mix_rows_python", "share_cost", "share_rate"]
 
@@ -109,16 +109,16 @@ def mix_rows(
     (``log_p``) and the negative class (``log_q``), one row per member and one column per example. With ``update``
     (the examples' signs and sample weights, the members' cumulative losses, the examples learned before these,
     the share c), each example then updates ``log_weights`` and the losses in place before the next is mixed."""
-    if _fast is None:
+    if _loops is None:
         mix_rows_python(log_p, log_q, decisions, log_weights, update)
         return
     state = np.array(log_weights, dtype=np.float64)
     flat_p, flat_q = np.ascontiguousarray(log_p).reshape(-1), np.ascontiguousarray(log_q).reshape(-1)
     if update is None:
-        _fast.mix_rows(flat_p, flat_q, decisions, state, np.empty(0), np.empty(0), np.empty(0), 0, 0.0, False)
+        _loops.mix_rows(flat_p, flat_q, decisions, state, np.empty(0), np.empty(0), np.empty(0), 0, 0.0, False)
         return
     signs, weights, losses, learned, share = update
     totals = np.array(losses, dtype=np.float64)
-    _fast.mix_rows(flat_p, flat_q, decisions, state, signs, weights, totals, learned, share, True)
+    _loops.mix_rows(flat_p, flat_q, decisions, state, signs, weights, totals, learned, share, True)
     log_weights[:] = state.tolist()
     losses[:] = totals.tolist()

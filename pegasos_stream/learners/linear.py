@@ -662,10 +662,10 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
             return self._grid.learn_run(batch, self._platt, self.calibrate)
         return compiled.learn_rows(self, batch)
 
-    # -- the compiled loop's view: settings and state by the names of pegasos_stream._fast ---------------------
+    # -- the compiled loop's view: settings and state by the names of pegasos_stream.learners._loops -------------
 
     def _loop_settings(self) -> dict[str, float]:
-        """The settings the compiled loop reads, by the names of ``_fast.PARAMS`` (an explicit λ).
+        """The settings the compiled loop reads, by the names of ``_loops.PARAMS`` (an explicit λ).
 
         With ``class_weight="balanced"``, "balanced" is the pseudo-count of each class (> 0) and "cost_pos"
         and "cost_neg" bound the costs; otherwise "balanced" is 0 and they are the costs. "fit_intercept" is 0 for
@@ -700,7 +700,7 @@ class PegasosClassifier(PlattScaledMargin, base.MiniBatchClassifier):
         }
 
     def _loop_state(self) -> dict[str, float | int]:
-        """The state the compiled loop reads and writes, by the names of ``_fast.STATE`` and ``_fast.ISTATE``: the
+        """The state the compiled loop reads and writes, by the names of ``_loops.STATE`` and ``_loops.ISTATE``: the
         weights' (`WeightVector.loop_state`), the bias and its average, the step and class counts, and the
         calibration's (`OnlinePlatt.loop_state`); an explicit λ."""
         return {

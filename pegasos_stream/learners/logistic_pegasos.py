@@ -11,7 +11,7 @@ from typing import cast
 import numpy as np
 from river import base
 
-from .._compiled import FAST as _fast
+from .._compiled import LOOPS as _loops
 from .adagrad import MAX_EXPONENT
 from .batch import LearnBatch
 from .calibration import LogisticMargin, squash
@@ -155,10 +155,10 @@ class PegasosLogistic(LogisticMargin, base.Classifier):
         columns: np.ndarray | range | None = None  # with weight arrays: the columns the rows' keys name
         if isinstance(self._u, DenseWeightVector):
             columns = weight_columns(rows.keys, len(self._u.v))
-            compiled = _fast is not None and columns is not None  # (None: a key that is no column: learn_one's)
+            compiled = _loops is not None and columns is not None  # (None: a key that is no column: learn_one's)
         else:
             rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
-            compiled = _fast is not None
+            compiled = _loops is not None
             batch = replace(batch, rows=rows)
         wanted = batch.wants_probas
         while start < n:
@@ -194,7 +194,7 @@ class PegasosLogistic(LogisticMargin, base.Classifier):
             keys = cast(list, rows.keys)
             v, present = gather(u.v, keys)
             stored, mapped, new = Stored(v, present), None, np.empty(len(keys), dtype=np.int64)
-        stop, n_new, scale, sq_norm = _fast.learn_pegasos_logistic_rows(
+        stop, n_new, scale, sq_norm = _loops.learn_pegasos_logistic_rows(
             rows.indptr, rows.indices, rows.data, batch.signs, batch.weights, mapped, v, present, new,
             batch.decisions, u.scale, u.sq_norm, self._t, self.lambda_, self.t0, MIN_SCALE, MAX_NORM, COMPENSATED_SUM,
             start, rows.distinct,

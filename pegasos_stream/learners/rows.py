@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .._compiled import FAST as _fast
+from .._compiled import LOOPS as _loops
 
 __all__ = ["Rows", "int64_array"]
 
@@ -72,7 +72,7 @@ class Rows:
         """Rows of feature dicts (values already checked to be finite numbers), in dict order."""
         dicts = list(dicts)
         keys: list = []
-        built = None if _fast is None else _fast.rows_from_dicts(dicts, {}, keys)
+        built = None if _loops is None else _loops.rows_from_dicts(dicts, {}, keys)
         if built is None:  # not compiled, or keys or values the compiled builder leaves to Python
             return cls._from_dicts_in_python(dicts)
         indptr, indices, data = built
@@ -123,7 +123,7 @@ class Rows:
         names = None if columns is None else list(columns)
         if names is None and n_columns is not None:
             rows = cls(indptr, columns_used, values, range(n_columns))
-            if _fast is None:
+            if _loops is None:
                 _check_bounds(rows.indptr, columns_used, n_columns)
             rows._check_columns_once()  # (compiled: the bounds too)
             rows.distinct = True
@@ -142,9 +142,9 @@ class Rows:
 
     def _check_columns_once(self) -> None:
         """A ValueError naming the first row that holds a column more than once, and that column (by its key)."""
-        if _fast is not None:
+        if _loops is not None:
             keys = self.keys
-            _fast.check_rows(self.indptr, self.indices, keys if isinstance(keys, list) else len(keys))
+            _loops.check_rows(self.indptr, self.indices, keys if isinstance(keys, list) else len(keys))
             return
         row_of = np.repeat(np.arange(len(self)), np.diff(self.indptr))
         cells = row_of * max(len(self.keys), 1) + self.indices

@@ -25,7 +25,7 @@ from operator import add, mul
 
 import numpy as np
 
-from .._compiled import FAST as _fast
+from .._compiled import LOOPS as _loops
 from .schedule import MAX_NORM
 from .state import (
     InvalidState,
@@ -71,7 +71,7 @@ COMPENSATED_SUM = sum([0.1] * 10) == 1.0
 def sparse_dot(v: dict, x: Features) -> float:
     """⟨v, x⟩ for a sparse dict ``v``, in O(nnz(x)), summed in the order of ``x`` (in C when compiled, with the
     same result, for a dict ``x`` of str or int keys and float, int or bool values and a ``v`` of floats)."""
-    result = None if _fast is None else _fast.sparse_dot(v, x, COMPENSATED_SUM)
+    result = None if _loops is None else _loops.sparse_dot(v, x, COMPENSATED_SUM)
     if result is None:
         return sum(map(mul, map(v.get, x, repeat(0.0)), x.values()))
     return result
@@ -85,7 +85,7 @@ def _axpy(v: dict, x: Features, c: float) -> None:
 def _axpy_sq_norm(v: dict, x: Features, c: float) -> float:
     """v += c·x in place; returns the change of ‖v‖², computed coordinate by coordinate (in C when compiled,
     with the same result, for the ``v`` and ``x`` ``sparse_dot`` takes there)."""
-    change = None if _fast is None else _fast.axpy_sq_norm(v, x, c, COMPENSATED_SUM)
+    change = None if _loops is None else _loops.axpy_sq_norm(v, x, c, COMPENSATED_SUM)
     if change is not None:
         return change
     old = list(map(v.get, x, repeat(0.0)))
@@ -141,7 +141,7 @@ class _AveragedLazyScale(_LazyScale):
 
     def loop_state(self) -> dict[str, float | int]:
         """The scale, ‖v‖², the average's scale and the count of iterates averaged, by the names of the compiled
-        loop's state (``_fast.STATE``, ``_fast.ISTATE``)."""
+        loop's state (``_loops.STATE``, ``_loops.ISTATE``)."""
         return {
             "scale": self.scale,
             "sq_norm": self.sq_norm,
@@ -412,13 +412,13 @@ class DenseWeightVector(_AveragedLazyScale):
         return columns, values  # type: ignore[return-value]
 
     def _dot(self, values: np.ndarray, columns: np.ndarray, x: np.ndarray) -> float:
-        if _fast is not None:
-            return _fast.dense_dot(values, columns, x, COMPENSATED_SUM)
+        if _loops is not None:
+            return _loops.dense_dot(values, columns, x, COMPENSATED_SUM)
         return sum(map(mul, values[columns].tolist(), x.tolist()))
 
     def dot(self, x: Features) -> float:
         """⟨w, x⟩ in O(nnz(x)) (in C over the dict itself when its keys and values are plain)."""
-        vx = None if _fast is None else _fast.dense_dict_dot(self.v, x, COMPENSATED_SUM)
+        vx = None if _loops is None else _loops.dense_dict_dot(self.v, x, COMPENSATED_SUM)
         if vx is None:
             columns, values = self.example(x)  # (which may widen the arrays)
             vx = self._dot(self.v, columns, values)
@@ -426,8 +426,8 @@ class DenseWeightVector(_AveragedLazyScale):
 
     def add(self, x: Features, c: float) -> None:
         """w ← w + c·x in O(nnz(x)); the running sum of iterates is left unchanged."""
-        if _fast is not None and not (self.average and self.avg_scale):
-            change = _fast.dense_dict_axpy(self.v, x, c / self.scale, COMPENSATED_SUM)
+        if _loops is not None and not (self.average and self.avg_scale):
+            change = _loops.dense_dict_axpy(self.v, x, c / self.scale, COMPENSATED_SUM)
             if change is not None:
                 self.sq_norm += change
                 return
@@ -436,8 +436,8 @@ class DenseWeightVector(_AveragedLazyScale):
     def add_columns(self, columns: np.ndarray, values: np.ndarray, c: float) -> None:
         """``add`` of the example ``values`` at ``columns`` (int64 columns within the arrays, each once)."""
         d = c / self.scale
-        if _fast is not None:
-            self.sq_norm += _fast.dense_axpy(self.v, columns, values, d, COMPENSATED_SUM)
+        if _loops is not None:
+            self.sq_norm += _loops.dense_axpy(self.v, columns, values, d, COMPENSATED_SUM)
         else:
             old = self.v[columns].tolist()
             new = list(map(add, old, map(mul, repeat(d), values.tolist())))

@@ -13,7 +13,7 @@ from typing import TypeAlias
 
 import numpy as np
 
-from .._compiled import FAST as _fast
+from .._compiled import PARSE as _parse
 from ..io.records import Lines
 from ..io.threads import helper_thread
 from ..learners.rows import Rows, int64_array
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 #: Whether the parsers of this module can run (the compiled module is in use).
-COMPILED = _fast is not None
+COMPILED = _parse is not None
 #: Lines of svmlight with int columns that a call parses on two threads at once, half each, when the process
 #: may run on more than one core (that parse runs without the GIL).
 SPLIT_LINES = 256
@@ -69,7 +69,7 @@ def parse_svmlight(
         return np.concatenate([first_status, more_status]), joined, np.concatenate([first_labels, more_labels])
     keys: list = []
     lines = values.spans() if isinstance(values, Lines) else values
-    status, indptr, indices, data, labels = _fast.parse_svmlight(
+    status, indptr, indices, data, labels = _parse.parse_svmlight(
         lines, {}, keys, max_bytes, [] if names is None else names
     )
     rows = Rows(int64_array(indptr), int64_array(indices), np.frombuffer(data, dtype=np.float64), keys, True)
@@ -83,11 +83,11 @@ def svmlight_parts(values: list[bytes] | Lines, max_bytes: int, columns: int) ->
     helper = helper_thread("svmlight-parse") if len(values) >= SPLIT_LINES else None
     if helper is None:
         return [
-            (0, len(values), _parsed(_fast.parse_svmlight(_lines(values), {}, [], max_bytes, [], columns), columns))
+            (0, len(values), _parsed(_parse.parse_svmlight(_lines(values), {}, [], max_bytes, [], columns), columns))
         ]
     half = len(values) // 2
-    second = helper.submit(_fast.parse_svmlight, _lines(values[half:]), {}, [], max_bytes, [], columns)
-    first = _fast.parse_svmlight(_lines(values[:half]), {}, [], max_bytes, [], columns)
+    second = helper.submit(_parse.parse_svmlight, _lines(values[half:]), {}, [], max_bytes, [], columns)
+    first = _parse.parse_svmlight(_lines(values[:half]), {}, [], max_bytes, [], columns)
     return [(0, half, _parsed(first, columns)), (half, len(values), _parsed(second.result(), columns))]
 
 
@@ -113,11 +113,11 @@ class NameTable:
 
     def __init__(self, hash_bits: int = 0) -> None:
         self.hash_bits = hash_bits
-        self.table = _fast.name_table(hash_bits)
+        self.table = _parse.name_table(hash_bits)
 
     def __len__(self) -> int:
         """The names it holds (none when it hashes)."""
-        return int(_fast.name_count(self.table))
+        return int(_parse.name_count(self.table))
 
 
 def parse_json_events(
@@ -136,7 +136,7 @@ def parse_json_events(
     """
     names = NameTable() if names is None else names
     keys: list | None = None if names.hash_bits else []
-    status, indptr, indices, data, id_list, labels = _fast.parse_json_events(
+    status, indptr, indices, data, id_list, labels = _parse.parse_json_events(
         values, fields["id"], fields["x"], fields["label"], fields["text"], max_bytes, names.table, keys, ids
     )
     columns = range(1 << names.hash_bits) if keys is None else keys
@@ -156,7 +156,7 @@ def parse_json_texts(
     a surrogate escape, invalid UTF-8, too long...), for the Python parser to give the same event or the
     same error.
     """
-    status, texts, ids, labels = _fast.parse_json_texts(
+    status, texts, ids, labels = _parse.parse_json_texts(
         values, fields["id"], fields["x"], fields["label"], fields["text"], max_bytes
     )
     return np.frombuffer(status, dtype=np.uint8), texts, ids, labels

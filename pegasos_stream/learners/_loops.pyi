@@ -1,4 +1,4 @@
-"""The compiled loops of the learners and the stream's parsers (pegasos_stream/_fast.c)."""
+"""The compiled loops of the learners (pegasos_stream/learners/_loops.c)."""
 
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
@@ -11,7 +11,6 @@ STATE: tuple[str, ...]
 ISTATE: tuple[str, ...]
 
 _Array = NDArray[Any]
-_Buffer = bytes | bytearray | memoryview | _Array
 
 def learn_rows(
     indptr: _Array,
@@ -36,7 +35,6 @@ def learn_rows(
     margins: _Array = ...,
     /,
 ) -> int: ...
-def keep_freed_memory(block: int, slack: int, /) -> bool: ...
 def learn_logistic_rows(
     indptr: _Array,
     indices: _Array,
@@ -106,29 +104,6 @@ def check_rows(indptr: _Array, indices: _Array, keys: Sequence[Hashable] | int, 
 def rows_from_dicts(
     dicts: list[Any], vocabulary: dict[Any, int], keys: list[Any], /
 ) -> tuple[bytes, bytes, bytes] | None: ...
-def parse_svmlight(
-    lines: Any, vocabulary: dict[Any, int], keys: list[Any], max_bytes: int, names: list[Any], columns: int = ..., /
-) -> tuple[bytes, bytes, bytes, bytes, bytes]: ...
-def read_block(file: Any, carry: bytes, size: int, max_carry: int, /) -> tuple[bytes, bytes]: ...
-def split_lines(buffer: _Buffer, keep: int, /) -> tuple[bytes, bytes, bytes, bytes, int]: ...
-def span_list(buffer: _Buffer, starts: _Buffer, ends: _Buffer, /) -> list[bytes]: ...
-def parse_json_events(
-    values: list[bytes],
-    id_field: str,
-    x_field: str,
-    label_field: str,
-    text_field: str,
-    max_bytes: int,
-    names: Any,
-    keys: Any,
-    with_ids: bool,
-    /,
-) -> tuple[bytes, bytes, bytes, bytes, list[Any], list[Any]]: ...
-def parse_json_texts(
-    values: list[bytes], id_field: str, x_field: str, label_field: str, text_field: str, max_bytes: int, /
-) -> tuple[bytes, list[Any], list[Any], list[Any]]: ...
-def name_table(hash_bits: int, /) -> object: ...
-def name_count(names: object, /) -> int: ...
 def sparse_dot(v: Mapping[Any, Any], x: Mapping[Any, Any], compensated: bool, /) -> float | None: ...
 def axpy_sq_norm(v: dict[Any, Any], x: Mapping[Any, Any], c: float, compensated: bool, /) -> float | None: ...
 def gather(weights: dict[Any, Any], keys: list[Any], values: _Array, present: _Array, /) -> None: ...
