@@ -20,8 +20,8 @@ import yaml
 from kafka_helpers import GROUP_SETTINGS, kafka_source_config
 
 from pegasos_stream import cli
-from pegasos_stream.persist.checkpoint import CheckpointError, checkpoints, read_checkpoint
 from pegasos_stream.kafka.group import GroupSource
+from pegasos_stream.persist.checkpoint import CheckpointError, checkpoints, read_checkpoint
 from pegasos_stream.testing.kafka_broker import committed_offset
 
 PARTITIONS = 4
