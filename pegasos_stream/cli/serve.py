@@ -199,7 +199,7 @@ class CheckpointProvider(_Provider):
     def _load(self, path: Path) -> tuple[ServedModel, dict]:
         state, manifest = read_checkpoint(path, self._key, self._max_bytes)
         version, modified = checkpoint_sequence(path) or 0, path.stat().st_mtime
-        return self._model(str(path), state, manifest, version, modified, {"model_path": str(path)})
+        return self._model(str(path), state, manifest, version, modified, {"model_file": path.name})
 
     def _refuse_file(self, path: Path, error: Exception) -> None:
         """Say that ``path`` is refused and why; it is not read again until it changes."""
@@ -303,7 +303,7 @@ def _untrained(args: argparse.Namespace, configure: Configure) -> tuple[ServedMo
         )
     path = config_file(args.config)
     config = configure(load_config(path), str(path))
-    return served_model(build_model(config), config, 0, None, {"model_path": None, "model_t": 0}), config
+    return served_model(build_model(config), config, 0, None, {"model_file": None, "model_t": 0}), config
 
 
 @contextlib.contextmanager
