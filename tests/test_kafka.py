@@ -16,6 +16,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka_helpers import GROUP_SETTINGS
 
 from pegasos_stream.io.records import Record
+from pegasos_stream.kafka import group as group_module
 from pegasos_stream.kafka.group import GroupSource
 from pegasos_stream.kafka.python_client import KafkaSink, OffsetOutOfRange
 from pegasos_stream.parse.parsing import BadRecord, EventParser
@@ -23,10 +24,15 @@ from pegasos_stream.testing import kafka_broker as tansu
 
 
 def _source(
-    source_class: type[GroupSource], address: str, topic: str, group: str | None = None, consumer: dict | None = None
+    source_class: type[GroupSource],
+    address: str,
+    topic: str,
+    group: str | None = None,
+    consumer: dict | None = None,
+    **options: float,
 ) -> GroupSource:
     group = group or f"group-{uuid.uuid4().hex[:8]}"
-    return source_class(address, [topic], group, consumer=consumer or GROUP_SETTINGS)
+    return source_class(address, [topic], group, consumer=consumer or GROUP_SETTINGS, **options)
 
 
 def _take(items: Iterator[Record | None], count: int, timeout: float = 20.0) -> list[Record]:
@@ -241,21 +247,48 @@ def test_sink_round_trips_json_to_a_topic(kafka_broker, kafka_topic):
     assert [message.key for message in messages] == [b"1", b"mail-7", None]
 
 
-def test_a_broker_outage_gives_idle_ticks_then_recovers(source_class, own_kafka_broker, create_topic, produce, caplog):
+class _RequestClock:
+    """The clock of ``GroupSource.commit``'s deadline (its module's ``time``), moved only by the seconds each commit
+    request is given, as if the request took all of them, and by the commit's pauses between attempts."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.given: list[float] = []  # the timeout of each request
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_broker_outage_gives_idle_ticks_then_recovers(
+    source_class, own_kafka_broker, create_topic, produce, caplog, monkeypatch
+):
     caplog.set_level(logging.INFO, logger=source_class.__module__)
     broker = own_kafka_broker
     create_topic(broker.address, "events")
     produce(broker.address, "events", [b"before-%d" % i for i in range(5)])
-    # 6 s sessions: the member outlives the outage's idle ticks, so that its partition is still its own to commit
-    source = _source(source_class, broker.address, "events", consumer=tansu.GROUP_SETTINGS)
+    # 6 s sessions: the member outlives the outage's idle ticks and commit, so that its partition is still its own
+    # to commit; commits of 1 s (5 s by default), which the commit in the outage waits out
+    source = _source(source_class, broker.address, "events", consumer=tansu.GROUP_SETTINGS, commit_timeout=1.0)
     items = iter(source)
     assert [record.value for record in _take(items, 5)] == [b"before-%d" % i for i in range(5)]
 
     broker.stop()
     assert _idle(items, 4) == []
-    started = time.monotonic()
-    source.commit()  # the 5 records yielded are still to commit: it fails, boundedly
-    assert time.monotonic() - started < 8
+    clock, request = _RequestClock(), source._commit_request
+
+    def timed(offsets, timeout: float) -> None:
+        clock.given.append(timeout)
+        clock.now += timeout
+        return request(offsets, timeout)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(group_module, "time", clock)
+        patched.setattr(source, "_commit_request", timed)
+        source.commit()  # the 5 records yielded are still to commit: it fails, boundedly
+    assert 1 <= len(clock.given) <= source._commit_attempts and clock.now <= source._commit_timeout, clock.given
     assert "is unreachable" in caplog.text
     assert "could not commit offsets events/0:5" in caplog.text
     caplog.clear()
