@@ -592,23 +592,21 @@ def _reap(proc: subprocess.Popen) -> None:
 
 
 def test_stdin_stops_by_itself_when_idle():
+    """The process stops by itself on an open pipe (when, to the read: test_stats_line drives the clock)."""
     events = _kernel_events(40)
     proc = _spawn("run", "--config", "configs/kernel-rbf.yaml", "--input", "-", "--stop-when-idle", "1")
     try:
         proc.stdin.write(b"\n".join(jsonl(events)) + b"\n")
         proc.stdin.flush()  # and the pipe stays open
         lines = _read_lines(proc, len(events), timeout=30)
-        last_prediction = time.monotonic()
         assert len(lines) == len(events)
         proc.wait(timeout=15)
-        idle = time.monotonic() - last_prediction
         assert proc.poll() == 0
         assert not proc.stdin.closed  # it stopped by itself, not because the input ended
         lines += proc.stdout.read().splitlines()
         stderr = proc.stderr.read().decode()
     finally:
         _reap(proc)
-    assert 0.9 <= idle <= 5.0, idle
     predictions = [json.loads(line) for line in lines]
     assert [p["id"] for p in predictions] == [e["id"] for e in events]  # each exactly once, in order
     for p in predictions:  # no source.labels in the configuration: the classes are true and false

@@ -66,6 +66,38 @@ class _TrickleSource(Source):
         return RecordBatch([json.dumps(event).encode()], [i], lambda cursor: f"trickle:{cursor}")
 
 
+class _QuietSource(Source):
+    """``count`` binary events in one read, then empty reads (an open pipe with nothing more), each ``pause``
+    seconds of ``clock`` after the one before; ``reads`` counts them."""
+
+    name = "quiet"
+
+    def __init__(self, count: int, pause: float, clock: list[float]) -> None:
+        self._count, self._pause, self._clock, self.reads = count, pause, clock, 0
+
+    def read(self, n: int) -> RecordBatch:
+        self.reads += 1
+        self._clock[0] += self._pause
+        if self.reads > 1:
+            return RecordBatch([], [], lambda cursor: f"quiet:{cursor}")
+        events = [{"id": i, "x": {"a": (i % 3) - 1.0}, "label": i % 2 == 0} for i in range(self._count)]
+        return RecordBatch([json.dumps(e).encode() for e in events], list(range(self._count)), lambda c: f"quiet:{c}")
+
+
+def test_a_run_stops_once_idle_for_stop_when_idle_and_not_before(caplog):
+    """Reads 0.25 s of a driven clock apart: with --stop-when-idle 1, the run stops at the fourth empty read
+    after the last events (1.0 s idle), not at the third (0.75 s)."""
+    config = load_config(None, ["model.lambda_=0.01", "output.type=none", "evaluation.stats_every_seconds=60"])
+    runner = build_runner(config)
+    clock = [1000.0]
+    runner.clock = lambda: clock[0]
+    source = _QuietSource(5, 0.25, clock)
+    with caplog.at_level(logging.INFO, logger="pegasos_stream"):
+        stats = runner.run(source, stop_when_idle=1.0)
+    assert (stats.events, source.reads) == (5, 1 + 4)
+    assert "no event for 1 s: stopping" in [record.getMessage() for record in caplog.records]
+
+
 def test_the_stats_line_comes_at_its_interval_while_events_trickle_in(caplog):
     """Events one every 0.15 s of a driven clock, a line every 0.5 s: each line comes at the first batch
     0.5 s or more after the one before, with the events processed between them."""
