@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import math
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from _harness import add_data_argument, add_lingspam_argument, add_out_argument, section, write_results
 
-from pegasos_stream.serve.spamd import REQUIRED_SCORE
+from pegasos_stream.serve.spamd import REQUIRED_SCORE, score_of
 
 #: The required scores tabled (log-odds of spam).
 SCORES = (0.0, 0.5, 1.0, REQUIRED_SCORE, 2.0, 2.5, 3.0)
@@ -32,7 +31,7 @@ SPAMASSASSIN = (0.0116, 0.868)
 
 
 def scores(corpus: Path, limit: int | None, work: Path) -> tuple[list[float], list[bool]]:
-    """Each message's score before it was learned, and whether it is spam."""
+    """Each message's score before it was learned (as serve --spamd scores it), and whether it is spam."""
     events, predictions = work / f"{corpus.stem}.jsonl", work / f"{corpus.stem}.predictions.jsonl"
     labels = []
     with gzip.open(corpus, "rt", encoding="utf-8") as handle, open(events, "w", encoding="utf-8") as out:
@@ -45,7 +44,7 @@ def scores(corpus: Path, limit: int | None, work: Path) -> tuple[list[float], li
     subprocess.run([*command, "--output", str(predictions), "--json"], check=True, capture_output=True)
     with open(predictions, encoding="utf-8") as handle:
         probas = [json.loads(line)["proba"] for line in handle]
-    return [math.log(p / (1 - p)) for p in probas], labels
+    return [score_of(p) for p in probas], labels
 
 
 def rates(values: list[float], spam: list[bool], required: float) -> tuple[float, float]:

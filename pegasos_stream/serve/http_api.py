@@ -113,13 +113,11 @@ class PredictionApp:
         verdict = self._verdict(request)
         if isinstance(verdict, Response):
             return verdict
-        served = self.serving.provider.current
-        classes = served.predictor.classes if served is not None else (False, True)
         return _json(
             200,
             {
                 "id": REQUEST,
-                "predicted": classes[verdict.spam],
+                "predicted": verdict.predicted,
                 "score": verdict.score,
                 "proba": verdict.proba,
                 "model_version": verdict.model_version,
