@@ -16,13 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+from http_helpers import http_json
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.admin._configs import ConfigResource
@@ -336,16 +335,6 @@ def test_a_missing_model_or_allow_empty_without_a_configuration_is_one_line(tmp_
         assert done.stderr.decode().startswith(expected), done.stderr
 
 
-def _http(url: str, body: bytes | None = None) -> tuple[int, object]:
-    """(status, JSON body) of a GET, or of a POST of ``body``."""
-    request = urllib.request.Request(url, data=body, method="GET" if body is None else "POST")
-    try:
-        with urllib.request.urlopen(request, timeout=WAIT) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
-
-
 def test_http_answers_single_and_batch_requests_refuses_bad_ones_and_reports_health(models, serve, tmp_path):
     directory = tmp_path / "ck"
     directory.mkdir()
@@ -354,49 +343,40 @@ def test_http_answers_single_and_batch_requests_refuses_bad_ones_and_reports_hea
     )  # fmt: skip
     url = server.wait_for("serving predictions on ").split(" on ")[1].split()[0]
 
-    status, health = _http(f"{url}/health")
+    status, health = http_json(f"{url}/health")
     assert status == 503 and health["status"] == "waiting" and health["model_version"] is None
-    status, answer = _http(f"{url}/predict", _events(range(1))[0])
+    status, answer = http_json(f"{url}/predict", _events(range(1))[0])
     assert status == 503 and answer == {"error": f"no model yet: waiting for a checkpoint in {directory}"}
 
     _install(models[0], directory, 1)
     server.wait_for("serving model version 1")
-    status, one = _http(f"{url}/predict", _events(range(5, 6))[0])
+    status, one = http_json(f"{url}/predict", _events(range(5, 6))[0])
     assert status == 200 and one["id"] == 5 and one["model_version"] == 1
     batch = b"[" + b", ".join(_events(range(4, 7))) + b"]"
-    status, many = _http(f"{url}/predict", batch)
+    status, many = http_json(f"{url}/predict", batch)
     assert status == 200 and [a["id"] for a in many] == [4, 5, 6] and _predicted(many[1]) == _predicted(one)
-    assert _http(f"{url}/predict", b"[]") == (200, [])
+    assert http_json(f"{url}/predict", b"[]") == (200, [])
 
     bad = b'[{"id": 1, "x": {"a": 1}}, {"id": 2, "x": {"a": "z"}}, 7]'
-    status, answer = _http(f"{url}/predict", bad)
+    status, answer = http_json(f"{url}/predict", bad)
     assert status == 400
     assert answer["errors"] == [
         {"index": 1, "error": "request[1]: feature 'a' has value 'z': expected a number"},
         {"index": 2, "error": "request[2]: expected a JSON object, got int"},
     ]
-    assert _http(f"{url}/predict", b"{") == (400, {"error": "request: malformed JSON: " + _json_error(b"{")})
-    assert _http(f"{url}/predict", b"")[0] == 400
-    assert _http(f"{url}/predict", b'{"id": 1, "label": true}')[0] == 400
+    assert http_json(f"{url}/predict", b"{") == (400, {"error": "request: malformed JSON: " + _json_error(b"{")})
+    assert http_json(f"{url}/predict", b"")[0] == 400
+    assert http_json(f"{url}/predict", b'{"id": 1, "label": true}')[0] == 400
     too_many = b"[" + b", ".join([_events(range(1))[0]] * 1001) + b"]"  # the work of a request is bounded
-    assert _http(f"{url}/predict", too_many) == (400, {"error": "request: 1,001 events: at most 1,000 a request"})
-    assert _http(f"{url}/predict")[0] == 405
+    assert http_json(f"{url}/predict", too_many) == (400, {"error": "request: 1,001 events: at most 1,000 a request"})
+    assert http_json(f"{url}/predict")[0] == 405
 
-    status, health = _http(f"{url}/health")
+    status, health = http_json(f"{url}/health")
     assert status == 200
     assert health["status"] == "ok" and health["model_version"] == 1 and 0 <= health["model_age_s"] < 3600
     assert (health["served"], health["errors"], health["model_file"]) == (4, 6, checkpoint_path(directory, 1).name)
     assert str(directory) not in json.dumps(health)  # no file paths
     assert server.stop(signal.SIGTERM) == 0
-
-
-def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=WAIT) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
 
 
 def test_http_scores_raw_messages_answers_rspamds_checkv2_and_keeps_taught_messages(serve, tmp_path):
@@ -418,18 +398,18 @@ def test_http_scores_raw_messages_answers_rspamds_checkv2_and_keeps_taught_messa
     server = serve("--model", str(checkpoint), "--http", "127.0.0.1:0", "--feedback", str(feedback))
     url = server.wait_for("serving predictions on ").split(" on ")[1].split()[0]
     raw = {"Content-Type": "message/rfc822"}
-    status, answer = _post(f"{url}/predict", message, raw)
+    status, answer = http_json(f"{url}/predict", message, raw)
     assert status == 200 and answer["proba"] == proba and answer["score"] == score and answer["predicted"] == "spam"
 
     rspamd = {"From": "a@example.com", "Rcpt": "b@example.org", "IP": "192.0.2.1", "User": "b", "Deliver-To": "b"}
-    status, answer = _post(f"{url}/checkv2", message, rspamd)
+    status, answer = http_json(f"{url}/checkv2", message, rspamd)
     assert status == 200 and answer["action"] == "add header" and answer["is_skipped"] is False
     assert (answer["score"], answer["required_score"]) == (score, 1.5) and "PEGASOS_STREAM" in answer["symbols"]
     assert answer["request"] == rspamd
-    assert _post(f"{url}/checkv2", b"", rspamd)[0] == 400
+    assert http_json(f"{url}/checkv2", b"", rspamd)[0] == 400
 
-    assert _post(f"{url}/learnspam", message, raw) == (200, {"success": True, "label": "spam"})
-    assert _post(f"{url}/learnham", message, raw)[0] == 200
+    assert http_json(f"{url}/learnspam", message, raw) == (200, {"success": True, "label": "spam"})
+    assert http_json(f"{url}/learnham", message, raw)[0] == 200
     assert [path.read_bytes() for path in (feedback / "Spam" / "new").iterdir()] == [message]
     assert len(list((feedback / "Ham" / "new").iterdir())) == 1
     assert server.stop(signal.SIGTERM) == 0
@@ -455,7 +435,7 @@ def test_concurrent_requests_are_each_answered_by_one_model_while_it_is_replaced
 
     def ask() -> None:
         while not done.is_set():
-            status, answer = _http(url, batch)
+            status, answer = http_json(url, batch)
             assert status == 200
             answers.append(answer)
 
@@ -472,7 +452,7 @@ def test_concurrent_requests_are_each_answered_by_one_model_while_it_is_replaced
     done.set()
     for asker in askers:
         asker.join(timeout=WAIT)
-    expected = {2: _http(url, batch)[1]}
+    expected = {2: http_json(url, batch)[1]}
     server.stop(signal.SIGTERM)
     expected[1] = [json.loads(line) for line in subprocess.run(
         [*COMMAND, "serve", "--model", str(models[0]), "--input", "-", "--output", "-"],
@@ -490,7 +470,7 @@ def test_health_says_stale_beyond_max_staleness_and_warns(models, serve, tmp_pat
     server = serve("--model", str(models[0]), "--http", "127.0.0.1:0", "--reload-s", "0.1", "--max-staleness-s", "0")
     url = server.wait_for("serving predictions on ").split(" on ")[1].split()[0]
     server.wait_for("warning: model version 1 is")
-    status, health = _http(f"{url}/health")
+    status, health = http_json(f"{url}/health")
     assert status == 200 and health["status"] == "stale" and health["max_staleness_s"] == 0
     assert server.stop(signal.SIGTERM) == 0
 
@@ -633,15 +613,15 @@ def test_a_replica_of_a_model_topic_answers_503_until_a_model_comes_then_says_wh
     )  # fmt: skip
     server.wait_for(f"no model in model topic {topic} yet: waiting for one")
     url = server.wait_for("serving predictions on ").split(" on ")[1].split()[0]
-    status, health = _http(f"{url}/health")
+    status, health = http_json(f"{url}/health")
     assert status == 503 and health["status"] == "waiting" and health["waiting_for"] == f"model topic {topic}"
-    assert _http(f"{url}/predict", _events(range(1))[0])[0] == 503
+    assert http_json(f"{url}/predict", _events(range(1))[0])[0] == 503
     chunks, manifest = snapshot_records(9, models[0].read_bytes(), 1 << 20, {})
     _send(kafka_broker, topic, [*chunks, manifest])
     server.wait_for("serving model version 9")
-    status, answer = _http(f"{url}/predict", _events(range(1))[0])
+    status, answer = http_json(f"{url}/predict", _events(range(1))[0])
     assert status == 200 and answer["model_version"] == 9
     server.wait_for("warning: model version 9 is")  # stale: older than --max-staleness-s
-    status, health = _http(f"{url}/health")
+    status, health = http_json(f"{url}/health")
     assert status == 200 and (health["status"], health["model_topic"]) == ("stale", topic)
     assert server.stop(signal.SIGTERM) == 0

@@ -23,12 +23,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 from forged import KEYED_MAGIC, MAGIC, forge, pack, rehashed, unpack
+from http_helpers import http_json
 
 from pegasos_stream import PegasosClassifier, cli, load, save
 from pegasos_stream.cli.config import config_hash, load_config, override_config
@@ -207,15 +207,6 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # (the model of a test takes far less)
 
 
-def _http(url: str, body: bytes | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=body, method="GET" if body is None else "POST")
-    try:
-        with urllib.request.urlopen(request, timeout=WAIT) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
-
-
 def test_health_reports_the_refusals_while_every_request_is_answered_by_the_model_served(jobs, tmp_path):
     pytest.importorskip("waitress")
     directory = tmp_path / "ck"
@@ -251,14 +242,14 @@ def test_health_reports_the_refusals_while_every_request_is_answered_by_the_mode
             install(checkpoint_path(directory, sequence))
             refused = wait_for(f"refusing the checkpoint {checkpoint_path(directory, sequence)}")
             assert "model version 1 goes on serving" in refused
-            status, answer = _http(f"{url}/predict", event)
+            status, answer = http_json(f"{url}/predict", event)
             assert status == 200 and answer["model_version"] == 1
-            status, health = _http(f"{url}/health")
+            status, health = http_json(f"{url}/health")
             assert status == 200 and health["status"] == "ok" and health["model_version"] == 1
             assert health["last_refusal"]["reason"] in refused and health["model_age_s"] >= 0
         _copy(jobs["newer"], directory, 6)
         wait_for("serving model version 6")
-        assert _http(f"{url}/predict", event)[1]["model_version"] == 6
+        assert http_json(f"{url}/predict", event)[1]["model_version"] == 6
         assert server.poll() is None
     finally:
         server.terminate()
