@@ -191,7 +191,7 @@ def _widened(u: DenseWeightVector, rows: Rows) -> Rows:
     if u.max_features is None or not len(rows.indices):
         return rows
     if not isinstance(keys, range):
-        u._widen_for(keys)
+        u.columns_of(keys)  # (widens the arrays to hold the rows' keys)
         return rows
     if keys.start != 0 or keys.step != 1 or len(keys) <= len(u.v):
         return rows

@@ -382,23 +382,20 @@ class DenseWeightVector(_AveragedLazyScale):
             if self.average:
                 self.avg_offset = np.concatenate((self.avg_offset, np.zeros(length - len(self.avg_offset))))
 
-    def _widen_for(self, keys: Sequence) -> bool:
-        """Widen the arrays to hold ``keys`` when they grow and every key is an int column below ``max_features``;
-        whether they were widened."""
-        if self.max_features is None or not len(keys):
-            return False
+    def columns_of(self, keys: Sequence) -> np.ndarray | None:
+        """``keys`` as int64 columns of the arrays (`dense_columns`), the arrays widened first to hold them when they
+        widen and every key is an int column below ``max_features``; None when some key is no column."""
+        columns = dense_columns(keys, len(self.v))
+        if columns is not None or self.max_features is None or not len(keys):
+            return columns
         columns = dense_columns(keys, self.max_features)
-        if columns is None:
-            return False
-        self.widen(int(columns.max()))
-        return True
+        if columns is not None:
+            self.widen(int(columns.max()))
+        return columns
 
     def example(self, x: Features) -> tuple[np.ndarray, np.ndarray]:
         """(columns, values) of ``x``; a ValueError naming a key that is no column or a value that is no number."""
-        keys = list(x)
-        columns = dense_columns(keys, len(self.v))
-        if columns is None and self._widen_for(keys):
-            columns = dense_columns(keys, len(self.v))
+        columns = self.columns_of(list(x))
         if columns is None:
             n = self.max_features or len(self.v)
             setting = "max_features" if self.max_features else "n_features"
@@ -456,9 +453,7 @@ class DenseWeightVector(_AveragedLazyScale):
 
     def _columns(self, keys: Iterable[Hashable]) -> np.ndarray:
         keys = list(keys)
-        columns = dense_columns(keys, len(self.v))
-        if columns is None and self._widen_for(keys):
-            columns = dense_columns(keys, len(self.v))
+        columns = self.columns_of(keys)
         if columns is None:
             raise ValueError(f"features {keys!r}: expected int columns from 0 to {len(self.v) - 1}")
         return columns
