@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from http_helpers import http_json
 from kafka import KafkaProducer
 from kafka_helpers import kafka_source_config
 from test_kafka_rebalance import BIN
-from test_serve import Serve, _http
+from test_serve import Serve
 
 from pegasos_stream.distribute.cluster import state_of_snapshot
 from pegasos_stream.distribute.publishing import ModelTopicReader
@@ -233,7 +234,7 @@ def test_two_learners_and_two_replicas_agree_through_a_sigkill_and_a_restart(
         healths = []
         deadline = time.monotonic() + WAIT
         while time.monotonic() < deadline:
-            healths = [_http(f"{url}/health")[1] for url in urls]
+            healths = [http_json(f"{url}/health")[1] for url in urls]
             if all(h.get("model_t") == published.model.t for h in healths):
                 break
             time.sleep(0.3)
