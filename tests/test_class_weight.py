@@ -190,6 +190,7 @@ def test_balanced_helps_on_rare_positives():
     assert balanced < unweighted / 2
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SPAMASSASSIN.exists(), reason=f"no SpamAssassin corpus at {SPAMASSASSIN}")
 def test_balanced_is_not_much_worse_on_spamassassin():
     """The first 1,500 messages (spam first, then ham) with the features of configs/spam.yaml."""

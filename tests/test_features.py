@@ -386,6 +386,7 @@ def _corrupt(text: str, draw) -> str:
     return data.decode(draw(st.sampled_from(["latin-1", "utf-8"])), errors="replace")
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=400)
 @given(message=st.sampled_from(RICH + TEXTS[:20]), data=st.data())
 def test_corrupted_real_messages_never_raise(message, data):
@@ -436,6 +437,7 @@ def test_pipeline_on_raw_texts():
     assert model.predict_proba_one(MESSAGES[300]["text"]) == learner.predict_proba_one(x)
 
 
+@pytest.mark.slow
 def test_river_dataset_checks_through_a_pipeline():
     """river's dataset-driven checks, on (raw text, label) pairs from the sample."""
     model = EmailFeatures() | PegasosClassifier()

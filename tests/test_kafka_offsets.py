@@ -508,4 +508,4 @@ SourceModel.TestCase.settings = settings(
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-test_offset_book_against_a_model_consumer = SourceModel.TestCase
+test_offset_book_against_a_model_consumer = pytest.mark.slow(SourceModel.TestCase)

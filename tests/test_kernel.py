@@ -981,6 +981,7 @@ def test_bad_max_sv_features_refused(bad):
         KernelPegasosClassifier(max_sv_features=bad)
 
 
+@pytest.mark.slow
 def test_bounded_merging_is_deterministic_across_processes_and_pickles():
     """The pruning and its ties follow positions in z, never the process's str hashes."""
     script = (

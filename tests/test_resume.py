@@ -414,6 +414,7 @@ def _number(path: Path) -> int:
     return int(path.name[11:23])
 
 
+@pytest.mark.slow
 def test_resume_falls_back_past_a_corrupt_newest_checkpoint(stream, reference, tmp_path):
     job = _file_job(tmp_path, stream.path, keep=100)
     directory = tmp_path / "ck"
@@ -442,6 +443,7 @@ def test_resume_falls_back_past_a_corrupt_newest_checkpoint(stream, reference, t
     _assert_same_job_result(directory, reference, done.stderr)
 
 
+@pytest.mark.slow
 def test_resume_with_every_checkpoint_corrupt_starts_from_the_beginning(stream, reference, tmp_path):
     """The CLI reports each refused file (newest first), says it starts from the beginning, and
     does: fresh learner, counts from 0, the file read from its first line; new checkpoints are
@@ -529,6 +531,7 @@ def test_resume_refuses_a_checkpoint_of_another_configuration_unless_told_to_acc
     assert read_checkpoint(checkpoints(directory)[0])[1]["events"] == 300
 
 
+@pytest.mark.slow
 def test_resume_skips_a_crafted_newer_checkpoint_whose_member_claims_1e11_elements(stream, reference, tmp_path):
     """A checksummed newer file whose array member claims 10^11 float64 (800 GB) in 64 bytes is
     refused from its header, with a message, and the run resumes from the good one before it."""
@@ -557,6 +560,7 @@ def test_resume_skips_a_crafted_newer_checkpoint_whose_member_claims_1e11_elemen
 # -- 5. standard input -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_stdin_resume_skips_the_lines_already_covered(stream, reference, tmp_path):
     job = _file_job(tmp_path, stream.path)  # --input - makes it a stdin job
     directory, output = tmp_path / "ck", tmp_path / "out.jsonl"
@@ -758,6 +762,7 @@ def _another_input_line(reading: Path, checkpoint: Path, taken_from: Path) -> st
     )
 
 
+@pytest.mark.slow
 def test_resume_on_another_input_reads_it_from_its_beginning(two_inputs, tmp_path):
     """A checkpoint at the end of a.jsonl, resumed on b.jsonl (smaller: a's offset would have skipped all of it):
     b is read from its first line, as one line says, and the model is that of one run over a, then b."""
@@ -776,6 +781,7 @@ def test_resume_on_another_input_reads_it_from_its_beginning(two_inputs, tmp_pat
     assert after["source"]["input"]["path"] == str(two_inputs.second.resolve())
 
 
+@pytest.mark.slow
 def test_resume_on_the_same_input_grown_goes_on_where_it_stopped(two_inputs, tmp_path):
     """A log appended to since its checkpoint: the run reads on from the stored offset."""
     log = tmp_path / "log.jsonl"
@@ -831,6 +837,7 @@ def _as_written_before_inputs_were_named(path: Path) -> None:
     write_checkpoint(path, state, extra)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("same_input", [True, False])
 def test_a_checkpoint_without_an_input_resumes_on_the_input_its_configuration_names(two_inputs, tmp_path, same_input):
     """A checkpoint of an earlier version (no input in its position, a configuration hash of the input's path):
@@ -852,6 +859,7 @@ def test_a_checkpoint_without_an_input_resumes_on_the_input_its_configuration_na
     assert _inspect(tmp_path / "ck")["model_sha256"] == two_inputs.reference["model_sha256"]
 
 
+@pytest.mark.slow
 def test_sigkill_on_a_new_input_then_resume_gives_old_t_plus_its_events(two_inputs, tmp_path):
     """The run on the new input is killed between two of its checkpoints; resumed on the same new input, it goes on
     from its own checkpoint: t is the first input's t plus the new input's events, the model that of one run."""

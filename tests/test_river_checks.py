@@ -46,7 +46,20 @@ def _variants():
     yield multiclass.OneVsRestClassifier(PegasosClassifier())
 
 
-@pytest.mark.parametrize("model", list(_variants()), ids=lambda m: repr(m).replace("\n", " "))
+def _params() -> list:
+    """Each variant, the first of each class and the first pipeline in the fast tier, the others marked slow."""
+    seen: set[str] = set()
+    params = []
+    for model in _variants():
+        kind = type(model).__name__
+        first = kind not in seen
+        seen.add(kind)
+        marks = () if first else (pytest.mark.slow,)
+        params.append(pytest.param(model, marks=marks, id=repr(model).replace("\n", " ")))
+    return params
+
+
+@pytest.mark.parametrize("model", _params())
 def test_check_estimator(model):
     checks.check_estimator(model)
 

@@ -626,15 +626,13 @@ def test_signal_stops_a_run_waiting_on_open_stdin(sig):
         proc.stdin.flush()
         lines = _read_lines(proc, 2, timeout=30)  # the runner is in its loop, waiting for more
         assert [json.loads(line)["id"] for line in lines] == ["s0", "s1"]
-        signalled = time.monotonic()
         proc.send_signal(sig)
-        returncode = proc.wait(timeout=10)
-        elapsed = time.monotonic() - signalled
+        returncode = proc.wait(timeout=30)  # stdin stays open: only the signal can end the run
         stderr = proc.stderr.read().decode()
     finally:
         _reap(proc)
     assert returncode == 0, stderr
-    assert elapsed < 5.0
+    assert "no event for" not in stderr  # stopped by the signal: stdin stayed open and no idle stop is set
     assert "Traceback" not in stderr
     summary = _summary(stderr)
     assert summary["events"] == 2 and summary["t"] == 2
@@ -1096,7 +1094,7 @@ def test_the_report_state_keeps_the_layout_of_earlier_checkpoints(tmp_path, kind
     assert restored.report.summary() == runner.report.summary()
 
 
-@pytest.mark.parametrize("reader", ["bytes", "email"])
+@pytest.mark.parametrize("reader", ["bytes", pytest.param("email", marks=pytest.mark.slow)])
 def test_text_events_learned_in_batches_give_the_model_and_predictions_of_one_at_a_time(tmp_path, reader):
     """The bundled spam sample through the shipped spam configuration: a batch's texts become rows
     at once (compiled for the "bytes" reader), and the run is bit-for-bit the one-at-a-time run."""

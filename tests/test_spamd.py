@@ -140,6 +140,7 @@ def test_spamc_checks_reports_and_marks_messages_as_predict_scores_them(trained,
     assert server.stop() == 0
 
 
+@pytest.mark.slow
 @needs_spamc
 def test_spamc_teaches_messages_which_run_learns_once_and_the_served_score_moves(trained, spamd, tmp_path):
     """spamc -L spam|ham delivers into the feedback Maildir; a resumed run over it learns each message once (the

@@ -201,6 +201,7 @@ def test_a_batch_of_one_and_an_empty_batch():
     assert indptr.tolist() == [0] and not len(indices) and not len(data) and keys == range(2**20)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SPAMASSASSIN.exists(), reason="the shared SpamAssassin data is not here")
 def test_every_spamassassin_message_reads_and_hashes_as_the_reference():
     with gzip.open(SPAMASSASSIN, "rt", encoding="utf-8") as lines:
