@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .logistic_pegasos import PegasosLogistic
     from .mixture import PegasosMixture
     from .multiclass import PegasosMulticlass
+    from .personal import PersonalPegasos
 
     LEARNERS: tuple[type, ...]
     STATE_CLASSES: tuple[type, ...]
@@ -34,6 +35,7 @@ __all__ = [
     "PegasosLogistic",
     "PegasosMixture",
     "PegasosMulticlass",
+    "PersonalPegasos",
 ]
 
 #: The module of each class this package exports (and of the classes of a learner's state).
@@ -51,6 +53,8 @@ _WHERE = {
     "Members": ".members",
     "PegasosMixture": ".mixture",
     "PegasosMulticlass": ".multiclass",
+    "PersonalOffset": ".personal",
+    "PersonalPegasos": ".personal",
     "SupportVectorStore": ".svstore",
     "DenseWeightVector": ".weights",
     "SharedScaleWeights": ".weights",
@@ -67,6 +71,7 @@ _LEARNERS = (
     "PegasosLogistic",
     "PegasosMulticlass",
     "KernelPegasosClassifier",
+    "PersonalPegasos",
 )
 #: LEARNERS; STATE_CLASSES, every class a learner's state is made of (its attributes are plain data or objects
 #: of these).
@@ -75,6 +80,7 @@ _GROUPS = {
     "STATE_CLASSES": (
         *_LEARNERS,
         "Members",
+        "PersonalOffset",
         "WeightVector",
         "DenseWeightVector",
         "SharedScaleWeights",

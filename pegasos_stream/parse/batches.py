@@ -141,12 +141,17 @@ class BatchParser:
 
     def parse(self, records: RecordBatch) -> ParsedBatch:
         """The rows of ``records``' labelled feature events with a binary label, and the rest."""
-        parser = self.parser
-        if not COMPILED:
+        if not COMPILED or self.parser.users:  # (the compiled parsers read no user)
             return self._events(records)
-        features = self.features
         if self._hash_bits and self._hashed.full():
             self._hashed = HashedNames()
+        parsed = self._compiled(records)
+        return self._events(records) if parsed is None else parsed
+
+    def _compiled(self, records: RecordBatch) -> ParsedBatch | None:
+        """``parse`` by the compiled parsers; None when none takes the batch, or when one failed on it (a
+        MemoryError, say), for each record to be parsed in Python."""
+        parser, features = self.parser, self.features
         try:
             if parser.format == "svmlight" and not (parser.labels or parser.classes):
                 parsed: ParsedBatch | None = self._svmlight(records)
@@ -158,9 +163,9 @@ class BatchParser:
                 parsed = self._texts(records, features) if features.compiled else None
             if parsed is not None and isinstance(features, DictHasher) and parser.format == "svmlight":
                 parsed.rows = self._hash_rows(parsed.rows, features)
-        except Exception:  # a C parser that failed on the batch (a MemoryError, say): each record in Python
-            parsed = None
-        return self._events(records) if parsed is None else parsed
+        except Exception:
+            return None
+        return parsed
 
     def _hash_rows(self, rows: Rows, hasher: DictHasher) -> Rows:
         """``rows`` of named features (distinct in a row) as ``hasher.transform_one`` hashes each: their columns

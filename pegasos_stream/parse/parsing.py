@@ -28,14 +28,15 @@ class BadRecord(ValueError):
 
 @dataclass
 class Event:
-    """One event: an id, its features or text (absent for a label-only event) and its label. A
-    message's text is its bytes, as the mail source read them."""
+    """One event: an id, its features or text (absent for a label-only event), its label and whose mail it is (a
+    user, when the parser reads users). A message's text is its bytes, as the mail source read them."""
 
     id: Hashable
     position: str
     x: dict | None = None
     text: str | bytes | None = None
     label: object = None
+    user: str | None = None
 
     @property
     def has_input(self) -> bool:
@@ -66,6 +67,9 @@ class EventParser:
         None: svmlight feature names stay strings. An int n: they are the int columns 0..n − 1 of a
         learner's weight arrays (``n_features``), written in decimal without a sign or leading zeros;
         a line with any other name is refused.
+    users
+        Read each JSON event's user (``fields["user"]``, "user" by default: a string, or absent), for a learner
+        of personal models; False: no event has a user.
 
     """
 
@@ -77,9 +81,11 @@ class EventParser:
         max_bytes: int = 1_000_000,
         classes: bool = False,
         columns: int | None = None,
+        users: bool = False,
     ) -> None:
         self.format = format
-        self.fields = {"id": "id", "x": "x", "text": "text", "label": "label", **(fields or {})}
+        self.fields = {"id": "id", "x": "x", "text": "text", "label": "label", "user": "user", **(fields or {})}
+        self.users = users
         self.labels = dict(labels or {})
         self.max_bytes = max_bytes
         self.classes = classes
@@ -150,6 +156,8 @@ class EventParser:
             event_id = position  # NaN or an infinity has no JSON form, and equals no other id
         label = obj.get(f["label"])
         event = Event(id=event_id, position=position, label=None if label is None else self._label(label, position))
+        if self.users:
+            event.user = _user(obj.get(f["user"]), position, f["user"])
         if f["x"] in obj:
             event.x = _features(obj[f["x"]], position, f["x"])
         elif f["text"] in obj:
@@ -194,6 +202,15 @@ class EventParser:
         else:
             event.label = _svmlight_class(y, position) if self.classes else _svmlight_label(y, position)
         return event
+
+
+def _user(value: object, position: str, name: str) -> str | None:
+    """The user of an event: a non-empty string, or None when the field is absent or null."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise BadRecord(position, f"field {name!r} must be a non-empty string (a user)")
+    return value
 
 
 def _svmlight_pairs(tokens: list[str], position: str) -> dict:

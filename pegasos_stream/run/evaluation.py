@@ -219,6 +219,33 @@ class BinaryReport:
         }
 
 
+class UserReports:
+    """A `BinaryReport` per user, every score kept (a finite replay): how the model does on each user's mail."""
+
+    def __init__(self) -> None:
+        self._reports: dict[str, BinaryReport] = {}
+
+    def __len__(self) -> int:
+        return len(self._reports)
+
+    def update(self, user: str | None, positive: bool, score: float) -> None:
+        """Report a labelled prediction of ``user``'s (nothing for an event without a user)."""
+        if user is not None:
+            self._reports.setdefault(user, BinaryReport()).update(positive, score > 0.0, score)
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """For each user, in order of their first label: n, the positives (spam), accuracy and (1−ROCA)%."""
+        return {
+            user: {
+                "n": report.n,
+                "positives": report.tp + report.fn,
+                "accuracy": (summary := report.summary())["accuracy"],
+                "one_minus_roca_pct": summary["one_minus_roca_pct"],
+            }
+            for user, report in self._reports.items()
+        }
+
+
 @dataclass
 class MulticlassReport:
     """Running accuracy of a multiclass learner."""

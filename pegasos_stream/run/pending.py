@@ -17,11 +17,12 @@ __all__ = ["PendingLabels", "check_pending"]
 
 @dataclass
 class Pending:
-    """A predicted example: its features, the score it got, and when."""
+    """A predicted example: its features, the score it got, when, and whose it is (None: no user's)."""
 
     x: dict
     score: float
     arrived: float
+    user: str | None = None
 
 
 class PendingLabels:
@@ -43,10 +44,10 @@ class PendingLabels:
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def add(self, event_id: Hashable, x: dict, score: float) -> None:
+    def add(self, event_id: Hashable, x: dict, score: float, user: str | None = None) -> None:
         """Keep x until its label comes; a repeated id replaces the earlier example."""
         self._waiting.pop(event_id, None)
-        self._waiting[event_id] = Pending(x, score, self.clock())
+        self._waiting[event_id] = Pending(x, score, self.clock(), user)
         while len(self._waiting) > self.max_pending:
             self._waiting.popitem(last=False)
             self.dropped += 1
@@ -62,7 +63,8 @@ class PendingLabels:
     def columns(self, now: float) -> dict[str, Any]:
         """The waiting examples, oldest first, as a few columns whatever their number: ``ids``,
         ``scores``, ``ages`` (seconds waited at ``now``) and the x dicts as CSR rows (``indptr``,
-        ``indices`` into the list of distinct ``keys``, ``values``); ids and keys keep their types."""
+        ``indices`` into the list of distinct ``keys``, ``values``); ids and keys keep their types. When an example
+        is a user's, ``users`` too: each example's user, or None."""
         ids: list = []
         scores: list = []
         ages: list[float] = []
@@ -84,7 +86,9 @@ class PendingLabels:
                 indices.append(column)
                 values.append(value)
             indptr.append(len(indices))
+        users = [pending.user for pending in self._waiting.values()]
         return {
+            **({"users": users} if any(user is not None for user in users) else {}),
             "ids": ids,
             "scores": _floats_as_array(scores),
             "ages": np.array(ages, dtype=np.float64),
@@ -102,10 +106,11 @@ class PendingLabels:
         scores, values = _items(columns["scores"]), _items(columns["values"])
         ages = np.asarray(columns["ages"], dtype=np.float64).tolist()
         indptr, indices = np.asarray(columns["indptr"]).tolist(), np.asarray(columns["indices"]).tolist()
+        users = columns.get("users", [None] * len(ids))
         for row, event_id in enumerate(ids):
             start, end = indptr[row], indptr[row + 1]
             x = dict(zip([keys[column] for column in indices[start:end]], values[start:end]))
-            self._waiting[event_id] = Pending(x, scores[row], now - ages[row])
+            self._waiting[event_id] = Pending(x, scores[row], now - ages[row], users[row])
 
     def take(self, event_id: Hashable) -> Pending | None:
         """The example waiting under this id, removed; None (counted as unmatched) if there is none."""
@@ -135,10 +140,15 @@ def check_pending(pending: object) -> None:
         if not all(isinstance(entry, (list, tuple)) and len(entry) == 4 and _entry(*entry) for entry in pending):
             raise ValueError("pending examples: expected [id, features, score, age] entries")
         return
-    if not isinstance(pending, dict) or set(pending) != _COLUMNS:
-        raise ValueError(f"pending examples: expected the columns {', '.join(sorted(_COLUMNS))}")
+    if not isinstance(pending, dict) or set(pending) - {"users"} != _COLUMNS:
+        raise ValueError(f"pending examples: expected the columns {', '.join(sorted(_COLUMNS))} (and users)")
     _check_column_types(pending)
     _check_column_layout(pending)
+    users = pending.get("users", [None] * len(pending["ids"]))
+    if not (isinstance(users, list) and all(user is None or isinstance(user, str) for user in users)):
+        raise ValueError("pending examples: users must be a list of strings or nulls")
+    if len(users) != len(pending["ids"]):
+        raise ValueError("pending examples: users and ids differ in length")
 
 
 def _check_column_types(pending: dict) -> None:

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from ..features import DictHasher, EmailFeatures
 from ..io.records import Record
+from ..learners.personal import PersonalPegasos
 from ..learners.protocols import BinaryLearner, MulticlassLearner
 from ..parse.parsing import BadRecord, Event, EventParser
 
@@ -74,10 +75,10 @@ class Predictor:
             raise BadRecord(event.position, "a text event needs features.type: email")
         return self.features.transform_one(event.text)
 
-    def predict(self, x: dict) -> tuple[float, float, object, Any]:
-        """(score, proba, the class predicted) of ``x``, and what its label is later scored against:
-        the margin (binary), the class predicted (multiclass; None while no class is known, when the
-        score and probability are 0)."""
+    def predict(self, x: dict, user: str | None = None) -> tuple[float, float, object, Any]:
+        """(score, proba, the class predicted) of ``x`` (for ``user``, with a learner of personal models), and what
+        its label is later scored against: the margin (binary), the class predicted (multiclass; None while no
+        class is known, when the score and probability are 0)."""
         if self.multiclass:
             probas = cast(MulticlassLearner, self.model).predict_proba_one(x)
             if not probas:
@@ -85,7 +86,10 @@ class Predictor:
             label = max(probas, key=probas.__getitem__)
             return probas[label], probas[label], label, label
         model = cast(BinaryLearner, self.model)
-        score = model.decision_function_one(x)
+        if user is not None and isinstance(model, PersonalPegasos):
+            score = model.decision_function_one(x, user)
+        else:
+            score = model.decision_function_one(x)
         return score, model.probability(score), self.classes[score > 0.0], score
 
 

@@ -19,13 +19,14 @@ from ..io.records import Record, RecordBatch
 from ..io.sinks import NullSink, Sink, SinkError
 from ..io.sources import Source
 from ..learners.batch import LearnBatch
+from ..learners.personal import PersonalPegasos
 from ..learners.protocols import BinaryLearner, CompiledLearner, MulticlassLearner
 from ..learners.state import is_count
 from ..learners.validation import binary_sign
 from ..parse.batches import BatchParser, Parsed, ParsedBatch, parse_record
 from ..parse.parsing import BadRecord, Event, EventParser
 from .diagnosis import AllRejected, LeadingRejections
-from .evaluation import BinaryReport, MulticlassReport, check_report
+from .evaluation import BinaryReport, MulticlassReport, UserReports, check_report
 from .pending import PendingLabels, check_pending
 from .predictions import Predictor, binary_classes, prediction_output
 from .rejections import give_back, reject, rejection_reason
@@ -121,8 +122,9 @@ class _Task(Protocol[Prediction]):
     def check_label(self, label: object) -> None:
         """A ValueError for a label the learner would refuse."""
 
-    def learn(self, x: dict, label: object, prediction: Prediction) -> None:
-        """Learn ``x`` with ``label``, and report ``prediction`` against it."""
+    def learn(self, x: dict, label: object, prediction: Prediction, user: str | None) -> None:
+        """Learn ``x`` with ``label`` (as ``user``'s, with a learner of personal models), and report ``prediction``
+        against it."""
 
 
 class _BinaryTask:
@@ -131,14 +133,20 @@ class _BinaryTask:
     def __init__(self, model: BinaryLearner, report: BinaryReport) -> None:
         self.model = model
         self.report = report
+        self.users: UserReports | None = None  # a report per user, when asked for (`Runner.report_users`)
 
     def check_label(self, label: object) -> None:
         binary_sign(label)
 
-    def learn(self, x: dict, label: object, prediction: float) -> None:
+    def learn(self, x: dict, label: object, prediction: float, user: str | None = None) -> None:
         positive = binary_sign(label) > 0
-        self.model.learn_one(x, positive)
+        if user is not None and isinstance(self.model, PersonalPegasos):
+            self.model.learn_one(x, positive, user=user)
+        else:
+            self.model.learn_one(x, positive)
         self.report.update(positive, prediction > 0.0, prediction)
+        if self.users is not None:
+            self.users.update(user, positive, prediction)
 
 
 class _CompiledBinaryTask(_BinaryTask):
@@ -171,7 +179,7 @@ class _MulticlassTask:
         except TypeError:
             raise ValueError(f"unknown label {label!r}: a class label must be hashable") from None
 
-    def learn(self, x: dict, label: object, prediction: object) -> None:
+    def learn(self, x: dict, label: object, prediction: object, user: str | None = None) -> None:
         self.model.learn_one(x, label)
         self.report.update(label, prediction)
 
@@ -351,21 +359,21 @@ class Runner:
 
     def _predict_and_learn(self, event: Event) -> None:
         x = self.predictor.features_of(event)
-        score, proba, predicted, prediction = self.predictor.predict(x)
+        score, proba, predicted, prediction = self.predictor.predict(x, event.user)
         self.sink.emit(prediction_output(event.id, predicted, score, proba))
         self.stats.predicted += 1
         if event.label is None:
-            self.pending.add(event.id, x, prediction)
+            self.pending.add(event.id, x, prediction, event.user)
         else:
-            self._learn(x, event.label, prediction)
+            self._learn(x, event.label, prediction, event.user)
 
     def _late_label(self, event: Event) -> None:
         waiting = self.pending.take(event.id)
         if waiting is not None:
-            self._learn(waiting.x, event.label, waiting.score)
+            self._learn(waiting.x, event.label, waiting.score, waiting.user)
 
-    def _learn(self, x: dict, label: object, prediction: object) -> None:
-        self._task.learn(x, label, prediction)
+    def _learn(self, x: dict, label: object, prediction: object, user: str | None) -> None:
+        self._task.learn(x, label, prediction, user)
         self.stats.learned += 1
 
     def _reject(self, record: Record, error: Exception) -> None:
@@ -444,6 +452,21 @@ class Runner:
         ):
             event_id = position(index) if event_id is None else event_id
             emit(prediction_output(event_id, positive if score > 0.0 else negative, score, proba))
+
+    def report_users(self) -> UserReports:
+        """Report each user's labelled predictions apart from here on (a binary learner's; the records one at a
+        time, the way the users of events reach the learner), and return those reports."""
+        if not isinstance(self._task, _BinaryTask):
+            raise TypeError("a report per user is made of a binary learner's predictions")
+        self._task.users = users = UserReports()
+        self._compiled = None
+        self.batch_size = 0
+        return users
+
+    @property
+    def user_reports(self) -> UserReports | None:
+        """The reports per user, when `report_users` asked for them."""
+        return self._task.users if isinstance(self._task, _BinaryTask) else None
 
     @property
     def empty_bodies(self) -> int:

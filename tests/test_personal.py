@@ -1,0 +1,268 @@
+"""PersonalPegasos: a shared learner plus a sparse offset per user, held to a dense reference step by step."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from river import checks
+
+from pegasos_stream.io.records import Record
+from pegasos_stream.learners import PegasosClassifier, PegasosMixture, PersonalPegasos
+from pegasos_stream.learners.personal import PersonalOffset
+from pegasos_stream.parse.parsing import EventParser
+from pegasos_stream.persist import codec
+from pegasos_stream.run.evaluation import BinaryReport
+from pegasos_stream.run.pending import PendingLabels
+from pegasos_stream.run.runner import Runner
+
+DIM = 12
+
+
+def _stream(seed: int, n: int, users: tuple[str, ...] = ("ann", "bob", "cat")) -> list[tuple[dict, bool, str]]:
+    """Sparse examples over DIM int columns; a user's label follows a direction of their own half the time."""
+    rng = np.random.default_rng(seed)
+    personal = {user: rng.normal(size=DIM) for user in users}
+    shared = rng.normal(size=DIM)
+    events = []
+    for _ in range(n):
+        user = users[rng.integers(len(users))]
+        columns = rng.choice(DIM, size=rng.integers(1, 6), replace=False)
+        x = {int(c): float(rng.normal()) for c in columns}
+        direction = personal[user] if rng.random() < 0.5 else shared
+        events.append((x, bool(sum(direction[c] * v for c, v in x.items()) > 0), user))
+    return events
+
+
+class DenseReference:
+    """The personal offsets as dense vectors, each step written out as the class docstring states it."""
+
+    def __init__(self, lambda_: float, t0: float, max_features: int) -> None:
+        self.lambda_, self.t0, self.max_features = lambda_, t0, max_features
+        self.d: dict[str, np.ndarray] = {}
+        self.t: dict[str, int] = {}
+        self.order: dict[str, list[int]] = {}  # columns in the order they first got a weight
+
+    def margin(self, x: dict, user: str) -> float:
+        d = self.d.get(user, np.zeros(DIM))
+        return float(sum(d[c] * v for c, v in x.items()))
+
+    def learn(self, x: dict, y: bool, user: str, shared_margin: float) -> None:
+        d = self.d.setdefault(user, np.zeros(DIM))
+        order = self.order.setdefault(user, [])
+        sign = 1.0 if y else -1.0
+        violated = sign * (shared_margin + self.margin(x, user)) < 1.0
+        self.t[user] = t = self.t.get(user, 0) + 1
+        eta = 1.0 / (self.lambda_ * (t + self.t0))
+        d *= 1.0 - eta * self.lambda_
+        if violated:
+            for c, v in x.items():
+                d[c] += eta * sign * v
+                if c not in order:
+                    order.append(c)
+            if len(order) > self.max_features:
+                kept = sorted(order, key=lambda c: -abs(d[c]))[: self.max_features]
+                for c in order:
+                    if c not in kept:
+                        d[c] = 0.0
+                self.order[user] = [c for c in order if c in kept]
+
+
+@pytest.mark.parametrize("max_features", [DIM, 3])
+def test_the_offsets_follow_the_dense_reference_step_by_step(max_features):
+    lambda_, t0 = 0.05, 3.0
+    model = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=lambda_, t0=t0, max_features=max_features)
+    shared = PegasosClassifier(lambda_=0.01)
+    reference = DenseReference(lambda_, t0, max_features)
+    for x, y, user in _stream(1, 600):
+        shared_margin = shared.decision_function_one(x)
+        expected = shared_margin + reference.margin(x, user)
+        assert model.decision_function_one(x, user) == pytest.approx(expected, abs=1e-9)
+        model.learn_one(x, y, user=user)
+        shared.learn_one(x, y)
+        reference.learn(x, y, user, shared_margin)
+    for user, d in reference.d.items():
+        offset = model.offset(user)
+        dense = np.zeros(DIM)
+        for c, v in offset.v.items():
+            dense[c] = offset.scale(t0) * v
+        np.testing.assert_allclose(dense, d, atol=1e-9, rtol=0)
+        assert len(offset.v) <= max_features and offset.t == reference.t[user]
+
+
+def test_the_shared_model_learns_every_example_as_it_would_alone():
+    model = PersonalPegasos(PegasosClassifier(lambda_=0.01))
+    alone = PegasosClassifier(lambda_=0.01)
+    for x, y, user in _stream(2, 300):
+        model.learn_one(x, y, user=user)
+        alone.learn_one(x, y)
+    assert model.shared.weights == alone.weights
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 120))
+def test_without_a_user_it_is_the_shared_model_bit_for_bit(seed, n):
+    model = PersonalPegasos(PegasosMixture(n_features=DIM), lambda_=0.1)
+    alone = PegasosMixture(n_features=DIM)
+    for x, y, _ in _stream(seed, n):
+        assert model.decision_function_one(x) == alone.decision_function_one(x)
+        assert model.predict_proba_one(x) == alone.predict_proba_one(x)
+        model.learn_one(x, y)
+        alone.learn_one(x, y)
+    assert model.users == 0
+
+
+def test_a_user_without_labels_gets_the_shared_score():
+    model = PersonalPegasos(PegasosClassifier(lambda_=0.01))
+    for x, y, user in _stream(3, 100, users=("ann",)):
+        model.learn_one(x, y, user=user)
+    x = {0: 1.0, 5: -2.0}
+    assert model.decision_function_one(x, "nobody") == model.shared.decision_function_one(x)
+    assert model.offset("nobody") is None and model.users == 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), max_users=st.integers(1, 3))
+def test_offsets_that_leave_memory_come_back_bit_for_bit(seed, max_users):
+    users = ("ann", "bob", "cat", "dan", "eve")
+    unbounded = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=0.05, max_features=4)
+    store: dict[str, bytes] = {}
+    bounded = PersonalPegasos(
+        PegasosClassifier(lambda_=0.01), lambda_=0.05, max_features=4, max_users=max_users, store=store
+    )
+    for x, y, user in _stream(seed, 150, users):
+        assert bounded.decision_function_one(x, user) == unbounded.decision_function_one(x, user)
+        bounded.learn_one(x, y, user=user)
+        unbounded.learn_one(x, y, user=user)
+        assert bounded.users <= max_users
+    for user in users:
+        a, b = bounded.offset(user), unbounded.offset(user)
+        assert (a is None and b is None) or (a.t, a.v) == (b.t, b.v)
+
+
+@given(
+    t=st.integers(0, 2**53),
+    weights=st.one_of(
+        st.dictionaries(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), max_size=20),
+        st.dictionaries(st.text(max_size=8), st.floats(allow_nan=False), max_size=20),
+    ),
+)
+def test_an_offset_round_trips_through_its_bytes(t, weights):
+    back = PersonalOffset.from_bytes(PersonalOffset(t, dict(weights)).to_bytes())
+    assert back.t == t and list(back.v.items()) == list(weights.items())
+
+
+def test_an_offset_with_other_keys_is_refused_by_the_store():
+    with pytest.raises(ValueError, match="int or str"):
+        PersonalOffset(1, {("a", 1): 1.0}).to_bytes()
+
+
+def test_a_checkpointed_model_goes_on_learning_as_the_original():
+    model = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=0.05)
+    stream = _stream(4, 200)
+    for x, y, user in stream[:100]:
+        model.learn_one(x, y, user=user)
+    tree, arrays = codec.encode(model)
+    copy_ = codec.decode(tree, arrays)
+    for x, y, user in stream[100:]:
+        assert copy_.decision_function_one(x, user) == model.decision_function_one(x, user)
+        copy_.learn_one(x, y, user=user)
+        model.learn_one(x, y, user=user)
+
+
+def test_the_store_is_not_part_of_the_state():
+    model = PersonalPegasos(PegasosClassifier(), max_users=1, store={})
+    assert copy.deepcopy(model).store is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"lambda_": 0.0}, "lambda"),
+        ({"t0": 0.5}, "t0"),
+        ({"max_features": 0}, "max_features"),
+        ({"max_users": True}, "max_users"),
+    ],
+)
+def test_bad_settings_are_refused(settings, message):
+    with pytest.raises(ValueError, match=message):
+        PersonalPegasos(PegasosClassifier(), **settings)
+
+
+def test_check_estimator():
+    for params in PersonalPegasos._unit_test_params():
+        checks.check_estimator(PersonalPegasos(**params))
+
+
+# -- in a run: the user field of JSON events -------------------------------------------------------
+
+
+class _Collected:
+    def __init__(self) -> None:
+        self.lines: list[dict] = []
+
+    def emit(self, obj: dict) -> None:
+        self.lines.append(obj)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _runner(model, sink=None) -> Runner:
+    pending = PendingLabels(max_pending=1000, max_age_seconds=1e9, clock=lambda: 0.0)
+    parser = EventParser("json", None, None, 1 << 20, users=True)
+    return Runner(model, None, parser, sink or _Collected(), pending, BinaryReport(window=None))
+
+
+def _records(events: list[dict]) -> list[Record]:
+    return [Record(json.dumps(e).encode(), f"<test>:{i + 1}") for i, e in enumerate(events)]
+
+
+def _json_events(stream) -> list[dict]:
+    return [
+        {"id": i, "x": {str(k): v for k, v in x.items()}, "label": y, **({"user": u} if i % 4 else {})}
+        for i, (x, y, u) in enumerate(stream)
+    ]
+
+
+def test_a_run_predicts_and_learns_each_event_as_its_users():
+    events = _json_events(_stream(5, 200))
+    sink = _Collected()
+    runner = _runner(PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=0.05), sink)
+    users = runner.report_users()
+    for record in _records(events):
+        runner.process(record)
+    by_hand = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=0.05)
+    for event, line in zip(events, sink.lines, strict=True):
+        x, user = {k: float(v) for k, v in event["x"].items()}, event.get("user")
+        assert line["score"] == by_hand.decision_function_one(x, user)
+        by_hand.learn_one(x, event["label"], user=user)
+    summary = users.summary()
+    assert set(summary) == {"ann", "bob", "cat"}
+    assert sum(s["n"] for s in summary.values()) == sum("user" in e for e in events)
+    assert summary["ann"]["positives"] == sum(e["label"] for e in events if e.get("user") == "ann")
+    assert runner.report.n == len(events)
+
+
+def test_a_delayed_label_is_learned_as_its_users_after_a_checkpoint():
+    model = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=0.05)
+    runner = _runner(model)
+    runner.process(Record(b'{"id": "a", "x": {"f": 1.0}, "user": "ann"}', "<test>:1"))
+    restored = _runner(codec.decode(*codec.encode(model)))
+    restored.restore(codec.decode(*codec.encode(runner.snapshot())))
+    restored.process(Record(b'{"id": "a", "label": false}', "<test>:2"))
+    assert restored.model.offset("ann").t == 1 and restored.model.users == 1
+
+
+@pytest.mark.parametrize("user", ["", 7, ["ann"]])
+def test_a_user_that_is_no_name_is_a_bad_record(user):
+    runner = _runner(PersonalPegasos(PegasosClassifier()))
+    runner.process(Record(json.dumps({"id": 1, "x": {"f": 1.0}, "label": True, "user": user}).encode(), "<t>:1"))
+    assert runner.stats.rejected == 1 and runner.model.users == 0 and runner.report.n == 0
