@@ -1,8 +1,10 @@
-"""An HTTP client for the tests of ``serve --http``: (status, JSON body) of a request, whatever its status."""
+"""What the tests of services share: a free port to listen on, and an HTTP client for ``serve --http`` ((status,
+JSON body) of a request, whatever its status)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import urllib.error
 import urllib.request
 from typing import Any
@@ -19,3 +21,10 @@ def http_json(url: str, body: bytes | None = None, headers: dict[str, str] | Non
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from http_helpers import free_port
 from kafka_helpers import GROUP_SETTINGS
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -36,12 +37,6 @@ except ImportError:  # tests/ as a plain directory: pytest puts it on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = shutil.which("pegasos-stream", path=str(Path(sys.executable).parent)) or shutil.which("pegasos-stream")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _job(tmp_path: Path, **sections: dict) -> Path:
@@ -76,7 +71,7 @@ def _value(samples: dict, name: str, **labels: str) -> float:
 
 
 def test_a_run_serves_its_figures_while_it_waits_for_more_input(tmp_path):
-    port = _free_port()
+    port = free_port()
     job = _job(
         tmp_path,
         metrics={"port": port},
@@ -151,7 +146,7 @@ def _refused_connection(port: int) -> bool:
 def test_the_server_stops_with_the_run_and_the_next_run_in_the_process_serves_its_own(tmp_path, capsys):
     events = tmp_path / "events.jsonl"
     events.write_bytes(b"".join(line + b"\n" for line in jsonl(binary_events(30, seed=1))))
-    port = _free_port()
+    port = free_port()
     job = _job(tmp_path, source={"type": "file", "path": str(events)}, metrics={"port": port})
     for _ in range(2):  # the same port, and registries that do not collide
         assert cli.main(["run", "--config", str(job)]) == 0
@@ -185,7 +180,7 @@ def test_without_prometheus_client_a_run_with_metrics_stops_naming_the_extra(tmp
     assert without.returncode == 0, without.stderr  # no metrics section: the library is not needed
     assert json.loads(without.stderr.strip().splitlines()[-1])["learned"] == 5
     with_metrics = subprocess.run(
-        [*command, "--set", f"metrics.port={_free_port()}"], env=env, capture_output=True, text=True, timeout=60
+        [*command, "--set", f"metrics.port={free_port()}"], env=env, capture_output=True, text=True, timeout=60
     )
     assert with_metrics.returncode == 2
     assert with_metrics.stderr.strip().splitlines() == [

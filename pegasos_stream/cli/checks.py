@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..io.mail import maildir_folders
 from ..parse.parsing import MAIL_FORMATS
+from .settings import JobSettings, SourceSettings
 
 __all__ = [
     "MIN_KEY_BYTES",
@@ -34,31 +35,32 @@ class StartupError(Exception):
     """Something a command needs cannot be used; the message names it, and the flag or key that gave it."""
 
 
-def check_files(config: dict, given_as: Mapping[str, str]) -> None:
+def check_files(settings: JobSettings, given_as: Mapping[str, str]) -> None:
     """A file source can be read; an output and a dead-letter file can be written (created at their
     first line, in a directory that exists). ``given_as`` names the flag a key's value came from
     (``{"source.path": "--input"}``); a key given in the configuration is named by its path."""
-    if config["source"]["type"] == "file":
-        _check_readable(config["source"]["path"], given_as.get("source.path", "source.path"))
-    if config["output"]["type"] == "file":
-        _check_writable(config["output"]["path"], given_as.get("output.path", "output.path"))
-    dead = config["errors"]["dead_letter"]
-    if dead["type"] == "file":
-        _check_writable(dead["path"], "errors.dead_letter.path")
+    for section, name, check in (
+        (settings.source, "source.path", _check_readable),
+        (settings.output, "output.path", _check_writable),
+        (settings.errors.dead_letter, "errors.dead_letter.path", _check_writable),
+    ):
+        if section.type == "file":
+            assert section.path is not None  # (validation requires the path of a file)
+            check(section.path, given_as.get(name, name))
 
 
-def check_mail_labels(config: dict, evaluate: bool) -> None:
+def check_mail_labels(settings: JobSettings, evaluate: bool) -> None:
     """Mail that a run would learn nothing from is refused: a maildir with neither ``source.folders`` nor
     ``source.label``, and, for ``eval`` (which scores what it learns), any mail without a label. ``run`` predicts
     unlabelled mail of a file or standard input, and says so."""
-    source = config["source"]
-    if source["label"] is not None or source["folders"]:
+    source = settings.source
+    if source.label is not None or source.folders:
         return
-    if source["type"] == "maildir":
+    if source.type == "maildir":
         raise StartupError(_maildir_without_labels(source))
-    if source["format"] not in MAIL_FORMATS:
+    if source.format not in MAIL_FORMATS:
         return
-    where = source["path"] if source["type"] == "file" else "standard input"
+    where = source.path if source.type == "file" else "standard input"
     if evaluate:
         raise StartupError(
             f"source.label: the messages of {where} carry no label, and eval learns from labels: set the label of"
@@ -67,11 +69,12 @@ def check_mail_labels(config: dict, evaluate: bool) -> None:
     _log.info("the messages of %s carry no label (source.label): they are predicted, not learned", where)
 
 
-def _maildir_without_labels(source: dict) -> str:
+def _maildir_without_labels(source: SourceSettings) -> str:
     """The refusal of a maildir without labels, with the fix."""
-    labels = source["labels"]
-    positive, negative = (labels["positive"], labels["negative"]) if labels["positive"] is not None else (1, 0)
-    path = source["path"]
+    labels = source.labels
+    positive, negative = (labels.positive, labels.negative) if labels.positive is not None else (1, 0)
+    path = source.path
+    assert path is not None  # (validation requires the path of a maildir)
     found = f" (its folders: {', '.join(maildir_folders(path))})" if os.path.isdir(path) else ""
     return (
         f"source.folders: the messages of the maildir {path} take the label of their folder, and source.folders"
@@ -80,10 +83,10 @@ def _maildir_without_labels(source: dict) -> str:
     )
 
 
-def check_plot(path: str, config: dict) -> None:
+def check_plot(path: str, settings: JobSettings) -> None:
     """``--plot PATH`` can be written, in a format matplotlib (which must be there) writes, and the learner is
     binary: the curve is of its error rate."""
-    if config["model"]["kind"] == "multiclass":
+    if settings.model["kind"] == "multiclass":
         raise StartupError("--plot draws a binary learner's error rate; a multiclass run reports its accuracy only")
     _check_writable(path, "--plot")
     try:

@@ -23,7 +23,7 @@ import inspect
 import json
 import math
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -585,7 +585,7 @@ def _check_security(section: dict, kafka: dict, name: str, given: dict, where: s
         )
 
 
-def kafka_client_settings(section: dict, own: dict | None = None) -> dict:
+def kafka_client_settings(section: Mapping[str, Any], own: Mapping[str, Any] | None = None) -> dict:
     """The keyword arguments of a Kafka client for a validated client ``section``: its connection settings
     that are set (less ``bootstrap_servers``, which the clients take apart), under its own free-form client
     settings ``own`` (``source.consumer``, ``output.producer``), which win."""

@@ -11,11 +11,13 @@ stands; the same file changed in the part already read is refused.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from ..io.inputs import changed
 from .checks import StartupError
+from .settings import JobConfig, settings_of
 
 __all__ = ["resume_position"]
 
@@ -32,9 +34,8 @@ class _Input(NamedTuple):
         return {"stdin": "standard input", "kafka": "Kafka"}.get(self.type) or f"{self.type} {self.path}"
 
 
-def _input(source: dict) -> _Input | None:
-    """The input a source section reads (None: one that names none)."""
-    kind, path = source.get("type"), source.get("path")
+def _input(kind: object, path: object) -> _Input | None:
+    """The input a source of type ``kind`` reads, at ``path`` (None: one that names none)."""
     if kind in ("stdin", "kafka"):
         return _Input(kind, None)
     if kind in ("file", "maildir") and isinstance(path, str):
@@ -49,26 +50,27 @@ def _taken_from(position: dict, stored: object) -> _Input | None:
     if isinstance(identity, dict) and isinstance(identity.get("path"), str):
         return _Input("file", identity["path"])
     source = stored.get("source") if isinstance(stored, dict) else None
-    return _input(source) if isinstance(source, dict) else None
+    return _input(source.get("type"), source.get("path")) if isinstance(source, dict) else None
 
 
-def resume_position(config: dict, manifest: dict, checkpoint: Path) -> dict | None:
+def resume_position(config: JobConfig, manifest: dict, checkpoint: Path) -> dict | None:
     """Where the configured input starts, resumed from checkpoint ``checkpoint`` (its ``manifest``): at the stored
     position when it was taken from this input; at its beginning (None), said in one line, when it was taken from
     another; a StartupError when this is its file, changed in the part read since."""
     position = manifest["source"]
-    source = config["source"]
-    reading, taken_from = _input(source), _taken_from(position, manifest.get("config"))
+    source = settings_of(config).source
+    reading, taken_from = _input(source.type, source.path), _taken_from(position, manifest.get("config"))
     if taken_from is not None and taken_from != reading:
         _log.info("%s is not the input of %s (%s): reading it from its beginning", reading, checkpoint, taken_from)
         return None
-    if source["type"] == "file" and "input" in position:
-        _check_unchanged(position["input"], source["path"], checkpoint)
-    elif source["type"] == "stdin":
+    if source.type == "file" and "input" in position:
+        assert source.path is not None  # (validation requires the path of a file source)
+        _check_unchanged(position["input"], source.path, checkpoint)
+    elif source.type == "stdin":
         skipped = f"{position['line']} lines" if "line" in position else f"{position['messages']} messages"
         _log.info("standard input cannot be re-read: skipping its first %s", skipped)
-    elif source["type"] == "kafka":
-        _say_new_topics(source["topics"], position, checkpoint)
+    elif source.type == "kafka":
+        _say_new_topics(source.topics, position, checkpoint)
     return position
 
 
@@ -87,7 +89,7 @@ def _check_unchanged(identity: object, path: str, checkpoint: Path) -> None:
         )
 
 
-def _say_new_topics(topics: list[str], position: dict, checkpoint: Path) -> None:
+def _say_new_topics(topics: Sequence[str], position: dict, checkpoint: Path) -> None:
     """Say which of the Kafka ``topics`` the position holds no offsets of, and where they start."""
     stored = {offset[0] for offset in position.get("offsets", [])}
     new = [topic for topic in topics if topic not in stored]

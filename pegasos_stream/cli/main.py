@@ -22,11 +22,11 @@ from ..io.sources import SourceError
 from ..persist.checkpoint import CheckpointError, CheckpointWriteError, describe
 from ..run.diagnosis import AllRejected
 from ..run.rejections import StopRun
-from ..run.runner import Runner, RunStats
+from ..run.runner import Runner
 from . import options
-from .checks import StartupError, check_files, check_mail_labels, check_plot
-from .config import ConfigError, check_kafka_checkpoints, config_file, load_config, shipped_configs
-from .job import Job, open_job
+from .checks import StartupError
+from .config import ConfigError, shipped_configs
+from .job import Job, job_settings
 from .learn import add_learn_command, command_learn
 from .plot import write_learning_curve
 from .predict import EVENT_SUFFIXES, command_predict
@@ -34,6 +34,7 @@ from .serve import add_serve_command, command_serve
 
 if TYPE_CHECKING:
     from ..run.evaluation import BinaryReport
+    from .settings import JobSettings
 
 #: The default job of ``eval``, a shipped configuration: the spam filter on the bundled sample stream.
 DEFAULT_CONFIG = "spam"
@@ -126,14 +127,15 @@ def _command_configs(args: argparse.Namespace) -> int:
 
 
 def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
-    """``run``, or ``eval`` (``evaluate``): the job's configuration, its pieces opened, its stream run, then what it
-    did; the exit status."""
-    config_name, config = _job_config(args, evaluate)
+    """``run``, or ``eval`` (``evaluate``): the job's settings, its pieces opened, its stream run with a run's
+    process-wide settings (`process_wide`), then what it did; the exit status."""
+    config_name, settings = _job_settings(args, evaluate)
     resume = not evaluate and args.resume
     with contextlib.ExitStack() as opened:  # closed in the reverse order, whatever happens
-        job = open_job(config, evaluate, opened, resume, resume and args.accept_config)
+        job = Job.open(settings, evaluate, opened, resume, resume and args.accept_config)
         try:
-            stats = _run_job(job, config["run"])
+            with process_wide(job.runner):
+                stats = job.run()
         except StopRun as error:
             print(f"stopped: {error}", file=sys.stderr)
             return 1
@@ -149,43 +151,24 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     return 0
 
 
-def _job_config(args: argparse.Namespace, evaluate: bool) -> tuple[str, dict]:
-    """(the name the configuration was given by, the configuration): its file (an eval's default: ``DEFAULT_CONFIG``)
+def _job_settings(args: argparse.Namespace, evaluate: bool) -> tuple[str, JobSettings]:
+    """(the name the configuration was given by, the job's settings): its file (an eval's default: ``DEFAULT_CONFIG``)
     with the flags' overrides (an eval writes no output unless told), checked for the command."""
     config_name = args.config or (DEFAULT_CONFIG if evaluate else None)
     if config_name is None:
         raise ConfigError("run needs --config FILE (or the name of a shipped configuration: pegasos-stream configs)")
-    config_path = config_file(config_name)
     overrides = options.overrides(args)
     if evaluate and args.output is None:
         overrides.insert(0, ("output.type=none", "eval"))
-    config = load_config(config_path, [text for text, _ in overrides], [flag for _, flag in overrides])
-    _check_job(config, config_path, args, evaluate)
-    return config_name, config
-
-
-def _check_job(config: dict, config_path: Path, args: argparse.Namespace, evaluate: bool) -> None:
-    """The checks of a job's configuration before anything is opened: a run's Kafka checkpoints, the files it
-    reads, mail labels, an eval's plot, and no --resume for a cluster learner."""
-    if not evaluate:
-        check_kafka_checkpoints(config, str(config_path))
-    check_files(config, options.flags_of_paths(args))
-    check_mail_labels(config, evaluate)
-    if evaluate and args.plot:
-        check_plot(args.plot, config)
-    if not evaluate and config["cluster"]["delta_topic"] and args.resume:
-        raise ConfigError(
-            "--resume: a cluster learner (cluster.delta_topic) always starts from the cluster's newest snapshot and"
-            " delta log, not from checkpoints"
-        )
-
-
-def _run_job(job: Job, settings: dict) -> RunStats:
-    """Run the job's stream to its end (``settings``: the ``run`` section), with a run's process-wide settings
-    (`process_wide`) and an eval's progress bar shown."""
-    runner, progress = job.runner, job.progress
-    with process_wide(runner), progress.shown() if progress is not None else contextlib.nullcontext():
-        return runner.run(job.source, settings["max_events"], settings["stop_when_idle"], progress, job.keeper)
+    settings = job_settings(
+        config_name,
+        overrides,
+        options.flags_of_paths(args),
+        evaluate=evaluate,
+        plot=args.plot if evaluate else None,
+        resume=not evaluate and args.resume,
+    )
+    return config_name, settings
 
 
 def _print_summary(summary: dict[str, object], evaluate: bool, as_json: bool) -> None:

@@ -29,6 +29,7 @@ from . import options
 from .assemble import build_parser, build_predictor
 from .checks import StartupError
 from .config import validate, without_paths
+from .settings import JobSettings
 
 __all__ = ["EVENT_SUFFIXES", "command_predict", "input_format", "load_model", "stored_config"]
 
@@ -41,9 +42,9 @@ STDIN_NAME = "<stdin>"
 _log = logging.getLogger(__name__)
 
 
-def load_model(path: str | Path, key: bytes | None = None) -> tuple[Any, dict]:
-    """The learner and the validated configuration of a checkpoint of ``run`` (``path`` a file, or a
-    directory for its newest valid checkpoint; with ``key``, signed with it), less the paths it names
+def load_model(path: str | Path, key: bytes | None = None) -> tuple[Any, JobSettings]:
+    """The learner and the settings of the validated configuration of a checkpoint of ``run`` (``path`` a file, or
+    a directory for its newest valid checkpoint; with ``key``, signed with it), less the paths it names
     (`without_paths`: a checkpoint's paths are never opened); a StartupError saying why there is none."""
     path = Path(path)
     try:
@@ -56,7 +57,8 @@ def load_model(path: str | Path, key: bytes | None = None) -> tuple[Any, dict]:
             state, manifest = read_checkpoint(path, key)
     except CheckpointError as error:
         raise StartupError(f"--model {error}") from None
-    return state["model"], validate(without_paths(stored_config(path, manifest)), f"{path}: its configuration")
+    config = validate(without_paths(stored_config(path, manifest)), f"{path}: its configuration")
+    return state["model"], JobSettings.from_config(config)
 
 
 def stored_config(path: str | Path, manifest: dict) -> dict:
@@ -142,12 +144,12 @@ class _Scoring:
 
 def command_predict(args: argparse.Namespace) -> int:
     """Score every input; 0, or 1 when a record or message was rejected."""
-    model, config = load_model(args.model, options.key_of(args))
-    predictor = build_predictor(config, model)
+    model, settings = load_model(args.model, options.key_of(args))
+    predictor = build_predictor(settings, model)
     inputs = [(name, input_format(name, args.format)) for name in args.inputs or ["-"]]
     _check_inputs(inputs, predictor.features)
-    scoring = _Scoring(predictor, build_parser(config, model))
-    max_bytes = config["source"]["max_bytes"]
+    scoring = _Scoring(predictor, build_parser(settings, model))
+    max_bytes = settings.source.max_bytes
     try:
         for name, kind in inputs:
             if kind == "message":

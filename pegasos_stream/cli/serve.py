@@ -12,7 +12,8 @@ source.group_id=...``). Without ``--http`` it predicts a stream (standard
 input, a file, Kafka) to the configured output, as ``run`` writes predictions, each with ``model_version``
 and ``model_age_s``; ``--input - --output -`` answers each line as it arrives (a co-process). With
 ``--http HOST:PORT`` it answers requests (`serve.http_api`); with ``--spamd HOST:PORT`` (or a Unix socket's
-path), spamd's protocol for ``spamc`` and the mail servers set up for it (`serve.spamd`).
+path), spamd's protocol for ``spamc`` and the mail servers set up for it (`serve.spamd`); with ``--milter
+HOST:PORT``, the milter protocol of Postfix's and Sendmail's mail filters (`serve.milter`).
 """
 
 from __future__ import annotations
@@ -46,13 +47,13 @@ from .checks import StartupError, check_files
 from .config import (
     ConfigError,
     config_file,
-    kafka_client_settings,
     learning_hash,
     load_config,
     override_config,
     without_paths,
 )
 from .predict import stored_config
+from .settings import settings_of
 
 if TYPE_CHECKING:
     from ..distribute.publishing import ModelTopicReader
@@ -324,9 +325,9 @@ def _topic_reader(args: argparse.Namespace) -> ModelTopicReader:
 
     sets = options.overrides(args)
     path = config_file(args.config) if args.config else None
-    kafka = load_config(path, [text for text, _ in sets], [flag for _, flag in sets])["kafka"]
+    kafka = settings_of(load_config(path, [text for text, _ in sets], [flag for _, flag in sets])).kafka
     try:
-        return ModelTopicReader(kafka["bootstrap_servers"], args.model_topic, kafka_client_settings(kafka))
+        return ModelTopicReader(kafka.bootstrap_servers, args.model_topic, kafka.client_settings())
     except BrokerUnreachable as error:
         raise StartupError(f"--model-topic {args.model_topic}: {error}") from None
 
@@ -337,29 +338,29 @@ def _serve_stream(serving: Serving, provider: CheckpointProvider | TopicProvider
         while provider.config is None:
             if stop.wait(WAIT_SECONDS):
                 return 0
-        config = provider.config
-        if args.input is None and config["source"]["type"] == "stdin":
+        settings = settings_of(provider.config)
+        if args.input is None and settings.source.type == "stdin":
             _log.info("reading standard input (a checkpoint's paths are never opened: --input FILE names a file)")
-        check_files(config, options.flags_of_paths(args))
+        check_files(settings, options.flags_of_paths(args))
         with contextlib.ExitStack() as opened:
-            sink, dead_letters = build_sinks(config)
+            sink, dead_letters = build_sinks(settings)
             opened.callback(sink.close)
             if dead_letters is not None:
                 opened.callback(dead_letters.close)
-            source = build_source(config)
+            source = build_source(settings)
             opened.callback(source.close)
-            run = config["run"]
+            run = settings.run
             events = serve_stream(
                 serving,
                 source,
                 sink,
                 dead_letters,
                 BATCH_RECORDS,
-                run["max_events"],
-                run["stop_when_idle"],
+                run.max_events,
+                run.stop_when_idle,
                 stop,
-                config["errors"]["on_error"],
-                config["source"]["type"] == "stdin" and config["output"]["type"] == "stdout",  # a co-process
+                settings.errors.on_error,
+                settings.source.type == "stdin" and settings.output.type == "stdout",  # a co-process
             )
     current = provider.current
     summary = {
@@ -435,19 +436,78 @@ def _serve_spamd(serving: Serving, args: argparse.Namespace) -> int:
 def _check_serve_flags(args: argparse.Namespace) -> None:
     """Refuse flags that do not go together (a ConfigError)."""
     stream_flags = (args.input, args.output, args.max_events, args.stop_when_idle)
-    listeners = [flag for flag, value in (("--http", args.http), ("--spamd", args.spamd)) if value]
+    given = (("--http", args.http), ("--spamd", args.spamd), ("--milter", args.milter))
+    listeners = [flag for flag, value in given if value]
     if len(listeners) > 1:
-        raise ConfigError("serve answers one protocol: --http or --spamd")
+        raise ConfigError("serve answers one protocol: --http, --spamd or --milter")
     if listeners and any(flag is not None for flag in stream_flags):
         raise ConfigError(
             f"{listeners[0]} answers requests: --input, --output, --max-events and --stop-when-idle are for a stream"
         )
-    if args.feedback and not listeners:
+    if args.feedback and not (args.http or args.spamd):
         raise ConfigError("--feedback keeps the messages taught by TELL or /learnspam: it needs --spamd or --http")
     if not math.isfinite(args.required_score):
         raise ConfigError(f"--required-score {args.required_score}: expected a finite number")
     if (args.model is None) == (args.model_topic is None):
         raise ConfigError("serve needs either --model CHECKPOINT or --model-topic TOPIC")
+    _check_milter_flags(args)
+
+
+def _check_milter_flags(args: argparse.Namespace) -> None:
+    """Refuse ``--milter-*`` flags without ``--milter``, a bad ``--milter`` address or reject score (a ConfigError)."""
+    if not args.milter:
+        if args.milter_reject_score is not None or args.milter_fail is not None:
+            raise ConfigError("--milter-reject-score and --milter-fail are for --milter")
+        return
+    _milter_socket(args.milter)
+    reject = args.milter_reject_score
+    if reject is not None and not (math.isfinite(reject) and reject >= args.required_score):
+        raise ConfigError(
+            f"--milter-reject-score {reject}: expected a finite score of at least --required-score "
+            f"({args.required_score}): a message rejected is spam"
+        )
+
+
+def _milter_socket(text: str) -> str:
+    """``--milter``'s HOST:PORT (``[::1]:PORT`` for an IPv6 address) in libmilter's form, ``inet:PORT@HOST``; one in
+    that form (``inet:``, ``inet6:``, ``unix:``) as it is."""
+    if text.startswith(("inet:", "inet6:", "unix:", "local:")):
+        return text
+    host, port = _listen_address(text, "--milter")
+    if port == 0:
+        raise ConfigError(f"--milter {text}: expected a port from 1 to 65535 (the mail server is told which)")
+    return f"{'inet6' if ':' in host else 'inet'}:{port}@{host}"
+
+
+def _serve_milter(serving: Serving, args: argparse.Namespace) -> int:
+    """Filter mail for Postfix or Sendmail on ``--milter`` until a signal."""
+    try:
+        from ..serve.milter import MilterPolicy, MilterServer
+    except ModuleNotFoundError as error:
+        if error.name not in ("Milter", "milter"):
+            raise
+        raise StartupError("--milter needs pymilter: pip install 'pegasos-stream[milter]' (on libmilter)") from None
+    policy = MilterPolicy(args.milter_reject_score, args.milter_fail or "accept")
+    socket = _milter_socket(args.milter)
+    try:
+        server = MilterServer(_mail_service(serving, args), socket, policy)
+    except OSError as error:
+        raise StartupError(f"--milter {args.milter}: {error}") from None
+    reject = "never" if policy.reject is None else f"from {policy.reject:g}"
+    stop = threading.Event()
+    with _on_signals(lambda *_: stop.set()):
+        _log.info(
+            "filtering mail as a milter on %s (required score %g; reject %s; without a verdict: %s)",
+            socket,
+            args.required_score,
+            reject,
+            policy.fail,
+        )
+        try:
+            server.serve_until(stop)
+        except OSError as error:
+            raise StartupError(f"--milter {args.milter}: {error}") from None
+    return 0
 
 
 def command_serve(args: argparse.Namespace) -> int:
@@ -476,6 +536,8 @@ def command_serve(args: argparse.Namespace) -> int:
         opened.callback(watcher.close)
         if args.spamd:
             return _serve_spamd(serving, args)
+        if args.milter:
+            return _serve_milter(serving, args)
         return _serve_http(serving, *address, args) if address else _serve_stream(serving, provider, args)
 
 
@@ -509,8 +571,26 @@ def add_serve_command(commands: argparse._SubParsersAction, common: argparse.Arg
         type=float,
         default=REQUIRED_SCORE,
         metavar="SCORE",
-        help=f"with --spamd or --http: a message is spam from this score, the log-odds of spam ln(p/(1-p)) (default "
-        f"{REQUIRED_SCORE}: p >= 0.82)",
+        help=f"with --spamd, --http or --milter: a message is spam from this score, the log-odds of spam ln(p/(1-p)) "
+        f"(default {REQUIRED_SCORE}: p >= 0.82)",
+    )
+    serve.add_argument(
+        "--milter",
+        metavar="HOST:PORT",
+        help="filter mail for Postfix (smtpd_milters = inet:HOST:PORT) or Sendmail as a milter on this address "
+        "(or libmilter's inet:PORT@HOST, unix:PATH): the X-Spam-* headers of spamd's PROCESS added",
+    )
+    serve.add_argument(
+        "--milter-reject-score",
+        type=float,
+        metavar="SCORE",
+        help="with --milter: reject a message from this score at SMTP time (550 5.7.1; default: never)",
+    )
+    serve.add_argument(
+        "--milter-fail",
+        choices=("accept", "tempfail"),
+        help="with --milter: without a model yet or when scoring fails, let a message go on unmarked (accept, the "
+        "default: fail open) or have the client try again later (tempfail: 451 4.7.1)",
     )
     serve.add_argument(
         "--feedback",

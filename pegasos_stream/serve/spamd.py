@@ -47,7 +47,10 @@ __all__ = [
     "EX_PROTOCOL",
     "EX_TEMPFAIL",
     "EX_UNAVAILABLE",
+    "MAX_MESSAGE_BYTES",
     "REQUIRED_SCORE",
+    "SCORING_ERRORS",
+    "SPAM_HEADERS",
     "FeedbackSpool",
     "ProtocolError",
     "SpamdRequest",
@@ -83,6 +86,10 @@ _WITH_MESSAGE = {"CHECK", "SYMBOLS", "REPORT", "REPORT_IFSPAM", "PROCESS", "HEAD
 _COMMANDS = _WITH_MESSAGE | {"PING", "SKIP"}
 #: The symbol hit by every scored message: the model's score.
 SYMBOL = "PEGASOS_STREAM"
+#: The headers a scored message gets (`spam_headers`), lower-cased: any it came with are left out.
+SPAM_HEADERS = frozenset({"x-spam-flag", "x-spam-score", "x-spam-status"})
+#: What scoring a message the model cannot score raises.
+SCORING_ERRORS = (ValueError, TypeError, OverflowError)
 
 
 class ByteReader(Protocol):
@@ -257,14 +264,23 @@ class SpamdService:
         if request.command == "TELL":
             return self._tell(request)
         try:
-            verdict = self.verdict(request.message)
+            verdict = self.scored(request.message)
         except NoModel as error:
             return error_answer(EX_TEMPFAIL, str(error))
-        except (ValueError, TypeError, OverflowError) as error:
-            self.serving.count(0, 1)
+        except SCORING_ERRORS as error:
             return error_answer(EX_DATAERR, str(error))
-        self.serving.count(1, 0)
         return _scored(request, verdict)
+
+    def scored(self, message: bytes) -> Verdict:
+        """`verdict`, counted as a prediction served (or as an error: a message the model cannot score raises one of
+        `SCORING_ERRORS`); a NoModel, uncounted, while there is no model."""
+        try:
+            verdict = self.verdict(message)
+        except SCORING_ERRORS:
+            self.serving.count(0, 1)
+            raise
+        self.serving.count(1, 0)
+        return verdict
 
     def _tell(self, request: SpamdRequest) -> bytes:
         """Keep the message for learning with its class (only ``Set: local`` is known: there is no remote)."""
@@ -342,7 +358,7 @@ def _without_spam_headers(lines: list[bytes]) -> list[bytes]:
             if not dropping:
                 kept.append(line)
             continue
-        dropping = line.split(b":", 1)[0].strip().lower() in (b"x-spam-flag", b"x-spam-score", b"x-spam-status")
+        dropping = line.split(b":", 1)[0].strip().decode("latin-1").lower() in SPAM_HEADERS
         if not dropping:
             kept.append(line)
     return kept
