@@ -931,7 +931,10 @@ def test_inspect_counts_support_vectors_of_a_kernel_model(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "model, features",
-    [({"kind": kind}, None) for kind in LEARNERS]
+    [
+        ({"kind": kind} if kind != "personal" else {"kind": kind, "shared": {"kind": "linear"}}, None)
+        for kind in LEARNERS
+    ]
     + [({"kind": "linear", "lambda_": 0.01, "n_features": 2**12}, {"type": "dict", "hash_bits": 12})],
     ids=[*LEARNERS, "linear-array"],
 )

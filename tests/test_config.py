@@ -143,7 +143,7 @@ REFUSED = [
     # (configuration, key path, a fragment of the expected form)
     ({"bogus": {"a": 1}}, "bogus", "expected one of: model, features, source"),
     ({"source": {"bogus": 1}}, "source.bogus", "expected one of:"),
-    ({"source": {"fields": {"bogus": "b"}}}, "source.fields.bogus", "expected one of: id, label, text, x"),
+    ({"source": {"fields": {"bogus": "b"}}}, "source.fields.bogus", "expected one of: id, label, text, user, x"),
     ({"errors": {"dead_letter": {"bogus": 1}}}, "errors.dead_letter.bogus", "expected one of:"),
     ({"model": {"bogus": 1}}, "model.bogus", "lambda_"),
     ({"features": {"type": "email", "bogus": 1}}, "features.bogus", "char_ngram"),
@@ -417,11 +417,12 @@ def test_an_unknown_name_is_one_line_listing_the_shipped_names(capsys):
     err = capsys.readouterr().err
     assert err == (
         "configuration error: --config spma: no such file, and no shipped configuration of that name"
-        " (shipped: kafka, kernel-rbf, replay-svmlight, spam)\n"
+        " (shipped: kafka, kernel-rbf, personal, replay-svmlight, spam)\n"
     )
     assert cli.main(["configs", "spma"]) == 2
     assert capsys.readouterr().err == (
-        "configuration error: no shipped configuration 'spma' (shipped: kafka, kernel-rbf, replay-svmlight, spam)\n"
+        "configuration error: no shipped configuration 'spma'"
+        " (shipped: kafka, kernel-rbf, personal, replay-svmlight, spam)\n"
     )
 
 

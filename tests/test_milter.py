@@ -389,7 +389,8 @@ class _Service:
     def __init__(self, verdict=None, error: Exception | None = None) -> None:
         self.verdict, self.error = verdict, error
 
-    def scored(self, message: bytes):
+    def scored(self, message: bytes, user: str | None = None):
+        self.user = user
         if self.error is not None:
             raise self.error
         return self.verdict

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,14 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from river import checks
 
+from pegasos_stream import cli
+from pegasos_stream.cli.serve import served_model
 from pegasos_stream.io.records import Record
 from pegasos_stream.learners import PegasosClassifier, PegasosMixture, PersonalPegasos
 from pegasos_stream.learners.personal import PersonalOffset
-from pegasos_stream.parse.parsing import EventParser
+from pegasos_stream.parse.parsing import Event, EventParser
 from pegasos_stream.persist import codec
+from pegasos_stream.persist.checkpoint import latest_valid
 from pegasos_stream.run.evaluation import BinaryReport
 from pegasos_stream.run.pending import PendingLabels
 from pegasos_stream.run.runner import Runner
+from pegasos_stream.serve.serving import Refusal, ServedModel, Serving
+from pegasos_stream.serve.spamd import SpamdService, score_of
 
 DIM = 12
 
@@ -41,8 +49,8 @@ def _stream(seed: int, n: int, users: tuple[str, ...] = ("ann", "bob", "cat")) -
 class DenseReference:
     """The personal offsets as dense vectors, each step written out as the class docstring states it."""
 
-    def __init__(self, lambda_: float, t0: float, max_features: int) -> None:
-        self.lambda_, self.t0, self.max_features = lambda_, t0, max_features
+    def __init__(self, lambda_: float, t0: float, max_weights: int) -> None:
+        self.lambda_, self.t0, self.max_weights = lambda_, t0, max_weights
         self.d: dict[str, np.ndarray] = {}
         self.t: dict[str, int] = {}
         self.order: dict[str, list[int]] = {}  # columns in the order they first got a weight
@@ -64,20 +72,20 @@ class DenseReference:
                 d[c] += eta * sign * v
                 if c not in order:
                     order.append(c)
-            if len(order) > self.max_features:
-                kept = sorted(order, key=lambda c: -abs(d[c]))[: self.max_features]
+            if len(order) > self.max_weights:
+                kept = sorted(order, key=lambda c: -abs(d[c]))[: self.max_weights]
                 for c in order:
                     if c not in kept:
                         d[c] = 0.0
                 self.order[user] = [c for c in order if c in kept]
 
 
-@pytest.mark.parametrize("max_features", [DIM, 3])
-def test_the_offsets_follow_the_dense_reference_step_by_step(max_features):
+@pytest.mark.parametrize("max_weights", [DIM, 3])
+def test_the_offsets_follow_the_dense_reference_step_by_step(max_weights):
     lambda_, t0 = 0.05, 3.0
-    model = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=lambda_, t0=t0, max_features=max_features)
+    model = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=lambda_, t0=t0, max_weights=max_weights)
     shared = PegasosClassifier(lambda_=0.01)
-    reference = DenseReference(lambda_, t0, max_features)
+    reference = DenseReference(lambda_, t0, max_weights)
     for x, y, user in _stream(1, 600):
         shared_margin = shared.decision_function_one(x)
         expected = shared_margin + reference.margin(x, user)
@@ -91,7 +99,7 @@ def test_the_offsets_follow_the_dense_reference_step_by_step(max_features):
         for c, v in offset.v.items():
             dense[c] = offset.scale(t0) * v
         np.testing.assert_allclose(dense, d, atol=1e-9, rtol=0)
-        assert len(offset.v) <= max_features and offset.t == reference.t[user]
+        assert len(offset.v) <= max_weights and offset.t == reference.t[user]
 
 
 def test_the_shared_model_learns_every_example_as_it_would_alone():
@@ -129,10 +137,10 @@ def test_a_user_without_labels_gets_the_shared_score():
 @given(seed=st.integers(0, 2**32 - 1), max_users=st.integers(1, 3))
 def test_offsets_that_leave_memory_come_back_bit_for_bit(seed, max_users):
     users = ("ann", "bob", "cat", "dan", "eve")
-    unbounded = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=0.05, max_features=4)
+    unbounded = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=0.05, max_weights=4)
     store: dict[str, bytes] = {}
     bounded = PersonalPegasos(
-        PegasosClassifier(lambda_=0.01), lambda_=0.05, max_features=4, max_users=max_users, store=store
+        PegasosClassifier(lambda_=0.01), lambda_=0.05, max_weights=4, max_users=max_users, store=store
     )
     for x, y, user in _stream(seed, 150, users):
         assert bounded.decision_function_one(x, user) == unbounded.decision_function_one(x, user)
@@ -184,7 +192,7 @@ def test_the_store_is_not_part_of_the_state():
     [
         ({"lambda_": 0.0}, "lambda"),
         ({"t0": 0.5}, "t0"),
-        ({"max_features": 0}, "max_features"),
+        ({"max_weights": 0}, "max_weights"),
         ({"max_users": True}, "max_users"),
     ],
 )
@@ -266,3 +274,96 @@ def test_a_user_that_is_no_name_is_a_bad_record(user):
     runner = _runner(PersonalPegasos(PegasosClassifier()))
     runner.process(Record(json.dumps({"id": 1, "x": {"f": 1.0}, "label": True, "user": user}).encode(), "<t>:1"))
     assert runner.stats.rejected == 1 and runner.model.users == 0 and runner.report.n == 0
+
+
+# -- the shipped configuration, end to end ---------------------------------------------------------
+
+
+@dataclass
+class _Provider:
+    """One model, served as it is."""
+
+    current: ServedModel
+    origin: str = "a test"
+    last_refusal: Refusal | None = None
+
+    def refresh(self) -> bool:
+        return False
+
+
+@pytest.fixture(scope="module")
+def personal_checkpoint(tmp_path_factory) -> Path:
+    """A checkpoint of the shipped `personal` configuration on its bundled sample (three users)."""
+    directory = tmp_path_factory.mktemp("personal") / "ck"
+    assert (
+        cli.main(["run", "--config", "personal", "--set", f"checkpoint.dir={directory}", "--output", os.devnull]) == 0
+    )
+    return directory
+
+
+def test_eval_of_the_personal_configuration_gives_each_users_figures(capsys):
+    assert cli.main(["eval", "--config", "personal", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    users = summary["users"]
+    assert set(users) == {"yyyy", "zzzz", "other"}
+    assert sum(figures["n"] for figures in users.values()) == summary["events"] == 404
+    assert all(0.0 <= figures["one_minus_roca_pct"] <= 100.0 for figures in users.values())
+
+
+MESSAGE = "Subject: cheap meds\n\nbuy now, limited offer, click here\n"
+
+
+def _stored(directory: Path) -> tuple[PersonalPegasos, dict]:
+    found = latest_valid(directory)
+    assert found is not None
+    return found[1]["model"], found[2]["config"]
+
+
+def _features(model: PersonalPegasos, config: dict, text: str | bytes) -> dict:
+    return served_model(model, config, 1, None, {}).predictor.features_of(Event("m", "m", text=text))
+
+
+def test_predict_scores_an_event_for_its_user(personal_checkpoint, tmp_path, capsys):
+    model, config = _stored(personal_checkpoint)
+    events = tmp_path / "events.jsonl"
+    lines = [{"id": user or "nobody", "text": MESSAGE, **({"user": user} if user else {})}
+             for user in ("yyyy", "zzzz", None, "stranger")]  # fmt: skip
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    capsys.readouterr()
+    assert cli.main(["predict", "--model", str(personal_checkpoint), str(events)]) == 0
+    scores = {p["id"]: p["score"] for p in map(json.loads, capsys.readouterr().out.splitlines())}
+    x = _features(model, config, MESSAGE)
+    assert scores["nobody"] == scores["stranger"] == model.shared.decision_function_one(x)
+    assert scores["yyyy"] == model.decision_function_one(x, "yyyy") != scores["nobody"]
+    assert model.users == 3 and model.personal_weights > 0
+
+
+def test_a_served_spamd_verdict_is_the_users(personal_checkpoint):
+    model, config = _stored(personal_checkpoint)
+    service = SpamdService(Serving(_Provider(served_model(model, config, 1, None, {}))))
+    message = MESSAGE.encode()
+    x = _features(model, config, message)
+    assert service.verdict(message).proba == model.probability(model.shared.decision_function_one(x))
+    for user in ("yyyy", "zzzz", "other"):
+        verdict = service.verdict(message, user)
+        assert verdict.proba == model.probability(model.decision_function_one(x, user))
+        assert verdict.proba != service.verdict(message).proba
+
+
+def test_rspamds_user_and_deliver_to_headers_name_the_user_over_http(personal_checkpoint):
+    werkzeug_test = pytest.importorskip("werkzeug.test")
+    from pegasos_stream.serve.http_api import PredictionApp
+
+    model, config = _stored(personal_checkpoint)
+    client = werkzeug_test.Client(PredictionApp(Serving(_Provider(served_model(model, config, 1, None, {})))))
+    x = _features(model, config, MESSAGE.encode())
+    probas: list[str] = []
+    for headers, user in [({}, None), ({"User": "yyyy"}, "yyyy"), ({"Deliver-To": "zzzz"}, "zzzz")]:
+        answer = client.post("/checkv2", data=MESSAGE.encode(), headers=headers).get_json()
+        proba = model.probability(
+            model.decision_function_one(x) if user is None else model.decision_function_one(x, user)
+        )
+        assert answer["score"] == score_of(proba)
+        probas.append(answer["symbols"]["PEGASOS_STREAM"]["description"])
+        assert f"p = {proba:.4f}" in probas[-1]
+    assert len(set(probas)) == 3  # each user's own

@@ -245,7 +245,8 @@ def test_the_package_installs_and_runs_without_a_c_compiler(tmp_path):
     command = python.parent / "pegasos-stream"
     assert "pure Python, compiled modules not built" in run(str(command), "--version")
     listed = run(str(command), "configs")
-    assert [line.split()[0] for line in listed.splitlines()] == ["kafka", "kernel-rbf", "replay-svmlight", "spam"]
+    shipped = ["kafka", "kernel-rbf", "personal", "replay-svmlight", "spam"]
+    assert [line.split()[0] for line in listed.splitlines()] == shipped
     assert run(str(command), "configs", "spam") == (ROOT / "configs" / "spam.yaml").read_text(encoding="utf-8")
     summary = json.loads(run(str(command), "eval", "--max-events", "50", "--json"))
     assert summary["events"] == summary["learned"] == summary["n"] == 50 and summary["rejected"] == 0

@@ -5,14 +5,15 @@ from __future__ import annotations
 import inspect
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..features import DictHasher, EmailFeatures
 from ..io.mail import MaildirSource, MessageFileSource, MessageStdinSource
 from ..io.sinks import JsonLinesSink, NullSink, Sink
 from ..io.sources import FileSource, Source, StdinSource
+from ..learners.personal import PersonalPegasos
 from ..parse.parsing import MAIL_FORMATS, EventParser
 from ..persist.checkpoint import Checkpoints
 from ..run.evaluation import BinaryReport, MulticlassReport
@@ -20,7 +21,7 @@ from ..run.pending import PendingLabels
 from ..run.predictions import Predictor, binary_classes
 from ..run.runner import Runner
 from .checks import StartupError, checkpoint_key
-from .config import ConfigError, config_hash, learner_class, learning_hash, without_secrets
+from .config import PERSONAL, ConfigError, config_hash, learner_class, learning_hash, without_secrets
 from .settings import (
     DeadLetterSettings,
     JobConfig,
@@ -66,8 +67,15 @@ def build_model(config: JobConfig):
     null`` keeps the names as strings, in dicts). The same floats as in dicts, 8 bytes a weight,
     learned in place."""
     settings = settings_of(config)
-    kind = learner_class(settings.model["kind"])
-    params = {key: value for key, value in settings.model.items() if key != "kind"}
+    return _learner(settings.model, settings)
+
+
+def _learner(section: Mapping[str, Any], settings: JobSettings) -> Any:
+    """The learner of a model ``section`` (`build_model`); a personal one's shared learner from ``shared``."""
+    kind = learner_class(section["kind"])
+    params = {key: value for key, value in section.items() if key != "kind"}
+    if section["kind"] == PERSONAL:
+        params["shared"] = _learner(section["shared"], settings)
     bits = settings.features.get("hash_bits")
     parameters = inspect.signature(kind).parameters
     if "n_features" in parameters and params.get("n_features") is None:
@@ -353,7 +361,8 @@ def build_parser(config: JobConfig, model: object) -> EventParser:
     features are hashed)."""
     settings = settings_of(config)
     source = settings.source
-    arrays = getattr(model, "max_features", None) or getattr(model, "n_features", None)
+    learner = model.shared if isinstance(model, PersonalPegasos) else model  # (whose weights are arrays)
+    arrays = getattr(learner, "max_features", None) or getattr(learner, "n_features", None)
     columns = arrays if settings.features.get("hash_bits") is None else None
     return EventParser(
         source.format,
@@ -362,6 +371,7 @@ def build_parser(config: JobConfig, model: object) -> EventParser:
         source.max_bytes,
         getattr(model, "_multiclass", False),
         columns if isinstance(columns, int) else None,
+        users=isinstance(model, PersonalPegasos),
     )
 
 

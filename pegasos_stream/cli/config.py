@@ -68,7 +68,10 @@ LEARNERS = {
     "adagrad": "AdaGradLogistic",
     "multiclass": "PegasosMulticlass",
     "kernel": "KernelPegasosClassifier",
+    "personal": "PersonalPegasos",
 }
+#: The kind of learner whose ``model.shared`` is the section of its shared learner.
+PERSONAL = "personal"
 
 
 def learner_class(kind: str) -> type:
@@ -297,6 +300,7 @@ SCHEMA: dict = {
             "x": _text("x"),
             "text": _text("text"),
             "label": _text("label"),
+            "user": _text("user"),  # whose mail an event is, for model.kind: personal
         },
         "labels": {
             "positive": Option((str, int, float, bool), None, "a label value"),
@@ -482,6 +486,18 @@ def _check_constructor(section: dict, cls: type, skip: set[str], path: str, wher
         raise ConfigError(f"{where}: {key_path}: {error}") from None
 
 
+def _check_model(section: dict, path: str, where: str) -> Any:
+    """The learner a model section builds (a personal one's shared learner from its ``shared`` section), checked."""
+    _check(section.get("kind"), SCHEMA["model"]["kind"], f"{path}.kind", where)
+    if section["kind"] != PERSONAL:
+        return _check_constructor(section, learner_class(section["kind"]), {"kind"}, path, where)
+    shared = section.get("shared")
+    if not isinstance(shared, dict) or shared.get("kind") == PERSONAL:
+        raise ConfigError(f"{where}: {path}.shared: expected the model section of the shared learner (its kind...)")
+    model = _check_model(shared, f"{path}.shared", where)
+    return _check_constructor({**section, "shared": model}, learner_class(PERSONAL), {"kind"}, path, where)
+
+
 def validate(config: dict, where: str = "<config>") -> dict:
     """``config`` over the defaults, checked; a ConfigError naming ``where`` and the key path."""
     if not isinstance(config, dict):
@@ -495,8 +511,7 @@ def validate(config: dict, where: str = "<config>") -> dict:
     for section in _OPEN_SECTIONS:
         if not isinstance(merged[section], dict):
             raise ConfigError(f"{where}: {section}: expected a mapping, got {_shown(merged[section])}")
-    _check(merged["model"].get("kind"), SCHEMA["model"]["kind"], "model.kind", where)
-    model = _check_constructor(merged["model"], learner_class(merged["model"]["kind"]), {"kind"}, "model", where)
+    model = _check_model(merged["model"], "model", where)
     _check(merged["features"].get("type"), SCHEMA["features"]["type"], "features.type", where)
     if merged["features"]["type"] == "email":
         _check_constructor(merged["features"], EmailFeatures, {"type"}, "features", where)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from ..io.sources import Source
+from ..learners.personal import PersonalPegasos
 from ..persist.checkpoint import Checkpoints, latest_valid
 from ..persist.checkpoint import checkpoints as checkpoint_files
 from ..run.runner import Runner, RunStats, StateKeeper, check_resumable
@@ -102,6 +103,8 @@ class Job:
         state, position = _resume(settings, accept_config) if resume else (None, None)
         model = cluster.recorder if cluster is not None else state and state["model"]
         runner = _open_runner(settings, evaluate, model, opened)
+        if evaluate and isinstance(runner.model, PersonalPegasos):
+            runner.report_users()  # (every score kept, as an eval's report keeps them)
         if state:
             runner.restore(state["runner"])
         if checkpoints is not None:
@@ -146,9 +149,14 @@ class Job:
         }
         if self.cluster is not None:
             summary["cluster"] = self.cluster.summary()
-        return {
-            key: None if isinstance(value, float) and math.isnan(value) else value for key, value in summary.items()
-        }
+        if runner.user_reports is not None:
+            summary["users"] = {user: _without_nan(figures) for user, figures in runner.user_reports.summary().items()}
+        return _without_nan(summary)
+
+
+def _without_nan(figures: Mapping[str, object]) -> dict[str, object]:
+    """``figures`` with a NaN as None (JSON has no NaN)."""
+    return {key: None if isinstance(value, float) and math.isnan(value) else value for key, value in figures.items()}
 
 
 def _open_keepers(

@@ -180,6 +180,8 @@ def _print_summary(summary: dict[str, object], evaluate: bool, as_json: bool) ->
         print(json.dumps(summary))
     else:
         for key, value in summary.items():
+            if key == "users":  # (each one's figures in the JSON form)
+                value = f"{len(cast(dict, value))} (eval --json gives each one's figures)"
             print(f"{key:>20}: {value:.6g}" if isinstance(value, float) else f"{key:>20}: {value}")
 
 

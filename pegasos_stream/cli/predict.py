@@ -131,7 +131,7 @@ class _Scoring:
                 found = record_features(self.parser, self.predictor, record)
                 if found is None:
                     continue
-                score, proba, predicted, _ = self.predictor.predict(found[1])
+                score, proba, predicted, _ = self.predictor.predict(found[1], found[2])
             except (ValueError, TypeError, OverflowError) as error:
                 self._reject(rejection_reason(record, error))
                 continue

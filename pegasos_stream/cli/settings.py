@@ -80,6 +80,7 @@ class FieldNames:
     x: str
     text: str
     label: str
+    user: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,7 +89,7 @@ class PersonalPegasos(base.Classifier):
     sees today's f, so the user's objective is that of the shared model of the moment, and d_u corrects the
     shared model where it keeps being wrong for the user, pulled to 0 (the shared model) where it is not.
 
-    Memory is bounded twice: an offset keeps its ``max_features`` largest weights (by |v|, the earlier one of a
+    Memory is bounded twice: an offset keeps its ``max_weights`` largest weights (by |v|, the earlier one of a
     tie; the others set to 0 after each step that adds weights), and with ``store`` at most ``max_users`` offsets
     stay in memory, the least recently used one leaving for ``store`` (`PersonalOffset.to_bytes`) and coming back
     on the user's next event. ``store`` (a mapping of user to bytes: a dict, a ``dbm`` file, a stream engine's
@@ -103,7 +103,7 @@ class PersonalPegasos(base.Classifier):
         λ_u, the pull of every offset toward the shared model (> 0).
     t0
         The step counter offset of every offset (≥ 1): the first step is η = 1/(λ_u·(1 + t0)).
-    max_features
+    max_weights
         The most weights an offset keeps.
     max_users
         The most offsets in memory when a ``store`` is given.
@@ -128,20 +128,22 @@ class PersonalPegasos(base.Classifier):
         shared: BinaryLearner,
         lambda_: float = 1e-3,
         t0: float = 1000.0,
-        max_features: int = 10_000,
+        max_weights: int = 10_000,
         max_users: int = 100_000,
         store: MutableMapping[str, bytes] | None = None,
     ) -> None:
+        if not isinstance(shared, BinaryLearner) or isinstance(shared, PersonalPegasos):
+            raise ValueError(f"shared={type(shared).__name__}: expected a binary learner of this package")
         check_lambda(lambda_)
         if isinstance(t0, bool) or not (isinstance(t0, (int, float)) and math.isfinite(t0) and t0 >= 1):
             raise ValueError(f"t0 must be a number >= 1, got {t0!r}")
-        for name, value in (("max_features", max_features), ("max_users", max_users)):
+        for name, value in (("max_weights", max_weights), ("max_users", max_users)):
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         self.shared = shared
         self.lambda_ = lambda_
         self.t0 = t0
-        self.max_features = max_features
+        self.max_weights = max_weights
         self.max_users = max_users
         self.store = store
         self._offsets: dict[str, PersonalOffset] = {}
@@ -157,12 +159,12 @@ class PersonalPegasos(base.Classifier):
         offsets = check_instance(self, "_offsets", dict)
         if not all(isinstance(u, str) and isinstance(o, PersonalOffset) for u, o in offsets.items()):
             raise InvalidState("PersonalPegasos._offsets: expected a dict of user names to PersonalOffset")
-        if any(len(offset.v) > self.max_features for offset in offsets.values()):
-            raise InvalidState(f"PersonalPegasos._offsets: an offset holds more than {self.max_features} weights")
+        if any(len(offset.v) > self.max_weights for offset in offsets.values()):
+            raise InvalidState(f"PersonalPegasos._offsets: an offset holds more than {self.max_weights} weights")
         if not isinstance(self.shared, BinaryLearner):
             raise InvalidState(f"PersonalPegasos.shared: expected a binary learner, got {type(self.shared).__name__}")
         try:
-            PersonalPegasos(self.shared, self.lambda_, self.t0, self.max_features, self.max_users)
+            PersonalPegasos(self.shared, self.lambda_, self.t0, self.max_weights, self.max_users)
         except ValueError as error:
             raise InvalidState(f"PersonalPegasos: settings refused: {error}") from None
 
@@ -185,6 +187,11 @@ class PersonalPegasos(base.Classifier):
     def users(self) -> int:
         """The number of offsets in memory."""
         return len(self._offsets)
+
+    @property
+    def personal_weights(self) -> int:
+        """The weights of the offsets in memory."""
+        return sum(len(offset.v) for offset in self._offsets.values())
 
     def offset(self, user: str) -> PersonalOffset | None:
         """The user's offset, from memory or the store (then in memory as the most recently used); None for a user
@@ -259,6 +266,6 @@ class PersonalPegasos(base.Classifier):
         v = offset.v
         for k, value in x.items():
             v[k] = v.get(k, 0.0) + add * value
-        if len(v) > self.max_features:
-            kept = set(sorted(v, key=lambda k: -abs(v[k]))[: self.max_features])  # stable: the earlier of a tie
+        if len(v) > self.max_weights:
+            kept = set(sorted(v, key=lambda k: -abs(v[k]))[: self.max_weights])  # stable: the earlier of a tie
             offset.v = {k: v[k] for k in v if k in kept}

@@ -600,12 +600,9 @@ def describe(path: str | Path, key: bytes | None = None) -> dict:
     else:
         state, manifest = read_checkpoint(path, key)
     model = state["model"]
-    if hasattr(model, "n_support"):
-        size: dict[str, Any] = {"support_vectors": model.n_support}
-    else:  # a committee or a mixture counts the weights of every learner it holds
-        size = {"weights": sum(_n_weights(learner) for learner in getattr(model, "learners", [model]))}
-    if hasattr(model, "member_weights"):
-        size["member_weights"] = model.member_weights
+    size = _size(getattr(model, "shared", model))  # (a personal learner: its shared learner's, and its users')
+    if hasattr(model, "personal_weights"):
+        size.update(users=model.users, personal_weights=model.personal_weights)
     return {
         "path": str(path),
         "format_version": manifest["version"],
@@ -617,6 +614,18 @@ def describe(path: str | Path, key: bytes | None = None) -> dict:
         "source": manifest.get("source"),
         "model_sha256": model_digest(model),
     }
+
+
+def _size(model: Any) -> dict[str, Any]:
+    """How big a learner is: its support vectors, or the weights of every learner it holds (a committee's, a
+    mixture's), and a mixture's member weights."""
+    if hasattr(model, "n_support"):
+        size: dict[str, Any] = {"support_vectors": model.n_support}
+    else:
+        size = {"weights": sum(_n_weights(learner) for learner in getattr(model, "learners", [model]))}
+    if hasattr(model, "member_weights"):
+        size["member_weights"] = model.member_weights
+    return size
 
 
 def _n_weights(model: Any) -> int:

@@ -93,10 +93,12 @@ class Predictor:
         return score, model.probability(score), self.classes[score > 0.0], score
 
 
-def record_features(parser: EventParser, predictor: Predictor, record: Record) -> tuple[Hashable, dict] | None:
-    """The id and features of the event in ``record``, or None when it has nothing to predict (a comment, a
+def record_features(
+    parser: EventParser, predictor: Predictor, record: Record
+) -> tuple[Hashable, dict, str | None] | None:
+    """The id, features and user of the event in ``record``, or None when it has nothing to predict (a comment, a
     label-only event); a BadRecord when it is no event, or a ValueError for features the predictor cannot take."""
     event = parser.parse(record)
     if event is None or not event.has_input:
         return None
-    return event.id, predictor.features_of(event)
+    return event.id, predictor.features_of(event), event.user

@@ -99,7 +99,7 @@ class PredictionApp:
             self.serving.count(0, 1)
             return _json(400, {"error": f"{REQUEST}: empty body: expected a message"})
         try:
-            verdict = self.mail.verdict(message)
+            verdict = self.mail.verdict(message, request.headers.get("User") or request.headers.get("Deliver-To"))
         except NoModel as error:
             return _json(503, {"error": str(error)})
         except (ValueError, TypeError, OverflowError) as error:

@@ -63,10 +63,10 @@ class Outcome:
     reason: str = ""
 
 
-def decide(service: SpamdService, message: bytes, policy: MilterPolicy) -> Outcome:
-    """What becomes of ``message``, scored by ``service``, under ``policy``."""
+def decide(service: SpamdService, message: bytes, policy: MilterPolicy, user: str | None = None) -> Outcome:
+    """What becomes of ``message``, scored by ``service`` (for ``user``, with personal models), under ``policy``."""
     try:
-        verdict = service.scored(message)
+        verdict = service.scored(message, user)
     except NoModel as error:
         return Outcome(policy.fail, reason=str(error))
     except Exception as error:  # whatever fails, mail is not held up by the filter: the policy says
@@ -120,6 +120,16 @@ class SpamMilter(Milter.Base):
         self.service = service
         self.policy = policy
         self.collected = Collected(policy.max_bytes)
+        self.recipients: list[str] = []
+
+    def envrcpt(self, recipient: str, *parameters: str) -> int:
+        self.recipients.append(recipient.strip("<>").lower())
+        return Milter.CONTINUE
+
+    @property
+    def user(self) -> str | None:
+        """Whose mail the message is, for personal models: its one envelope recipient (None for several)."""
+        return self.recipients[0] if len(self.recipients) == 1 else None
 
     @Milter.decode("bytes")
     def header(self, name: str, value: bytes) -> int:
@@ -134,11 +144,13 @@ class SpamMilter(Milter.Base):
 
     def eom(self) -> int:
         collected, self.collected = self.collected, Collected(self.policy.max_bytes)
-        outcome = decide(self.service, collected.message, self.policy)
+        outcome = decide(self.service, collected.message, self.policy, self.user)
+        self.recipients = []
         return self._act(outcome, collected)
 
     def abort(self) -> int:
         self.collected = Collected(self.policy.max_bytes)
+        self.recipients = []
         return Milter.CONTINUE
 
     def _act(self, outcome: Outcome, collected: Collected) -> int:
@@ -206,6 +218,7 @@ def _register(socket: str) -> None:
     this opens the socket first), for ``socket``."""
     for on, callback in (
         (milter.set_connect_callback, Milter.connect_callback),
+        (milter.set_envrcpt_callback, lambda ctx, *recipient: ctx.getpriv().envrcpt_bytes(*recipient)),
         (milter.set_header_callback, lambda ctx, name, value: ctx.getpriv().header_bytes(name, value)),
         (milter.set_body_callback, lambda ctx, chunk: ctx.getpriv().body(chunk)),
         (milter.set_eom_callback, lambda ctx: ctx.getpriv().eom()),

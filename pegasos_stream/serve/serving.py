@@ -119,7 +119,7 @@ class Serving:
                     outcomes.append(None)
                     continue
                 with served.lock:
-                    score, proba, predicted, _ = predictor.predict(found[1])
+                    score, proba, predicted, _ = predictor.predict(found[1], found[2])
             except (ValueError, TypeError, OverflowError) as error:  # a BadRecord, or a value the model refused
                 outcomes.append(error)
                 continue

@@ -243,16 +243,16 @@ class SpamdService:
         self.required = required
         self.feedback = feedback
 
-    def verdict(self, message: bytes) -> Verdict:
-        """The model's verdict on ``message``; a NoModel while there is none, a ValueError for a message the
-        model cannot score."""
+    def verdict(self, message: bytes, user: str | None = None) -> Verdict:
+        """The model's verdict on ``message`` (for ``user``, with personal models); a NoModel while there is none, a
+        ValueError for a message the model cannot score."""
         served = self.serving.provider.current
         if served is None:
             raise NoModel(f"no model yet: waiting for {self.serving.provider.origin}")
         predictor = served.predictor
         x = predictor.features_of(Event(id="spamd", position="spamd", text=message))
         with served.lock:
-            _, proba, _, _ = predictor.predict(x)
+            _, proba, _, _ = predictor.predict(x, user)
         return Verdict(score_of(proba), self.required, proba, served.version, predictor.classes)
 
     def answer(self, request: SpamdRequest) -> bytes:
@@ -264,18 +264,18 @@ class SpamdService:
         if request.command == "TELL":
             return self._tell(request)
         try:
-            verdict = self.scored(request.message)
+            verdict = self.scored(request.message, request.user)
         except NoModel as error:
             return error_answer(EX_TEMPFAIL, str(error))
         except SCORING_ERRORS as error:
             return error_answer(EX_DATAERR, str(error))
         return _scored(request, verdict)
 
-    def scored(self, message: bytes) -> Verdict:
+    def scored(self, message: bytes, user: str | None = None) -> Verdict:
         """`verdict`, counted as a prediction served (or as an error: a message the model cannot score raises one of
         `SCORING_ERRORS`); a NoModel, uncounted, while there is no model."""
         try:
-            verdict = self.verdict(message)
+            verdict = self.verdict(message, user)
         except SCORING_ERRORS:
             self.serving.count(0, 1)
             raise
