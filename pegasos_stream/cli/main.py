@@ -21,6 +21,7 @@ from ..io.sinks import SinkError
 from ..io.sources import SourceError
 from ..persist.checkpoint import CheckpointError, CheckpointWriteError, describe
 from ..run.diagnosis import AllRejected
+from ..run.predictions import EXPLAINED
 from ..run.rejections import StopRun
 from ..run.runner import Runner
 from . import options
@@ -198,6 +199,13 @@ def _output_gone() -> int:
     return BROKEN_PIPE_STATUS
 
 
+def _explained(text: str) -> int:
+    """``--explain K``: a number of features from 1 to 1000."""
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        raise argparse.ArgumentTypeError(f"expected a number of features from 1 to 1000, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pegasos-stream", description=__doc__)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}, {_compiled.describe()}")
@@ -225,6 +233,16 @@ def main(argv: list[str] | None = None) -> int:
     predict.add_argument("--model", required=True, metavar="CHECKPOINT", help="a checkpoint file, or a directory")
     predict.add_argument(
         "--format", choices=["message", "events"], help="read every input as one message, or as events"
+    )
+    predict.add_argument(
+        "--explain",
+        type=_explained,
+        nargs="?",
+        const=EXPLAINED,
+        default=0,
+        metavar="K",
+        help=f"add to each prediction the K features (default {EXPLAINED}) that weigh most in its score, with their"
+        ' parts of it: "explain": [[feature, part], ...]',
     )
     predict.add_argument("inputs", nargs="*", metavar="FILE", help="a message or events file, - for standard input")
     options.add_key_options(predict)

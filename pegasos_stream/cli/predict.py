@@ -21,7 +21,7 @@ from ..features import EmailFeatures
 from ..io.records import Record
 from ..io.sinks import JsonLinesSink
 from ..io.sources import FileSource, Source, StdinSource
-from ..parse.parsing import EventParser
+from ..parse.parsing import Event, EventParser
 from ..persist.checkpoint import CheckpointError, latest_valid, read_checkpoint
 from ..run.predictions import Predictor, prediction_output, record_features
 from ..run.rejections import rejection_reason
@@ -100,9 +100,10 @@ def _check_inputs(inputs: list[tuple[str, str]], features: object) -> None:
 class _Scoring:
     """Predictions of inputs to standard output; rejected records counted and said on stderr."""
 
-    def __init__(self, predictor: Predictor, parser: EventParser) -> None:
+    def __init__(self, predictor: Predictor, parser: EventParser, explain: int = 0) -> None:
         self.predictor = predictor
         self.parser = parser
+        self.explain = explain  # the features each prediction names with their parts of its score (0: none)
         self.out = JsonLinesSink()
         self.rejected = 0
 
@@ -112,14 +113,11 @@ class _Scoring:
         message = Record(sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes(), event_id)
         if not message.value.strip():
             raise StartupError(f"{'standard input' if name == '-' else name}: empty: no message to score")
-        features = self.predictor.features
-        assert isinstance(features, EmailFeatures)  # checked with the inputs
+        event = Event(event_id, event_id, text=message.value)
         try:
-            score, proba, predicted, _ = self.predictor.predict(features.transform_one(message.value))
+            self._score(event, self.predictor.features_of(event))
         except (ValueError, TypeError, OverflowError) as error:
             self._reject(rejection_reason(message, error))
-            return
-        self.out.emit(prediction_output(event_id, predicted, score, proba))
 
     def events(self, source: Source) -> None:
         """Score the events of ``source`` (label-only events and comments have nothing to score)."""
@@ -129,13 +127,19 @@ class _Scoring:
                 continue
             try:
                 found = record_features(self.parser, self.predictor, record)
-                if found is None:
-                    continue
-                score, proba, predicted, _ = self.predictor.predict(found[1], found[2])
+                if found is not None:
+                    self._score(*found)
             except (ValueError, TypeError, OverflowError) as error:
                 self._reject(rejection_reason(record, error))
-                continue
-            self.out.emit(prediction_output(found[0], predicted, score, proba))
+
+    def _score(self, event: Event, x: dict) -> None:
+        """Emit the prediction of ``event`` (its features ``x``), with its explanation when asked for."""
+        score, proba, predicted, _ = self.predictor.predict(x, event.user)
+        prediction = prediction_output(event.id, predicted, score, proba)
+        if self.explain:
+            explained = self.predictor.explain(event, x, self.explain)
+            prediction["explain"] = [[name, round(part, 6)] for name, part in explained]
+        self.out.emit(prediction)
 
     def _reject(self, reason: str) -> None:
         _log.warning("rejected %s", reason)
@@ -148,7 +152,7 @@ def command_predict(args: argparse.Namespace) -> int:
     predictor = build_predictor(settings, model)
     inputs = [(name, input_format(name, args.format)) for name in args.inputs or ["-"]]
     _check_inputs(inputs, predictor.features)
-    scoring = _Scoring(predictor, build_parser(settings, model))
+    scoring = _Scoring(predictor, build_parser(settings, model), args.explain)
     max_bytes = settings.source.max_bytes
     try:
         for name, kind in inputs:

@@ -283,6 +283,27 @@ class EmailFeatures(base.Transformer):
             return {key: c * scale for key, c in counts.items()}
         return counts
 
+    def feature_names(self, x) -> dict[str | int, str]:
+        """The name of each feature of one text, by the key `transform_one` gives it (a hashed column's first name
+        in the text, the way ``binary`` keeps it): ``w:free``, ``c:$$$ `` (an n-gram), ``s:Aa9`` (a shape). Read by
+        the Python reader, which the compiled one equals; for explanations, not counted in ``empty_bodies``."""
+        raw = x[self.on] if self.on is not None else x
+        if self.reader == "bytes":
+            data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+            data = (read_message(data)[0] if self.parse else data)[: self.max_chars]
+            grams = list(dict.fromkeys(self._byte_tokens(data)))
+            names: list[str] = [gram.decode("utf-8", "backslashreplace") for gram in grams]
+            keys = self._columns(grams)
+        else:
+            text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", errors="replace")
+            text = (read_message_text(text)[0] if self.parse else text)[: self.max_chars]
+            names = list(dict.fromkeys(self._tokens(text)))
+            keys = self._columns(names)
+        found: dict[str | int, str] = {}
+        for key, name in zip(keys, names):
+            found.setdefault(key, name)
+        return found
+
     @property
     def compiled(self) -> bool:
         """Whether `transform_texts` runs compiled (the "bytes" reader, with ``hash_bits``)."""

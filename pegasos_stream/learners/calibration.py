@@ -23,7 +23,7 @@ from .state import POSITIVE, check_attributes, check_count, check_float
 if TYPE_CHECKING:
     from river.base.typing import ClfTarget
 
-__all__ = ["LogisticMargin", "MarginClassifier", "OnlinePlatt", "PlattScaledMargin", "squash"]
+__all__ = ["LogisticMargin", "MarginClassifier", "OnlinePlatt", "PlattScaledMargin", "squash", "squash_slope"]
 
 #: Where the logistic body hands over to the algebraic tail.
 TAIL_START = 8.0
@@ -42,6 +42,16 @@ def squash(z: float) -> float:
     else:
         tail = max(TAIL_MASS / magnitude, MIN_TAIL)
     return 1.0 - tail if z > 0 else tail
+
+
+def squash_slope(z: float) -> float:
+    """The derivative of `squash` at z: p(1 − p) for |z| <= 8, where it is logistic; the slope of its tail beyond
+    (0 where the tail is held at its floor)."""
+    magnitude = abs(z)
+    if magnitude <= TAIL_START:
+        p = squash(z)
+        return p * (1.0 - p)
+    return TAIL_MASS / (magnitude * magnitude) if TAIL_MASS / magnitude > MIN_TAIL else 0.0
 
 
 class OnlinePlatt:

@@ -12,7 +12,7 @@ from river import base
 
 from .adagrad import AdaGradLogistic
 from .batch import LearnBatch
-from .calibration import OnlinePlatt
+from .calibration import OnlinePlatt, squash_slope
 from .committee import PegasosCommittee
 from .compiled import calibrate_rows
 from .hedge import initial_log_weights, mix_rows, share_cost
@@ -231,6 +231,22 @@ class PegasosMixture(base.Classifier):
         p = float(self._mixed(self._margins_one(x), update=None)[1][0])
         return {False: 1.0 - p, True: p}
 
+    def contributions(self, x: Mapping) -> dict:
+        """Each feature's part of the decision on x, to first order: Σ_k g_k·(m_k({j: x_j}) − m_k({})), m_k member
+        k's margin (linear in x) and g_k = ∂D/∂m_k at x, D = log Σπp − log Σπ(1 − p) and p_k = squash(a_k·m_k +
+        b_k) its calibration (`attribution`)."""
+        margins = self._margins_one(x)[:, 0]
+        weights = np.exp(np.array(self._log_weights))
+        weights /= weights.sum()
+        p = np.array([platt.proba(margin) for platt, margin in zip(self._platts, margins.tolist())])
+        slopes = np.array(
+            [platt.slope * squash_slope(platt.slope * m + platt.offset) for platt, m in zip(self._platts, margins)]
+        )
+        mixed, rest = max(float(weights @ p), _TINY), max(float(weights @ (1.0 - p)), _TINY)
+        gradient = weights * (1.0 / mixed + 1.0 / rest) * slopes
+        base = self._margins_one({})[:, 0]
+        return {j: float(gradient @ (self._margins_one({j: value})[:, 0] - base)) for j, value in x.items()}
+
     def _margins_one(self, x: Mapping) -> np.ndarray:
         """The members' margins of x, one column."""
         svm_margins = [svm.decision_function_one(x) for svm in (self.committee.svm, *self.svms)]
@@ -348,6 +364,10 @@ def _check_lambda_t0(lambda_t0: float, lambdas: tuple[float, ...]) -> None:
 def _is_pair(value: object) -> bool:
     """Whether ``value`` is a sequence of two items (not a string)."""
     return isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and len(value) == 2
+
+
+#: The least mixed probability a gradient divides by.
+_TINY = 1e-300
 
 
 def _logistic(decisions: np.ndarray) -> np.ndarray:

@@ -6,11 +6,12 @@ import json
 import math
 import struct
 from collections.abc import Hashable, MutableMapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from river import base
 
+from .attribution import contributions
 from .protocols import BinaryLearner
 from .state import InvalidState, check_count, check_instance, finite_floats
 from .validation import binary_sign, check_lambda, check_sample_weight
@@ -123,6 +124,9 @@ class PersonalPegasos(base.Classifier):
     True
     """
 
+    #: Its scores and steps are a user's (`attribution.contributions` asks).
+    takes_users: ClassVar[bool] = True
+
     def __init__(
         self,
         shared: BinaryLearner,
@@ -221,6 +225,18 @@ class PersonalPegasos(base.Classifier):
         """f(x) + ⟨d_u, x⟩."""
         shared = self.shared.decision_function_one(x)
         return shared if user is None else shared + self.personal_margin(x, user)
+
+    def contributions(self, x: dict, user: str | None = None) -> dict:
+        """Each feature's part of the score of x for ``user``: the shared learner's (`attribution.contributions`),
+        plus the user's offset's d_j·x_j."""
+        parts = contributions(self.shared, x)
+        offset = None if user is None else self.offset(user)
+        if offset is not None:
+            scale, v = offset.scale(self.t0), offset.v
+            for j, value in x.items():
+                if j in v:
+                    parts[j] = parts.get(j, 0.0) + scale * v[j] * value
+        return parts
 
     def probability(self, score: float) -> float:
         """P(True) for a score: the shared learner's calibration."""

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from ..features import DictHasher, EmailFeatures
 from ..io.records import Record
+from ..learners.attribution import contributions, top_contributions
 from ..learners.personal import PersonalPegasos
 from ..learners.protocols import BinaryLearner, MulticlassLearner
 from ..parse.parsing import BadRecord, Event, EventParser
@@ -24,6 +25,10 @@ __all__ = [
     "prediction_output",
     "record_features",
 ]
+
+
+#: How many features an explanation names.
+EXPLAINED = 10
 
 
 def prediction_output(event_id: Hashable, predicted: object, score: float, proba: float) -> dict:
@@ -92,13 +97,20 @@ class Predictor:
             score = model.decision_function_one(x)
         return score, model.probability(score), self.classes[score > 0.0], score
 
+    def explain(self, event: Event, x: dict, k: int = EXPLAINED) -> list[tuple[str, float]]:
+        """The ``k`` features of ``event`` (its features ``x``) that weigh most in its score, with their parts of it
+        (`learners.attribution`), largest first: named as the features name them (``w:free``), else by their key."""
+        parts = contributions(self.model, x, event.user)
+        names: Mapping[Any, str] = {}
+        if isinstance(self.features, EmailFeatures) and event.text is not None:
+            names = self.features.feature_names(event.text)
+        return [(names.get(key, str(key)), part) for key, part in top_contributions(parts, k)]
 
-def record_features(
-    parser: EventParser, predictor: Predictor, record: Record
-) -> tuple[Hashable, dict, str | None] | None:
-    """The id, features and user of the event in ``record``, or None when it has nothing to predict (a comment, a
-    label-only event); a BadRecord when it is no event, or a ValueError for features the predictor cannot take."""
+
+def record_features(parser: EventParser, predictor: Predictor, record: Record) -> tuple[Event, dict] | None:
+    """The event in ``record`` and its features, or None when it has nothing to predict (a comment, a label-only
+    event); a BadRecord when it is no event, or a ValueError for features the predictor cannot take."""
     event = parser.parse(record)
     if event is None or not event.has_input:
         return None
-    return event.id, predictor.features_of(event), event.user
+    return event, predictor.features_of(event)

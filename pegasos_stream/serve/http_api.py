@@ -28,6 +28,7 @@ from werkzeug.wrappers import Request, Response
 
 from ..io.records import Record
 from ..io.sinks import json_line
+from ..run.predictions import EXPLAINED
 from ..run.rejections import rejection_reason
 from .serving import NoModel, Serving
 from .spamd import SYMBOL, SpamdService, Verdict
@@ -92,14 +93,16 @@ class PredictionApp:
             return self._predict_message(request)
         return self._predict(request)
 
-    def _verdict(self, request: Request) -> Verdict | Response:
-        """The verdict on the raw message of ``request``, or the response refusing it."""
+    def _verdict(self, request: Request, explain: int = 0) -> Verdict | Response:
+        """The verdict on the raw message of ``request`` (with the ``explain`` features weighing most in it), or the
+        response refusing it."""
         message = request.get_data(cache=False)
         if not message.strip():
             self.serving.count(0, 1)
             return _json(400, {"error": f"{REQUEST}: empty body: expected a message"})
         try:
-            verdict = self.mail.verdict(message, request.headers.get("User") or request.headers.get("Deliver-To"))
+            user = request.headers.get("User") or request.headers.get("Deliver-To")
+            verdict = self.mail.verdict(message, user, explain)
         except NoModel as error:
             return _json(503, {"error": str(error)})
         except (ValueError, TypeError, OverflowError) as error:
@@ -126,10 +129,11 @@ class PredictionApp:
 
     def _checkv2(self, request: Request) -> Response:
         """rspamd's ``/checkv2``: the verdict in rspamd's shape."""
-        verdict = self._verdict(request)
+        verdict = self._verdict(request, EXPLAINED)
         if isinstance(verdict, Response):
             return verdict
         about = f"log-odds of spam, p = {verdict.proba:.4f} (model {verdict.model_version})"
+        weighing = [f"{name} ({part:+.3f})" for name, part in verdict.explanation]  # (rspamd's symbol options)
         return _json(
             200,
             {
@@ -137,7 +141,9 @@ class PredictionApp:
                 "action": "add header" if verdict.spam else "no action",
                 "score": verdict.score,
                 "required_score": verdict.required,
-                "symbols": {SYMBOL: {"name": SYMBOL, "score": verdict.score, "description": about}},
+                "symbols": {
+                    SYMBOL: {"name": SYMBOL, "score": verdict.score, "description": about, "options": weighing}
+                },
                 "request": {name: request.headers[name] for name in RSPAMD_HEADERS if name in request.headers},
             },
         )

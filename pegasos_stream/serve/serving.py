@@ -118,12 +118,13 @@ class Serving:
                 if found is None:
                     outcomes.append(None)
                     continue
+                event, x = found
                 with served.lock:
-                    score, proba, predicted, _ = predictor.predict(found[1], found[2])
+                    score, proba, predicted, _ = predictor.predict(x, event.user)
             except (ValueError, TypeError, OverflowError) as error:  # a BadRecord, or a value the model refused
                 outcomes.append(error)
                 continue
-            outcomes.append({**prediction_output(found[0], predicted, score, proba), **model})
+            outcomes.append({**prediction_output(event.id, predicted, score, proba), **model})
         return outcomes
 
     def count(self, served: int, errors: int) -> None:

@@ -39,6 +39,7 @@ from typing import ClassVar, Protocol
 
 from .. import __version__
 from ..parse.parsing import Event
+from ..run.predictions import EXPLAINED
 from .serving import NoModel, Serving
 
 __all__ = [
@@ -86,6 +87,8 @@ _WITH_MESSAGE = {"CHECK", "SYMBOLS", "REPORT", "REPORT_IFSPAM", "PROCESS", "HEAD
 _COMMANDS = _WITH_MESSAGE | {"PING", "SKIP"}
 #: The symbol hit by every scored message: the model's score.
 SYMBOL = "PEGASOS_STREAM"
+#: The rule name of a report's lines that name a feature weighing in the score, and its part of the decision.
+FEATURE_RULE = "PEGASOS_FEATURE"
 #: The headers a scored message gets (`spam_headers`), lower-cased: any it came with are left out.
 SPAM_HEADERS = frozenset({"x-spam-flag", "x-spam-score", "x-spam-status"})
 #: What scoring a message the model cannot score raises.
@@ -127,13 +130,15 @@ class SpamdRequest:
 @dataclass(frozen=True)
 class Verdict:
     """What the model says of a message: the score (`score_of` its probability), the required score, the
-    probability, the version of the model and the names of its classes (negative, positive)."""
+    probability, the version of the model and the names of its classes (negative, positive); when asked for, the
+    features that weigh most in the score, with their parts of the decision (`Predictor.explain`)."""
 
     score: float
     required: float
     proba: float
     model_version: int
     classes: tuple[object, object] = (False, True)
+    explanation: tuple[tuple[str, float], ...] = ()
 
     @property
     def spam(self) -> bool:
@@ -243,17 +248,19 @@ class SpamdService:
         self.required = required
         self.feedback = feedback
 
-    def verdict(self, message: bytes, user: str | None = None) -> Verdict:
-        """The model's verdict on ``message`` (for ``user``, with personal models); a NoModel while there is none, a
-        ValueError for a message the model cannot score."""
+    def verdict(self, message: bytes, user: str | None = None, explain: int = 0) -> Verdict:
+        """The model's verdict on ``message`` (for ``user``, with personal models; with the ``explain`` features that
+        weigh most in it); a NoModel while there is none, a ValueError for a message the model cannot score."""
         served = self.serving.provider.current
         if served is None:
             raise NoModel(f"no model yet: waiting for {self.serving.provider.origin}")
         predictor = served.predictor
-        x = predictor.features_of(Event(id="spamd", position="spamd", text=message))
+        event = Event(id="spamd", position="spamd", text=message, user=user)
+        x = predictor.features_of(event)
         with served.lock:
             _, proba, _, _ = predictor.predict(x, user)
-        return Verdict(score_of(proba), self.required, proba, served.version, predictor.classes)
+            explanation = tuple(predictor.explain(event, x, explain)) if explain else ()
+        return Verdict(score_of(proba), self.required, proba, served.version, predictor.classes, explanation)
 
     def answer(self, request: SpamdRequest) -> bytes:
         """The whole answer to ``request``."""
@@ -264,18 +271,19 @@ class SpamdService:
         if request.command == "TELL":
             return self._tell(request)
         try:
-            verdict = self.scored(request.message, request.user)
+            explain = EXPLAINED if request.command in ("REPORT", "REPORT_IFSPAM") else 0
+            verdict = self.scored(request.message, request.user, explain)
         except NoModel as error:
             return error_answer(EX_TEMPFAIL, str(error))
         except SCORING_ERRORS as error:
             return error_answer(EX_DATAERR, str(error))
         return _scored(request, verdict)
 
-    def scored(self, message: bytes, user: str | None = None) -> Verdict:
+    def scored(self, message: bytes, user: str | None = None, explain: int = 0) -> Verdict:
         """`verdict`, counted as a prediction served (or as an error: a message the model cannot score raises one of
         `SCORING_ERRORS`); a NoModel, uncounted, while there is no model."""
         try:
-            verdict = self.verdict(message, user)
+            verdict = self.verdict(message, user, explain)
         except SCORING_ERRORS:
             self.serving.count(0, 1)
             raise
@@ -387,9 +395,15 @@ def _report(verdict: Verdict, truncated: bool) -> bytes:
         " pts rule name              description",
         "---- ---------------------- --------------------------------------------------",
         f"{verdict.score:4.1f} {SYMBOL:<22} log-odds of spam, p = {verdict.proba:.4f} (model {verdict.model_version})",
+        *(f"{part:4.1f} {FEATURE_RULE:<22} {_shown_feature(name)} ({part:+.3f})" for name, part in verdict.explanation),
         "",
     ]
     return "\n".join(lines).encode()
+
+
+def _shown_feature(name: str) -> str:
+    """A feature's name on one line of a report: its characters that do not print escaped, at most 40 characters."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in name)[:40]
 
 
 def handle_connection(
