@@ -16,12 +16,13 @@ The streams (deterministic; no other corpus):
 
 Every model reads the features of configs/spam.yaml; the shared model and each per-user model is its mixture.
 
-    python scripts/bench_personal.py [--limit N] [--streams two-corpora recipients ...]
+    python scripts/bench_personal.py [--limit N] [--streams two-corpora recipients ...] [--offsets JSON]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -46,6 +47,7 @@ from pegasos_stream.cli.config import load_config
 from pegasos_stream.learners import PersonalPegasos
 
 SPAM_CONFIG = REPO / "configs" / "spam.yaml"
+PERSONAL_CONFIG = REPO / "configs" / "personal.yaml"
 #: A user's stream: (text, is_spam, user).
 Stream = list[tuple[str, bool, str]]
 _ADDRESS = re.compile(r"([\w.+-]+)@[\w.-]+")
@@ -115,9 +117,9 @@ def per_user_scores(config: dict, xs: list[dict], stream: Stream) -> np.ndarray:
     return scores
 
 
-def personal_scores(config: dict, xs: list[dict], stream: Stream, lambda_: float, t0: float) -> np.ndarray:
-    """The shared model plus a personal offset per user (`PersonalPegasos`)."""
-    model = PersonalPegasos(build_model(config), lambda_=lambda_, t0=t0)
+def personal_scores(config: dict, xs: list[dict], stream: Stream, offsets: dict) -> np.ndarray:
+    """The shared model plus a personal offset per user (`PersonalPegasos` with the settings ``offsets``)."""
+    model = PersonalPegasos(build_model(config), **offsets)
     scores = np.empty(len(xs))
     for i, (x, (_, y, user)) in enumerate(zip(xs, stream, strict=True)):
         scores[i] = model.decision_function_one(x, user)
@@ -160,8 +162,13 @@ def parse_arguments() -> argparse.Namespace:
     add_out_argument(parser, "personal.json")
     parser.add_argument("--limit", type=int, default=None, help="the first N messages of each stream")
     parser.add_argument("--streams", nargs="+", default=list(STREAMS), choices=list(STREAMS))
-    parser.add_argument("--lambda", dest="lambda_", type=float, default=None, help="λ_u (default: the class's)")
-    parser.add_argument("--t0", type=float, default=None, help="t0 of the offsets (default: the class's)")
+    parser.add_argument(
+        "--offsets",
+        default="{}",
+        type=json.loads,
+        help='the offsets\' settings as JSON, e.g. \'{"step": "pegasos", "lambda_": 1e-3}\' (default: the shipped'
+        " personal configuration's)",
+    )
     return parser.parse_args()
 
 
@@ -170,9 +177,8 @@ def main() -> None:
     spamassassin, lingspam = load_messages(args.data, "--data"), load_messages(args.lingspam_data, "--lingspam-data")
     config = load_config(SPAM_CONFIG, [])
     transform = build_features(config).transform_one
-    defaults = PersonalPegasos(build_model(config))
-    lambda_ = defaults.lambda_ if args.lambda_ is None else args.lambda_
-    t0 = defaults.t0 if args.t0 is None else args.t0
+    shipped = load_config(PERSONAL_CONFIG, [])["model"]
+    offsets = {key: value for key, value in shipped.items() if key not in ("kind", "shared")} | args.offsets
     rows = []
     for name in args.streams:
         stream = STREAMS[name](spamassassin, lingspam)[: args.limit]
@@ -181,7 +187,7 @@ def main() -> None:
         runs = {
             "shared": shared_scores(config, xs, stream),
             "per user": per_user_scores(config, xs, stream),
-            "shared + personal": personal_scores(config, xs, stream, lambda_, t0),
+            "shared + personal": personal_scores(config, xs, stream, offsets),
         }
         rows += stream_rows(name, stream, runs)
         print(f"[{name}] done in {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
@@ -189,11 +195,11 @@ def main() -> None:
                "shared + personal leads"]  # fmt: skip
     notes = [
         "(1−ROCA)% of the prequential scores (lower is better), each user's scores and the stream's as a whole.",
-        f"Every model on the features of configs/spam.yaml, its mixture as the shared and the per-user model; the "
-        f"personal offsets with λ_u = {lambda_:g}, t0 = {t0:g}.",
+        "Every model on the features of configs/spam.yaml, its mixture as the shared and the per-user model; the "
+        f"personal offsets with {json.dumps(offsets)}.",
     ]
     table = section("Per user (1−ROCA)%: shared alone, per user alone, shared + personal", columns, rows, notes)
-    write_results(args, "Personal filters on a shared model", [table], lambda_=lambda_, t0=t0)
+    write_results(args, "Personal filters on a shared model", [table], offsets=offsets)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,8 @@ BENCHMARKS = {
     "bench_checkpoint": Benchmark("checkpoint.json", {"--weights": ["100000"]}),
     "bench_pass": Benchmark("pass.json", {"--n": ["100000"], "--repeat": ["1"]}),
     "bench_event": Benchmark("event.json", {"--limit": ["500"], "--repeat": ["1"]}),
+    "bench_personal": Benchmark("personal.json", {"--limit": ["1500"]}),
+    "bench_personal_memory": Benchmark("personal_memory.json", {"--users": ["10000", "100000"]}),
 }
 
 

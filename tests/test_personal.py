@@ -73,19 +73,53 @@ class DenseReference:
                 if c not in order:
                     order.append(c)
             if len(order) > self.max_weights:
-                kept = sorted(order, key=lambda c: -abs(d[c]))[: self.max_weights]
+                kept = sorted(order, key=lambda c: -abs(d[c]))[: max(1, self.max_weights * 4 // 5)]
                 for c in order:
                     if c not in kept:
                         d[c] = 0.0
                 self.order[user] = [c for c in order if c in kept]
 
 
+class DenseAdaGradReference(DenseReference):
+    """AdaGrad's steps on the logistic loss, as the class docstring states them, on dense vectors."""
+
+    def __init__(self, rate: float, max_weights: int) -> None:
+        super().__init__(1.0, 1.0, max_weights)
+        self.rate = rate
+        self.sums: dict[str, np.ndarray] = {}
+
+    def learn(self, x: dict, y: bool, user: str, shared_margin: float) -> None:
+        d, sums = self.d.setdefault(user, np.zeros(DIM)), self.sums.setdefault(user, np.zeros(DIM))
+        order = self.order.setdefault(user, [])
+        sign = 1.0 if y else -1.0
+        c = -sign / (1.0 + np.exp(sign * (shared_margin + self.margin(x, user))))
+        self.t[user] = self.t.get(user, 0) + 1
+        for j, value in x.items():
+            sums[j] += (c * value) ** 2
+            d[j] -= self.rate * c * value / np.sqrt(sums[j] + 1e-6)
+            if j not in order:
+                order.append(j)
+        if len(order) > self.max_weights:
+            kept = sorted(order, key=lambda j: -abs(d[j]))[: max(1, self.max_weights * 4 // 5)]
+            for j in order:
+                if j not in kept:
+                    d[j] = sums[j] = 0.0
+            self.order[user] = [j for j in order if j in kept]
+
+
+STEPS = {
+    "pegasos": (dict(step="pegasos", lambda_=0.05, t0=3.0), lambda most: DenseReference(0.05, 3.0, most)),
+    "adagrad": (dict(step="adagrad", learning_rate=0.4), lambda most: DenseAdaGradReference(0.4, most)),
+}
+
+
+@pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("max_weights", [DIM, 3])
-def test_the_offsets_follow_the_dense_reference_step_by_step(max_weights):
-    lambda_, t0 = 0.05, 3.0
-    model = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=lambda_, t0=t0, max_weights=max_weights)
+def test_the_offsets_follow_the_dense_reference_step_by_step(step, max_weights):
+    settings, make_reference = STEPS[step]
+    model = PersonalPegasos(PegasosClassifier(lambda_=0.01), **settings, max_weights=max_weights)
     shared = PegasosClassifier(lambda_=0.01)
-    reference = DenseReference(lambda_, t0, max_weights)
+    reference = make_reference(max_weights)
     for x, y, user in _stream(1, 600):
         shared_margin = shared.decision_function_one(x)
         expected = shared_margin + reference.margin(x, user)
@@ -97,9 +131,10 @@ def test_the_offsets_follow_the_dense_reference_step_by_step(max_weights):
         offset = model.offset(user)
         dense = np.zeros(DIM)
         for c, v in offset.v.items():
-            dense[c] = offset.scale(t0) * v
+            dense[c] = offset.scale(model.t0) * v
         np.testing.assert_allclose(dense, d, atol=1e-9, rtol=0)
         assert len(offset.v) <= max_weights and offset.t == reference.t[user]
+        assert offset.g is None if step == "pegasos" else offset.g.keys() == offset.v.keys()
 
 
 def test_the_shared_model_learns_every_example_as_it_would_alone():
@@ -133,14 +168,15 @@ def test_a_user_without_labels_gets_the_shared_score():
     assert model.offset("nobody") is None and model.users == 1
 
 
+@pytest.mark.parametrize("step", ["pegasos", "adagrad"])
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), max_users=st.integers(1, 3))
-def test_offsets_that_leave_memory_come_back_bit_for_bit(seed, max_users):
+def test_offsets_that_leave_memory_come_back_bit_for_bit(step, seed, max_users):
     users = ("ann", "bob", "cat", "dan", "eve")
-    unbounded = PersonalPegasos(PegasosClassifier(lambda_=0.01), lambda_=0.05, max_weights=4)
+    unbounded = PersonalPegasos(PegasosClassifier(lambda_=0.01), step, lambda_=0.05, max_weights=4)
     store: dict[str, bytes] = {}
     bounded = PersonalPegasos(
-        PegasosClassifier(lambda_=0.01), lambda_=0.05, max_weights=4, max_users=max_users, store=store
+        PegasosClassifier(lambda_=0.01), step, lambda_=0.05, max_weights=4, max_users=max_users, store=store
     )
     for x, y, user in _stream(seed, 150, users):
         assert bounded.decision_function_one(x, user) == unbounded.decision_function_one(x, user)
@@ -149,7 +185,7 @@ def test_offsets_that_leave_memory_come_back_bit_for_bit(seed, max_users):
         assert bounded.users <= max_users
     for user in users:
         a, b = bounded.offset(user), unbounded.offset(user)
-        assert (a is None and b is None) or (a.t, a.v) == (b.t, b.v)
+        assert (a is None and b is None) or (a.t, a.v, a.g) == (b.t, b.v, b.g)
 
 
 @given(
@@ -158,10 +194,13 @@ def test_offsets_that_leave_memory_come_back_bit_for_bit(seed, max_users):
         st.dictionaries(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), max_size=20),
         st.dictionaries(st.text(max_size=8), st.floats(allow_nan=False), max_size=20),
     ),
+    adagrad=st.booleans(),
 )
-def test_an_offset_round_trips_through_its_bytes(t, weights):
-    back = PersonalOffset.from_bytes(PersonalOffset(t, dict(weights)).to_bytes())
+def test_an_offset_round_trips_through_its_bytes(t, weights, adagrad):
+    sums = {k: abs(v) for k, v in weights.items()} if adagrad else None
+    back = PersonalOffset.from_bytes(PersonalOffset(t, dict(weights), sums).to_bytes())
     assert back.t == t and list(back.v.items()) == list(weights.items())
+    assert back.g == sums and (back.g is None or list(back.g) == list(weights))
 
 
 def test_an_offset_with_other_keys_is_refused_by_the_store():
@@ -194,6 +233,8 @@ def test_the_store_is_not_part_of_the_state():
         ({"t0": 0.5}, "t0"),
         ({"max_weights": 0}, "max_weights"),
         ({"max_users": True}, "max_users"),
+        ({"step": "sgd"}, "step"),
+        ({"learning_rate": 0.0}, "learning_rate"),
     ],
 )
 def test_bad_settings_are_refused(settings, message):

@@ -6,7 +6,7 @@ import json
 import math
 import struct
 from collections.abc import Hashable, MutableMapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from river import base
@@ -20,41 +20,59 @@ __all__ = ["PersonalOffset", "PersonalPegasos"]
 
 
 class PersonalOffset:
-    """One user's offset d = (t0/(t + t0))·v, sparse, and the number of the user's examples learned, t.
+    """One user's offset d = s·v, sparse; the number of the user's examples learned, t; and with AdaGrad's steps,
+    the sum of each weight's squared gradients, ``g`` (None with Pegasos's).
 
-    The scale t0/(t + t0) is the product of the shrinks (1 − η_s λ) = (s − 1 + t0)/(s + t0) of steps 1..t, in
-    closed form: the weights in ``v`` are those of d divided by it, so that a shrink touches no weight.
+    With Pegasos's steps s = t0/(t + t0), the product of the shrinks (1 − η_s λ) = (s − 1 + t0)/(s + t0) of steps
+    1..t in closed form: the weights in ``v`` are those of d divided by it, so that a shrink touches no weight.
+    With AdaGrad's, nothing shrinks and s = 1.
     """
 
-    __slots__ = ("t", "v")
+    __slots__ = ("g", "t", "v")
 
-    def __init__(self, t: int = 0, v: dict[Hashable, float] | None = None) -> None:
+    def __init__(
+        self, t: int = 0, v: dict[Hashable, float] | None = None, g: dict[Hashable, float] | None = None
+    ) -> None:
         self.t = t
         self.v: dict[Hashable, float] = {} if v is None else v
+        self.g = g
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"t": self.t, "v": self.v}
+        return {"t": self.t, "v": self.v, "g": self.g}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.t, self.v = state["t"], state["v"]
+        self.t, self.v, self.g = state["t"], state["v"], state.get("g")
 
     def _check_state(self) -> None:
         check_count(self, "t")
         v = check_instance(self, "v", dict)
         if not (all(type(k) in (int, str) for k in v) and finite_floats(v.values())):
             raise InvalidState(f"PersonalOffset.v: expected int or str keys and finite floats, got {v!r:.60}")
+        g = self.g
+        if g is not None and not (isinstance(g, dict) and g.keys() == v.keys() and finite_floats(g.values(), 0.0)):
+            raise InvalidState("PersonalOffset.g: expected a float >= 0 for each weight of v")
 
     def scale(self, t0: float) -> float:
-        """t0/(t + t0): d = scale·v."""
-        return t0 / (self.t + t0)
+        """s: d = s·v (t0/(t + t0) with Pegasos's steps, 1 with AdaGrad's)."""
+        return 1.0 if self.g is not None else t0 / (self.t + t0)
 
     def dot(self, x: dict, t0: float) -> float:
         """⟨d, x⟩."""
         v = self.v
         return self.scale(t0) * sum(v[k] * value for k, value in x.items() if k in v)
 
+    def keep(self, most: int) -> None:
+        """Past ``most`` weights, keep the largest ``kept_after(most)`` (by |v|; the earlier of a tie), the others
+        set to 0: at most ``most`` weights, and a sort only once the offset has grown by a fifth again."""
+        v = self.v
+        if len(v) > most:
+            kept = set(sorted(v, key=lambda k: -abs(v[k]))[: kept_after(most)])  # (a stable sort)
+            self.v = {k: v[k] for k in v if k in kept}
+            if self.g is not None:
+                self.g = {k: self.g[k] for k in self.v}
+
     def to_bytes(self) -> bytes:
-        """t, then the keys and weights of ``v``: int keys as int64, else a JSON list of str keys."""
+        """t, then the weights of ``v`` (and ``g``), then their keys: int keys as int64, else a JSON list of str."""
         keys, weights = list(self.v), np.fromiter(self.v.values(), np.float64, len(self.v))
         if all(type(k) is int for k in keys):
             head, body = b"i", np.array(keys, np.int64).tobytes()
@@ -62,17 +80,59 @@ class PersonalOffset:
             head, body = b"s", json.dumps(keys).encode()
         else:
             raise ValueError("a personal offset is stored only with int or str feature keys")
-        return struct.pack("<cqq", head, self.t, len(keys)) + weights.tobytes() + body
+        sums = b"" if self.g is None else np.fromiter(self.g.values(), np.float64, len(keys)).tobytes()
+        return struct.pack(_HEAD, head, self.g is not None, self.t, len(keys)) + weights.tobytes() + sums + body
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PersonalOffset:
         """The offset `to_bytes` gave ``data``."""
-        head, t, n = struct.unpack_from("<cqq", data)
-        start = struct.calcsize("<cqq")
+        head, adagrad, t, n = struct.unpack_from(_HEAD, data)
+        start = struct.calcsize(_HEAD)
         weights = np.frombuffer(data, np.float64, n, start).tolist()
-        body = data[start + 8 * n :]
+        sums = np.frombuffer(data, np.float64, n, start + 8 * n).tolist() if adagrad else None
+        body = data[start + 8 * n * (2 if adagrad else 1) :]
         keys = np.frombuffer(body, np.int64, n).tolist() if head == b"i" else json.loads(body)
-        return cls(t, dict(zip(keys, weights, strict=True)))
+        return cls(t, dict(zip(keys, weights, strict=True)), None if sums is None else dict(zip(keys, sums)))
+
+
+def _check_settings(
+    shared: object, step: str, lambda_: float, t0: float, learning_rate: float, max_weights: int, max_users: int
+) -> None:
+    """Refuse (ValueError, naming the setting) settings of `PersonalPegasos` out of range."""
+    if not isinstance(shared, BinaryLearner) or isinstance(shared, PersonalPegasos):
+        raise ValueError(f"shared={type(shared).__name__}: expected a binary learner of this package")
+    if step not in STEPS:
+        raise ValueError(f"step={step!r}: expected one of {', '.join(STEPS)}")
+    check_lambda(lambda_)
+    for name, value, low in (("t0", t0, 1.0), ("learning_rate", learning_rate, math.ulp(0.0))):
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) and low <= value < math.inf):
+            raise ValueError(f"{name}={value!r}: expected a finite number >= {low:g}")
+    for name, count in (("max_weights", max_weights), ("max_users", max_users)):
+        if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
+            raise ValueError(f"{name}={count!r}: expected an int >= 1")
+
+
+def kept_after(most: int) -> int:
+    """The weights an offset keeps when it grows past ``most``: four fifths of them (at least one)."""
+    return max(1, most * 4 // 5)
+
+
+#: AdaGrad's ε, under the square root of each feature's sum of squared gradients.
+ADAGRAD_EPSILON = 1e-6
+
+
+def _logistic(z: float) -> float:
+    """σ(z) = 1/(1 + e^−z), without overflow."""
+    if z >= 0.0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+#: The head of an offset's bytes: its keys' kind, whether it has AdaGrad's sums, t, the number of weights.
+_HEAD = "<c?qq"
+#: The steps an offset may take.
+STEPS = ("pegasos", "adagrad")
 
 
 class PersonalPegasos(base.Classifier):
@@ -80,18 +140,25 @@ class PersonalPegasos(base.Classifier):
 
     The score of x for user u is f(x) + ⟨d_u, x⟩, f the shared learner's decision; without a user, or for a user
     with no label yet, it is f(x), bit for bit. The shared learner learns every example as it would alone. The
-    user's offset then takes a Pegasos step on the prior form of the objective, the shared model its prior:
+    user's offset then takes a step on the prior form of the objective, the shared model its prior, with f(x) and
+    d_u as they were when x was predicted (before anything learned it), m = f(x) + ⟨d_u, x⟩:
 
-        λ_u/2·‖d_u‖² + mean over the user's examples of max(0, 1 − y·(f(x) + ⟨d_u, x⟩)),
+    * ``step="pegasos"``: Pegasos on λ_u/2·‖d_u‖² + the mean hinge loss max(0, 1 − y·m), which is Pegasos on
+      λ_u/2·‖w_u − w_shared‖² for w_u = w_shared + d_u: at the user's t-th example η = 1/(λ_u(t + t0)),
+      d_u ← (1 − ηλ_u)·d_u, plus η·w·y·x when y·m < 1.
+    * ``step="adagrad"``: AdaGrad on the logistic loss log(1 + e^(−y·m)) from d_u = 0: with c = −w·y·σ(−y·m),
+      for each feature j of x, G_j += (c·x_j)² and d_j −= ``learning_rate``·c·x_j/√(G_j + 1e-6). Its prior is the
+      start, d_u = 0, and each feature's steps shrink as its gradients add up (λ_u and t0 are not used). A
+      feature seen in few of the user's messages keeps large steps: the first labels of a user correct the shared
+      model quickly where it is wrong for them, as a model of the user's own would, without losing what the
+      shared model knows elsewhere (`scripts/bench_personal.py`).
 
-    at the user's t-th example η = 1/(λ_u(t + t0)): d_u ← (1 − ηλ_u)·d_u, plus η·w·y·x when y·(f(x) + ⟨d_u, x⟩) < 1,
-    with f(x) and d_u as they were when x was predicted (before anything learned it). That is Pegasos on
-    λ_u/2·‖w_u − w_shared‖² for w_u = w_shared + d_u. The shared model moves under the user: each step
-    sees today's f, so the user's objective is that of the shared model of the moment, and d_u corrects the
-    shared model where it keeps being wrong for the user, pulled to 0 (the shared model) where it is not.
+    The shared model moves under the user: each step sees today's f, so the user's objective is that of the shared
+    model of the moment, and d_u corrects it where it keeps being wrong for the user, and stays near 0 (the shared
+    model) where it is not.
 
-    Memory is bounded twice: an offset keeps its ``max_weights`` largest weights (by |v|, the earlier one of a
-    tie; the others set to 0 after each step that adds weights), and with ``store`` at most ``max_users`` offsets
+    Memory is bounded twice: an offset holds at most ``max_weights`` weights (past them, it keeps its largest four
+    fifths, by |v|, the earlier one of a tie, the others set to 0), and with ``store`` at most ``max_users`` offsets
     stay in memory, the least recently used one leaving for ``store`` (`PersonalOffset.to_bytes`) and coming back
     on the user's next event. ``store`` (a mapping of user to bytes: a dict, a ``dbm`` file, a stream engine's
     state) is the offsets' durable home and is not part of the learner's state.
@@ -100,10 +167,14 @@ class PersonalPegasos(base.Classifier):
     ----------
     shared
         The shared binary learner (``decision_function_one``, ``probability``, ``learn_one``).
+    step
+        "pegasos" or "adagrad" (see above).
     lambda_
-        λ_u, the pull of every offset toward the shared model (> 0).
+        λ_u, the pull of every offset toward the shared model (> 0; Pegasos's steps).
     t0
-        The step counter offset of every offset (≥ 1): the first step is η = 1/(λ_u·(1 + t0)).
+        The step counter offset of every offset (≥ 1): the first step is η = 1/(λ_u·(1 + t0)) (Pegasos's steps).
+    learning_rate
+        AdaGrad's η (> 0; AdaGrad's steps).
     max_weights
         The most weights an offset keeps.
     max_users
@@ -114,7 +185,7 @@ class PersonalPegasos(base.Classifier):
     Examples
     --------
     >>> from pegasos_stream.learners import PegasosClassifier
-    >>> model = PersonalPegasos(PegasosClassifier(lambda_=0.1), lambda_=0.5)
+    >>> model = PersonalPegasos(PegasosClassifier(lambda_=0.1))
     >>> for x, y in [({"a": 1.0}, True), ({"b": 1.0}, False)] * 3:
     ...     model.learn_one(x, y, user="ann")
     >>> model.learn_one({"a": 1.0}, False, user="bob")
@@ -130,23 +201,20 @@ class PersonalPegasos(base.Classifier):
     def __init__(
         self,
         shared: BinaryLearner,
+        step: str = "adagrad",
         lambda_: float = 1e-3,
         t0: float = 1000.0,
-        max_weights: int = 10_000,
+        learning_rate: float = 0.3,
+        max_weights: int = 100_000,
         max_users: int = 100_000,
         store: MutableMapping[str, bytes] | None = None,
     ) -> None:
-        if not isinstance(shared, BinaryLearner) or isinstance(shared, PersonalPegasos):
-            raise ValueError(f"shared={type(shared).__name__}: expected a binary learner of this package")
-        check_lambda(lambda_)
-        if isinstance(t0, bool) or not (isinstance(t0, (int, float)) and math.isfinite(t0) and t0 >= 1):
-            raise ValueError(f"t0 must be a number >= 1, got {t0!r}")
-        for name, value in (("max_weights", max_weights), ("max_users", max_users)):
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        _check_settings(shared, step, lambda_, t0, learning_rate, max_weights, max_users)
         self.shared = shared
+        self.step = step
         self.lambda_ = lambda_
         self.t0 = t0
+        self.learning_rate = learning_rate
         self.max_weights = max_weights
         self.max_users = max_users
         self.store = store
@@ -160,23 +228,26 @@ class PersonalPegasos(base.Classifier):
         self.store = None
 
     def _check_state(self) -> None:
+        try:
+            _check_settings(
+                self.shared, self.step, self.lambda_, self.t0, self.learning_rate, self.max_weights, self.max_users
+            )
+        except ValueError as error:
+            raise InvalidState(f"PersonalPegasos: settings refused: {error}") from None
         offsets = check_instance(self, "_offsets", dict)
         if not all(isinstance(u, str) and isinstance(o, PersonalOffset) for u, o in offsets.items()):
             raise InvalidState("PersonalPegasos._offsets: expected a dict of user names to PersonalOffset")
-        if any(len(offset.v) > self.max_weights for offset in offsets.values()):
-            raise InvalidState(f"PersonalPegasos._offsets: an offset holds more than {self.max_weights} weights")
-        if not isinstance(self.shared, BinaryLearner):
-            raise InvalidState(f"PersonalPegasos.shared: expected a binary learner, got {type(self.shared).__name__}")
-        try:
-            PersonalPegasos(self.shared, self.lambda_, self.t0, self.max_weights, self.max_users)
-        except ValueError as error:
-            raise InvalidState(f"PersonalPegasos: settings refused: {error}") from None
+        if any(len(o.v) > self.max_weights or (o.g is None) != (self.step == "pegasos") for o in offsets.values()):
+            raise InvalidState(
+                f"PersonalPegasos._offsets: an offset of more than {self.max_weights} weights, or of other steps"
+            )
 
     @classmethod
     def _unit_test_params(cls):
         from .linear import PegasosClassifier
 
-        yield {"shared": PegasosClassifier(lambda_=0.01), "lambda_": 0.1}
+        yield {"shared": PegasosClassifier(lambda_=0.01)}
+        yield {"shared": PegasosClassifier(lambda_=0.01), "step": "pegasos", "lambda_": 0.1}
 
     @property
     def _multiclass(self) -> bool:
@@ -259,7 +330,11 @@ class PersonalPegasos(base.Classifier):
         offset = self.offset(user)
         margin = self.shared.decision_function_one(x) + (0.0 if offset is None else offset.dot(x, self.t0))
         self._learn_shared(x, y, w)  # refused with nothing learned, or learned
-        self._step(offset or self._new_offset(user), x, sign * weight if sign * margin < 1.0 else 0.0)
+        offset = offset or self._new_offset(user)
+        if self.step == "pegasos":
+            self._pegasos_step(offset, x, sign * weight if sign * margin < 1.0 else 0.0)
+        else:
+            self._adagrad_step(offset, x, -sign * weight * _logistic(-sign * margin))
 
     def _learn_shared(self, x: dict, y: object, w: float) -> None:
         learn: Any = self.shared.learn_one
@@ -268,12 +343,13 @@ class PersonalPegasos(base.Classifier):
     def _new_offset(self, user: str) -> PersonalOffset:
         if not isinstance(user, str):
             raise ValueError(f"a user is a str, got {type(user).__name__}")
-        offset = self._offsets[user] = PersonalOffset()
+        offset = self._offsets[user] = PersonalOffset(g=None if self.step == "pegasos" else {})
         self._evict()
         return offset
 
-    def _step(self, offset: PersonalOffset, x: dict, signed_weight: float) -> None:
-        """Step t + 1 of ``offset``: shrink (the scale), then add η·``signed_weight``·x, then keep the largest."""
+    def _pegasos_step(self, offset: PersonalOffset, x: dict, signed_weight: float) -> None:
+        """Pegasos's step t + 1 of ``offset``: shrink (the scale), then add η·``signed_weight``·x, then keep the
+        largest weights."""
         offset.t += 1
         if not signed_weight:
             return
@@ -282,6 +358,15 @@ class PersonalPegasos(base.Classifier):
         v = offset.v
         for k, value in x.items():
             v[k] = v.get(k, 0.0) + add * value
-        if len(v) > self.max_weights:
-            kept = set(sorted(v, key=lambda k: -abs(v[k]))[: self.max_weights])  # stable: the earlier of a tie
-            offset.v = {k: v[k] for k in v if k in kept}
+        offset.keep(self.max_weights)
+
+    def _adagrad_step(self, offset: PersonalOffset, x: dict, gradient: float) -> None:
+        """AdaGrad's step t + 1 of ``offset`` for the loss's ``gradient`` c in the margin, then keep the largest
+        weights."""
+        offset.t += 1
+        v, g, rate = offset.v, cast(dict, offset.g), self.learning_rate
+        for k, value in x.items():
+            part = gradient * value
+            g[k] = g.get(k, 0.0) + part * part
+            v[k] = v.get(k, 0.0) - rate * part / math.sqrt(g[k] + ADAGRAD_EPSILON)
+        offset.keep(self.max_weights)
