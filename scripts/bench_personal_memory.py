@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import resource
 import sqlite3
 import subprocess
@@ -31,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from _harness import add_out_argument, section, warn_if_busy, write_results
+from bench_memory import resident_bytes
 
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.learners import PegasosClassifier, PersonalPegasos
@@ -68,11 +68,6 @@ class SqliteStore(MutableMapping[str, bytes]):
 
     def __len__(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM offsets").fetchone()[0]
-
-
-def resident_bytes() -> int:
-    with open("/proc/self/statm", encoding="ascii") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def measure(users: int, in_memory: int, per_user: int, features: int) -> dict:

@@ -254,21 +254,8 @@ class EmailFeatures(base.Transformer):
 
     def python_transform_one(self, x) -> dict:
         """``transform_one`` in Python: the reference of the compiled reader."""
-        raw = x[self.on] if self.on is not None else x
-        names: list[str] | list[bytes]
-        if self.reader == "bytes":
-            data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
-            data, body = read_message(data) if self.parse else (data, 0)
-            data = data[: self.max_chars]
-            self.empty_bodies += not data[body:].strip()
-            names = self._byte_tokens(data)
-        else:
-            if not isinstance(raw, str):
-                raw = bytes(raw).decode("utf-8", errors="replace")
-            text, start = read_message_text(raw) if self.parse else (raw, 0)
-            text = text[: self.max_chars]
-            self.empty_bodies += not text[start:].strip()
-            names = self._tokens(text)
+        names, empty_body = self._names(x)
+        self.empty_bodies += empty_body
         if self.binary:  # each distinct name is hashed once; dict order is first appearance throughout
             present = dict.fromkeys(self._columns(dict.fromkeys(names)), 1)
             if self.normalize and present:  # every value is 1: the norm is √(number of features)
@@ -283,22 +270,28 @@ class EmailFeatures(base.Transformer):
             return {key: c * scale for key, c in counts.items()}
         return counts
 
+    def _names(self, x) -> tuple[list[str] | list[bytes], bool]:
+        """The feature names of one text as its reader reads it (the first ``max_chars`` of the message text), in
+        order, repeats included; and whether its body came out empty."""
+        raw = x[self.on] if self.on is not None else x
+        if self.reader == "bytes":
+            data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+            data, body = read_message(data) if self.parse else (data, 0)
+            data = data[: self.max_chars]
+            return self._byte_tokens(data), not data[body:].strip()
+        if not isinstance(raw, str):
+            raw = bytes(raw).decode("utf-8", errors="replace")
+        text, start = read_message_text(raw) if self.parse else (raw, 0)
+        text = text[: self.max_chars]
+        return self._tokens(text), not text[start:].strip()
+
     def feature_names(self, x) -> dict[str | int, str]:
         """The name of each feature of one text, by the key `transform_one` gives it (a hashed column's first name
         in the text, the way ``binary`` keeps it): ``w:free``, ``c:$$$ `` (an n-gram), ``s:Aa9`` (a shape). Read by
         the Python reader, which the compiled one equals; for explanations, not counted in ``empty_bodies``."""
-        raw = x[self.on] if self.on is not None else x
-        if self.reader == "bytes":
-            data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
-            data = (read_message(data)[0] if self.parse else data)[: self.max_chars]
-            grams = list(dict.fromkeys(self._byte_tokens(data)))
-            names: list[str] = [gram.decode("utf-8", "backslashreplace") for gram in grams]
-            keys = self._columns(grams)
-        else:
-            text = raw if isinstance(raw, str) else bytes(raw).decode("utf-8", errors="replace")
-            text = (read_message_text(text)[0] if self.parse else text)[: self.max_chars]
-            names = list(dict.fromkeys(self._tokens(text)))
-            keys = self._columns(names)
+        distinct: list[str | bytes] = list(dict.fromkeys(self._names(x)[0]))
+        keys = self._columns(distinct)
+        names = [n.decode("utf-8", "backslashreplace") if isinstance(n, bytes) else n for n in distinct]
         found: dict[str | int, str] = {}
         for key, name in zip(keys, names):
             found.setdefault(key, name)
