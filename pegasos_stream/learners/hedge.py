@@ -36,6 +36,11 @@ def initial_log_weights(members: int) -> list[float]:
     return [-math.log(members)] * members
 
 
+def _log(value: float) -> float:
+    """ln(value) for value >= 0, as C's log: −inf for 0 (an α/m that underflows)."""
+    return math.log(value) if value > 0.0 else -math.inf
+
+
 def share_rate(share: float, learned: int) -> float:
     """α_s = c/(s + 2c): the fraction of the weights spread evenly after the s-th example learned (0 for c = 0)."""
     return share / (learned + 2.0 * share) if share > 0.0 else 0.0
@@ -88,7 +93,7 @@ def mix_rows_python(
             log_weights[k] -= loss
         total = _log_sum_exp(log_weights)
         alpha = share_rate(share, learned + i + 1)
-        keep, spread = (math.log1p(-alpha), math.log(alpha / members)) if alpha > 0.0 else (0.0, 0.0)
+        keep, spread = (math.log1p(-alpha), _log(alpha / members)) if alpha > 0.0 else (0.0, 0.0)
         for k in range(members):
             weight = log_weights[k] - total
             if alpha > 0.0:
