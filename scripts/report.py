@@ -82,6 +82,7 @@ BENCHMARKS = {
     "bench_event": Benchmark("event.json", {"--limit": ["500"], "--repeat": ["1"]}),
     "bench_personal": Benchmark("personal.json", {"--limit": ["1500"]}),
     "bench_personal_memory": Benchmark("personal_memory.json", {"--users": ["10000", "100000"]}),
+    "bench_users": Benchmark("users.json", {"--limit": ["600"], "--rounds": ["1"]}),
 }
 
 

@@ -34,7 +34,8 @@ ALLOWED = {
     "run": {"io", "parse", "learners", "features", "persist"},
     "serve": {"io", "parse", "run", "learners", "features", "persist"},
     "distribute": {"io", "kafka", "learners", "persist"},
-    "cli": {"learners", "features", "persist", "io", "kafka", "parse", "run", "serve", "distribute"},
+    "users": {"io", "parse", "run", "learners", "features", "persist"},
+    "cli": {"learners", "features", "persist", "io", "kafka", "parse", "run", "serve", "distribute", "users"},
 }
 
 LOADED = """

@@ -371,7 +371,7 @@ def build_parser(config: JobConfig, model: object) -> EventParser:
         source.max_bytes,
         getattr(model, "_multiclass", False),
         columns if isinstance(columns, int) else None,
-        users=isinstance(model, PersonalPegasos),
+        users=isinstance(model, PersonalPegasos) and not settings.output.forward,  # (forwarded, a user is read then)
     )
 
 
@@ -411,6 +411,7 @@ def build_runner(config: JobConfig, model=None, exact_auc: bool | None = None) -
         batch_size=run.batch_size,
         batch_bytes=run.batch_bytes,
         stop_after_leading_rejections=run.stop_after_leading_rejections,
+        forward=settings.output.forward,
     )
 
 

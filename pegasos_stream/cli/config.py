@@ -326,6 +326,7 @@ SCHEMA: dict = {
         **KAFKA_CONNECTION,
         "topic": _text(None, "a topic name"),
         "producer": Settings(),
+        "forward": Option((bool,), False, "true | false"),
     },
     "evaluation": {
         "stats_every_seconds": _number(10.0),
@@ -524,10 +525,25 @@ def validate(config: dict, where: str = "<config>") -> dict:
         if merged["features"].get("hash_bits") is not None:
             _check_constructor(merged["features"], DictHasher, {"type"}, "features", where)
     _check_requirements(merged, where)
+    _check_forward(merged, model._multiclass, where)
     _check_cluster(merged, where)
     _check_mail(config.get("source", {}), merged, model._multiclass, where)
     _share_kafka(config, merged, where)
     return merged
+
+
+def _check_forward(config: dict, multiclass: bool, where: str) -> None:
+    """``output.forward`` (events forwarded to the users' instances, `Runner`'s ``forward``) needs a binary learner
+    and events read from JSON records, whose text or features go into JSON as they are."""
+    if not config["output"]["forward"]:
+        return
+    if multiclass:
+        raise ConfigError(f"{where}: output.forward: forwarded events carry a binary learner's scores")
+    if config["source"]["format"] != "json":
+        raise ConfigError(
+            f"{where}: output.forward: forwards JSON events, not source.format {config['source']['format']!r} (a mail"
+            " message goes to the shared learner as the text of a JSON event)"
+        )
 
 
 def _section(config: dict, path: tuple[str, ...]) -> dict:

@@ -103,7 +103,7 @@ class Job:
         state, position = _resume(settings, accept_config) if resume else (None, None)
         model = cluster.recorder if cluster is not None else state and state["model"]
         runner = _open_runner(settings, evaluate, model, opened)
-        if evaluate and isinstance(runner.model, PersonalPegasos):
+        if evaluate and isinstance(runner.model, PersonalPegasos) and not settings.output.forward:
             runner.report_users()  # (every score kept, as an eval's report keeps them)
         if state:
             runner.restore(state["runner"])

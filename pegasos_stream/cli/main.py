@@ -32,6 +32,7 @@ from .learn import add_learn_command, command_learn
 from .plot import write_learning_curve
 from .predict import EVENT_SUFFIXES, command_predict
 from .serve import add_serve_command, command_serve
+from .users import add_users_command, command_users
 
 if TYPE_CHECKING:
     from ..run.evaluation import BinaryReport
@@ -248,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     options.add_key_options(predict)
     add_serve_command(commands, common)
     add_learn_command(commands)
+    add_users_command(commands)
     inspect = commands.add_parser("inspect", help="summarise a checkpoint (a file, or a directory's newest)")
     inspect.add_argument("path")
     inspect.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -267,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                 return command_serve(args)
             if args.command == "learn":
                 return command_learn(args)
+            if args.command == "users":
+                return command_users(args)
             return _command_run(args, evaluate=args.command == "eval")
         except BrokenPipeError:
             return _output_gone()

@@ -58,7 +58,14 @@ from .settings import settings_of
 if TYPE_CHECKING:
     from ..distribute.publishing import ModelTopicReader
 
-__all__ = ["CheckpointProvider", "TopicProvider", "add_serve_command", "command_serve"]
+__all__ = [
+    "CheckpointProvider",
+    "TopicProvider",
+    "add_serve_command",
+    "command_serve",
+    "model_topic_reader",
+    "served_configuration",
+]
 
 #: Records predicted at most at a time in a stream (a batch is what the source has at hand, up to this).
 BATCH_RECORDS = 1000
@@ -276,7 +283,7 @@ def _reason(path: Path | str, error: Exception) -> str:
     return text if text.startswith(str(path)) else f"{path}: {text}"
 
 
-def _configurer(args: argparse.Namespace) -> Configure:
+def served_configuration(args: argparse.Namespace) -> Configure:
     """The configuration a model is served with: its own, in a consumer group of its own (the training
     group's id + ".serve"), under the overrides of the command line."""
     sets = options.overrides(args)
@@ -318,7 +325,7 @@ def _on_signals(handler: Callable[..., Any]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _topic_reader(args: argparse.Namespace) -> ModelTopicReader:
+def model_topic_reader(args: argparse.Namespace) -> ModelTopicReader:
     """The reader of ``--model-topic``, connected as the ``kafka`` section of ``--config`` and the overrides say."""
     from ..distribute.publishing import ModelTopicReader
     from ..kafka.python_client import BrokerUnreachable
@@ -516,12 +523,12 @@ def command_serve(args: argparse.Namespace) -> int:
     address = _listen_address(args.http) if args.http else None
     if args.max_model_bytes < 1:
         raise ConfigError(f"--max-model-bytes {args.max_model_bytes}: expected a number of bytes >= 1")
-    configure = _configurer(args)
+    configure = served_configuration(args)
     key = options.key_of(args)
     provider: CheckpointProvider | TopicProvider
     with contextlib.ExitStack() as opened:
         if args.model_topic:
-            reader = _topic_reader(args)
+            reader = model_topic_reader(args)
             opened.callback(reader.close)
             provider = TopicProvider(reader, configure, _untrained(args, configure), key)
         else:

@@ -121,12 +121,14 @@ class SourceSettings(KafkaConnection):
 
 @dataclass(frozen=True, slots=True)
 class OutputSettings(KafkaConnection):
-    """``output``: where predictions go."""
+    """``output``: where predictions go (with ``forward``, the events forwarded to the users' instances in their
+    place)."""
 
     type: str
     path: str | None
     topic: str | None
     producer: Mapping[str, Any] = field(repr=False)
+    forward: bool
 
 
 @dataclass(frozen=True, slots=True)

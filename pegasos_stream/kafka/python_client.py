@@ -234,9 +234,10 @@ def _request(offsets: Mapping[Partition, int]) -> dict[TopicPartition, OffsetAnd
 
 
 class KafkaSink:
-    """One JSON message per object, keyed by its ``id`` when it has one. An object whose message would be over the
-    producer's ``max_request_size`` goes in its `shortened` form. A message that cannot be sent, or that the broker
-    has not acknowledged by the end of a ``flush`` (within ``flush_timeout`` seconds), is a SinkError."""
+    """One JSON message per object, keyed by its ``user``, else its ``id``, when it has one (`_message`). An object
+    whose message would be over the producer's ``max_request_size`` goes in its `shortened` form. A message that
+    cannot be sent, or that the broker has not acknowledged by the end of a ``flush`` (within ``flush_timeout``
+    seconds), is a SinkError."""
 
     def __init__(
         self,
@@ -296,6 +297,8 @@ class KafkaSink:
 
 
 def _message(obj: dict) -> tuple[bytes | None, bytes]:
-    """The key (the id, if any) and the value (JSON) of the message of ``obj``."""
-    key = None if obj.get("id") is None else str(obj["id"]).encode("utf-8", "surrogatepass")
+    """The key and the value (JSON) of the message of ``obj``: keyed by its user when it has one (an event
+    forwarded to the users' instances, in the partition of its user), else by its id, if any."""
+    name = obj.get("user") if isinstance(obj.get("user"), str) else obj.get("id")
+    key = None if name is None else str(name).encode("utf-8", "surrogatepass")
     return key, json_line(obj).encode()  # (ASCII: JSON with its escapes)

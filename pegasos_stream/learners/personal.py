@@ -328,13 +328,26 @@ class PersonalPegasos(base.Classifier):
             self._learn_shared(x, y, w)
             return
         offset = self.offset(user)
-        margin = self.shared.decision_function_one(x) + (0.0 if offset is None else offset.dot(x, self.t0))
+        shared_score = self.shared.decision_function_one(x)
         self._learn_shared(x, y, w)  # refused with nothing learned, or learned
-        offset = offset or self._new_offset(user)
+        self.learn_offset(offset or self._new_offset(user), x, sign > 0, shared_score, weight)
+
+    def learn_offset(
+        self, offset: PersonalOffset, x: dict, positive: bool, shared_score: float, w: float = 1.0
+    ) -> None:
+        """The step of a user's ``offset`` for (x, ``positive``) of weight ``w`` (see the class), ``shared_score``
+        the shared learner's f(x) before it learned x: what `learn_one` takes after the shared learner's step, and
+        what an instance that holds only some users' offsets takes with the f(x) of the shared learner's process."""
+        sign = 1.0 if positive else -1.0
+        margin = shared_score + offset.dot(x, self.t0)
         if self.step == "pegasos":
-            self._pegasos_step(offset, x, sign * weight if sign * margin < 1.0 else 0.0)
+            self._pegasos_step(offset, x, sign * w if sign * margin < 1.0 else 0.0)
         else:
-            self._adagrad_step(offset, x, -sign * weight * _logistic(-sign * margin))
+            self._adagrad_step(offset, x, -sign * w * _logistic(-sign * margin))
+
+    def new_offset(self) -> PersonalOffset:
+        """An offset of no label yet, for this learner's steps."""
+        return PersonalOffset(g=None if self.step == "pegasos" else {})
 
     def _learn_shared(self, x: dict, y: object, w: float) -> None:
         learn: Any = self.shared.learn_one
@@ -343,7 +356,7 @@ class PersonalPegasos(base.Classifier):
     def _new_offset(self, user: str) -> PersonalOffset:
         if not isinstance(user, str):
             raise ValueError(f"a user is a str, got {type(user).__name__}")
-        offset = self._offsets[user] = PersonalOffset(g=None if self.step == "pegasos" else {})
+        offset = self._offsets[user] = self.new_offset()
         self._evict()
         return offset
 

@@ -9,6 +9,7 @@ class predicted (multiclass). The true label of the event, even when it is known
 
 from __future__ import annotations
 
+import json
 from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
@@ -22,6 +23,7 @@ from ..parse.parsing import BadRecord, Event, EventParser
 __all__ = [
     "Predictor",
     "binary_classes",
+    "forwarded_event",
     "prediction_output",
     "record_features",
 ]
@@ -34,6 +36,27 @@ EXPLAINED = 10
 def prediction_output(event_id: Hashable, predicted: object, score: float, proba: float) -> dict:
     """The prediction written for one event (see the module's docstring)."""
     return {"id": event_id, "predicted": predicted, "score": score, "proba": proba}
+
+
+def forwarded_event(
+    record: bytes, fields: Mapping[str, str], event_id: Hashable, shared_score: float, label: bool | None
+) -> dict:
+    """The event of a JSON ``record`` as ``run`` forwards it (``output.forward``) to the instances that learn the
+    users' offsets: its ``id``, ``user`` (the string of ``fields["user"]``, else null), input (``text``, or the
+    features ``x``, as the record has them), ``label`` (true for the positive class, false for the negative one;
+    absent without a label) and ``shared_score``, the shared learner's f(x) before it learned the event."""
+    obj = json.loads(record)
+    user = obj.get(fields["user"])
+    forwarded: dict[str, Any] = {"id": event_id, "user": user if isinstance(user, str) else None}
+    text = obj.get(fields["text"])
+    if text is not None:
+        forwarded["text"] = text
+    else:
+        forwarded["x"] = obj.get(fields["x"])
+    if label is not None:
+        forwarded["label"] = label
+    forwarded["shared_score"] = shared_score
+    return forwarded
 
 
 def binary_classes(labels: Mapping[str, object] | None) -> tuple[object, object]:

@@ -28,7 +28,7 @@ from ..parse.parsing import BadRecord, Event, EventParser
 from .diagnosis import AllRejected, LeadingRejections
 from .evaluation import BinaryReport, MulticlassReport, UserReports, check_report
 from .pending import PendingLabels, check_pending
-from .predictions import Predictor, binary_classes, prediction_output
+from .predictions import Predictor, binary_classes, forwarded_event, prediction_output
 from .rejections import give_back, reject, rejection_reason
 
 __all__ = [
@@ -283,6 +283,10 @@ class Runner:
         A run of which each of the first this many records is rejected (each record, when the input ends
         before) stops with `AllRejected`, saying what the records look like, and neither checkpoints nor
         commits them (0: never; see `run.diagnosis`). No checkpoint is due until a record is taken.
+    forward
+        Emit each event with input, with the learner's score, in place of its prediction (`forwarded_event`,
+        ``output.forward``): the input of the instances that learn the users' offsets (`pegasos_stream.users`). A
+        learner of personal models then learns and predicts with its shared learner alone.
 
     """
 
@@ -300,6 +304,7 @@ class Runner:
         batch_size: int = 0,
         batch_bytes: int | None = None,
         stop_after_leading_rejections: int = 0,
+        forward: bool = False,
     ) -> None:
         self.model = model
         self.features = features
@@ -310,9 +315,14 @@ class Runner:
         self.on_error = on_error
         self.dead_letters = dead_letters
         self.stats_every_seconds = stats_every_seconds
-        self._task = _task(model, report)
+        self._forwarding = forward
+        # forwarding, a learner of personal models learns and predicts with its shared learner alone
+        learner = model.shared if forward and isinstance(model, PersonalPegasos) else model
+        self._task = _task(learner, report)
         multiclass = isinstance(report, MulticlassReport)
-        self.predictor = Predictor(model, features, binary_classes(parser.labels), multiclass)
+        if forward and multiclass:
+            raise TypeError("forwarded events carry a binary learner's scores")
+        self.predictor = Predictor(learner, features, binary_classes(parser.labels), multiclass)
         self._compiled = self._task if isinstance(self._task, _CompiledBinaryTask) else None
         batched = self._compiled is not None and on_error == "skip"
         self.batch_size = batch_size if batched else 0
@@ -321,7 +331,7 @@ class Runner:
         self.stats = RunStats()
         self._empty_bodies_before = 0  # those of the run this one resumed
         self._emits = not isinstance(sink, NullSink)
-        self._batches = BatchParser(parser, features, takes_hashed_columns(model, features), ids=self._emits)
+        self._batches = BatchParser(parser, features, takes_hashed_columns(learner, features), ids=self._emits)
         self.monitor: RunMonitor | None = None  # told of each round of the loop and each rejection (metrics)
         self._stop_requested = False
         self._lock = threading.Lock()  # one record, or one checkpoint, at a time
@@ -351,16 +361,20 @@ class Runner:
             if parsed.label is not None:  # refused before anything is predicted or emitted
                 self._task.check_label(parsed.label)
             if parsed.has_input:
-                self._predict_and_learn(parsed)
+                self._predict_and_learn(parsed, record)
             else:
                 self._late_label(parsed)
         except (ValueError, TypeError, OverflowError) as error:  # BadRecord, or a value the learner refused
             self._reject(record, error)
 
-    def _predict_and_learn(self, event: Event) -> None:
+    def _predict_and_learn(self, event: Event, record: Record) -> None:
         x = self.predictor.features_of(event)
         score, proba, predicted, prediction = self.predictor.predict(x, event.user)
-        self.sink.emit(prediction_output(event.id, predicted, score, proba))
+        if self._forwarding:
+            label = None if event.label is None else binary_sign(event.label) > 0
+            self.sink.emit(forwarded_event(record.value, self.parser.fields, event.id, score, label))
+        else:
+            self.sink.emit(prediction_output(event.id, predicted, score, proba))
         self.stats.predicted += 1
         if event.label is None:
             self.pending.add(event.id, x, prediction, event.user)
@@ -447,11 +461,15 @@ class Runner:
         emit, position = self.sink.emit, batch.records.position
         negative, positive = self.predictor.classes
         stop = start + len(decisions)
-        for index, event_id, score, proba in zip(
-            batch.indices[start:stop], cast(list, batch.ids)[start:stop], decisions.tolist(), probas.tolist()
+        signs = batch.signs[start:stop].tolist()
+        for index, event_id, score, proba, sign in zip(
+            batch.indices[start:stop], cast(list, batch.ids)[start:stop], decisions.tolist(), probas.tolist(), signs
         ):
             event_id = position(index) if event_id is None else event_id
-            emit(prediction_output(event_id, positive if score > 0.0 else negative, score, proba))
+            if self._forwarding:
+                emit(forwarded_event(batch.records[index].value, self.parser.fields, event_id, score, sign > 0))
+            else:
+                emit(prediction_output(event_id, positive if score > 0.0 else negative, score, proba))
 
     def report_users(self) -> UserReports:
         """Report each user's labelled predictions apart from here on (a binary learner's; the records one at a
