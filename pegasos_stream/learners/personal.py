@@ -73,15 +73,16 @@ class PersonalOffset:
 
     def to_bytes(self) -> bytes:
         """t, then the weights of ``v`` (and ``g``), then their keys: int keys as int64, else a JSON list of str."""
-        keys, weights = list(self.v), np.fromiter(self.v.values(), np.float64, len(self.v))
-        if all(type(k) is int for k in keys):
-            head, body = b"i", np.array(keys, np.int64).tobytes()
-        elif all(type(k) is str for k in keys):
-            head, body = b"s", json.dumps(keys).encode()
+        n, weights = len(self.v), np.fromiter(self.v.values(), np.float64, len(self.v))
+        kinds = set(map(type, self.v))
+        if kinds <= {int}:
+            head, body = b"i", np.fromiter(self.v, np.int64, n).tobytes()
+        elif kinds <= {str}:
+            head, body = b"s", json.dumps(list(self.v)).encode()
         else:
             raise ValueError("a personal offset is stored only with int or str feature keys")
-        sums = b"" if self.g is None else np.fromiter(self.g.values(), np.float64, len(keys)).tobytes()
-        return struct.pack(_HEAD, head, self.g is not None, self.t, len(keys)) + weights.tobytes() + sums + body
+        sums = b"" if self.g is None else np.fromiter(self.g.values(), np.float64, n).tobytes()
+        return struct.pack(_HEAD, head, self.g is not None, self.t, n) + weights.tobytes() + sums + body
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PersonalOffset:
@@ -333,13 +334,20 @@ class PersonalPegasos(base.Classifier):
         self.learn_offset(offset or self._new_offset(user), x, sign > 0, shared_score, weight)
 
     def learn_offset(
-        self, offset: PersonalOffset, x: dict, positive: bool, shared_score: float, w: float = 1.0
+        self,
+        offset: PersonalOffset,
+        x: dict,
+        positive: bool,
+        shared_score: float,
+        w: float = 1.0,
+        personal_score: float | None = None,
     ) -> None:
         """The step of a user's ``offset`` for (x, ``positive``) of weight ``w`` (see the class), ``shared_score``
         the shared learner's f(x) before it learned x: what `learn_one` takes after the shared learner's step, and
-        what an instance that holds only some users' offsets takes with the f(x) of the shared learner's process."""
+        what an instance that holds only some users' offsets takes with the f(x) of the shared learner's process.
+        ``personal_score``: ⟨d_u, x⟩, when the caller has it already."""
         sign = 1.0 if positive else -1.0
-        margin = shared_score + offset.dot(x, self.t0)
+        margin = shared_score + (offset.dot(x, self.t0) if personal_score is None else personal_score)
         if self.step == "pegasos":
             self._pegasos_step(offset, x, sign * w if sign * margin < 1.0 else 0.0)
         else:

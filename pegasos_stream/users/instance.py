@@ -176,14 +176,15 @@ class UserInstance:
                 raise BadRecord(event.position, "no shared model yet to score an event without shared_score")
             shared_score = served.model.decision_function_one(x)
             output["model_version"] = served.version
-        score = shared_score + (0.0 if offset is None else offset.dot(x, self.personal.t0))
+        personal_score = 0.0 if offset is None else offset.dot(x, self.personal.t0)
+        score = shared_score + personal_score
         output.update(predicted=self.classes[score > 0.0], score=score)
         if event.label is None:
             if offset is not None:
                 self._decoded.keep(user, cast(bytes, stored), offset)
             return output, None
         offset = offset or self.personal.new_offset()
-        self.personal.learn_offset(offset, x, bool(event.label), shared_score)
+        self.personal.learn_offset(offset, x, bool(event.label), shared_score, personal_score=personal_score)
         output["t"] = offset.t
         if self.digests:
             output["digest"] = offset_digest(offset)
