@@ -29,6 +29,7 @@ from kafka_helpers import GROUP_SETTINGS
 
 from pegasos_stream import cli
 from pegasos_stream.distribute.publishing import snapshot_records
+from pegasos_stream.parse.parsing import USER_LINE
 from pegasos_stream.persist.checkpoint import (
     checkpoint_path,
     checkpoint_sequence,
@@ -409,9 +410,11 @@ def test_http_scores_raw_messages_answers_rspamds_checkv2_and_keeps_taught_messa
     assert http_json(f"{url}/checkv2", b"", rspamd)[0] == 400
 
     assert http_json(f"{url}/learnspam", message, raw) == (200, {"success": True, "label": "spam"})
-    assert http_json(f"{url}/learnham", message, raw)[0] == 200
+    assert http_json(f"{url}/learnham", message, {**raw, "Deliver-To": "bob"})[0] == 200
+    assert http_json(f"{url}/learnham", message, {**raw, "User": "a\tb"})[0] == 400  # not one printable line
     assert [path.read_bytes() for path in (feedback / "Spam" / "new").iterdir()] == [message]
-    assert len(list((feedback / "Ham" / "new").iterdir())) == 1
+    (ham,) = (feedback / "Ham" / "new").iterdir()
+    assert ham.read_bytes().startswith(USER_LINE + b"bob")  # the user of a personal model
     assert server.stop(signal.SIGTERM) == 0
 
 

@@ -22,10 +22,13 @@ from pathlib import Path
 import pytest
 
 from pegasos_stream import cli
+from pegasos_stream.io.records import Record
+from pegasos_stream.parse.parsing import USER_LINE, EventParser
 from pegasos_stream.persist.checkpoint import latest_valid
 from pegasos_stream.serve.serving import Serving
 from pegasos_stream.serve.spamd import (
     EX_PROTOCOL,
+    FeedbackSpool,
     ProtocolError,
     SpamdService,
     Verdict,
@@ -300,3 +303,33 @@ def test_past_the_connection_limit_or_the_time_a_request_is_answered_tempfail_at
     finally:
         server.shutdown()
         server.close()
+
+
+@needs_spamc
+def test_a_taught_message_keeps_its_user_which_a_personal_run_learns_and_takes_away(trained, spamd, tmp_path):
+    """spamc -u names the user of a taught message: the spool puts it on a first line of its own, and a personal
+    model's run learns the message as that user's, the line taken away (the features of the message as taught)."""
+    feedback, learned = tmp_path / "feedback", tmp_path / "learned"
+    server = spamd("--model", str(trained[0]), "--spamd", "127.0.0.1:0", "--feedback", str(feedback))
+    message = trained[1][0]["text"].encode()
+    assert server.spamc("-u", "ann", "-L", "spam", message=message).returncode == 0
+    (first,) = (feedback / "Spam" / "new").iterdir()
+    end = b"\r" if b"\r\n" in message[:4096] else b""
+    assert first.read_bytes().split(b"\n", 1) == [USER_LINE + b"ann" + end, message]
+    run = ["run", "--config", "personal", "--input", str(feedback), "--set", f"checkpoint.dir={learned}"]
+    assert cli.main([*run, "--set", "source.folders={Spam: spam, Ham: ham}", "--output", os.devnull]) == 0
+    model = latest_valid(learned)[1]["model"]  # type: ignore[index]
+    assert model.t == 1 and model.users == 1 and model.offset("ann").t == 1
+    parser = EventParser("raw", users=True)
+    event = parser.parse(Record(first.read_bytes(), "taught", label="spam"))
+    assert (event.user, event.text) == ("ann", message)
+    plain = EventParser("raw").parse(Record(first.read_bytes(), "taught"))  # (not reading users: the line goes)
+    assert plain is not None and (plain.user, plain.text) == (None, message)
+
+
+def test_a_user_name_that_is_not_one_printable_line_is_refused(tmp_path):
+    spool = FeedbackSpool(tmp_path)
+    for user in ("", "a\r\nX-Spam: no", "x" * 257):
+        with pytest.raises(ValueError, match="expected a name of 1 to 256 printable characters"):
+            spool.add(b"Subject: hi\n\nhello", "ham", user)
+    assert not list((tmp_path / "Ham" / "new").iterdir())

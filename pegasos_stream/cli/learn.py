@@ -35,6 +35,7 @@ def add_learn_command(commands: argparse._SubParsersAction) -> None:
     label.add_argument("--spam", action="store_const", const="spam", dest="label", help="the messages are spam")
     label.add_argument("--ham", action="store_const", const="ham", dest="label", help="the messages are ham")
     learn.add_argument("--feedback", required=True, metavar="DIR", help="the feedback Maildir (Spam/, Ham/)")
+    learn.add_argument("--user", help="whose messages they are, for a personal model (as spamc -u names a user)")
     learn.add_argument("inputs", nargs="+", metavar="INPUT", help="an mbox, a message, a Maildir or -")
 
 
@@ -46,6 +47,10 @@ def command_learn(args: argparse.Namespace) -> int:
         if name != "-" and not os.path.exists(name):
             raise StartupError(f"{name}: no such file or directory")
     try:
+        FeedbackSpool.check_user(args.user)
+    except ValueError as error:
+        raise StartupError(f"--user: {error}") from None
+    try:
         spool = FeedbackSpool(args.feedback)
     except OSError as error:
         raise StartupError(f"--feedback {args.feedback}: {error.strerror or error}") from None
@@ -53,7 +58,7 @@ def command_learn(args: argparse.Namespace) -> int:
     for name in args.inputs:
         try:
             for message in _messages(name):
-                spool.add(message, args.label)
+                spool.add(message, args.label, args.user)
                 delivered += 1
         except OSError as error:
             raise StartupError(f"{name}: {error.strerror or error} ({delivered} messages delivered before)") from None

@@ -15,6 +15,8 @@ __all__ = ["MAIL_FORMATS", "BadRecord", "Event", "EventParser"]
 
 #: Formats whose records are whole RFC 822 messages (a mail source splits its input into them).
 MAIL_FORMATS = ("mbox", "raw")
+#: The first line that names the user of a message the feedback spool keeps (``serve.spamd.FeedbackSpool``).
+USER_LINE = b"X-Pegasos-User: "
 
 
 class BadRecord(ValueError):
@@ -171,11 +173,17 @@ class EventParser:
         return event
 
     def _message(self, record: Record) -> Event:
-        """A mail message: its bytes as the text, named by its position, labelled as its source says."""
-        if not record.value.strip():
+        """A mail message: its bytes as the text, named by its position, labelled as its source says. A first line
+        ``X-Pegasos-User: NAME`` (a taught message, as the feedback spool keeps it) is taken away, and names the
+        event's user when the parser reads users."""
+        text, user = record.value, None
+        if text.startswith(USER_LINE):
+            line, _, text = text.partition(b"\n")
+            user = line[len(USER_LINE) :].rstrip(b"\r").decode("utf-8", "replace") if self.users else None
+        if not text.strip():
             raise BadRecord(record.position, "empty message")
         label = None if record.label is None else self._label(record.label, record.position)
-        return Event(id=record.position, position=record.position, text=record.value, label=label)
+        return Event(id=record.position, position=record.position, text=text, label=label, user=user or None)
 
     def _svmlight(self, text: str, position: str) -> Event | None:
         """``label name:value ...`` with an optional ``# comment``; names stay strings, as river's

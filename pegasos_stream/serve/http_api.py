@@ -155,7 +155,11 @@ class PredictionApp:
             return _json(400, {"error": f"{REQUEST}: empty body: expected a message"})
         if self.mail.feedback is None:
             return _json(503, {"error": "learning is off: serve --feedback DIR keeps taught messages"})
-        self.mail.feedback.add(message, label)
+        user = request.headers.get("User") or request.headers.get("Deliver-To")
+        try:
+            self.mail.feedback.add(message, label, user)
+        except ValueError as error:
+            return _json(400, {"error": f"{REQUEST}: {error}"})
         return _json(200, {"success": True, "label": label})
 
     def _health(self) -> Response:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from .. import __version__
-from ..parse.parsing import Event
+from ..parse.parsing import USER_LINE, Event
 from ..run.predictions import EXPLAINED
 from .serving import NoModel, Serving
 
@@ -205,6 +205,10 @@ def _read_exactly(stream: ByteReader, length: int, keep: int) -> bytes:
     return bytes(kept)
 
 
+#: The longest user name a taught message is kept with.
+MAX_USER = 256
+
+
 class FeedbackSpool:
     """Messages taught by ``TELL``, kept for ``run`` to learn: a Maildir of two folders, ``Spam`` and ``Ham``,
     each message delivered as Maildir delivers (written in ``tmp/``, then renamed into ``new/``), named by its
@@ -221,8 +225,20 @@ class FeedbackSpool:
         self._count = 0
         self._lock = threading.Lock()
 
-    def add(self, message: bytes, label: str) -> Path:
-        """Deliver ``message`` into the folder of ``label`` ("spam" or "ham"); its path."""
+    @staticmethod
+    def check_user(user: str | None) -> None:
+        """A ValueError for a user name that is not one line of printable text."""
+        if user is not None and (not user or not user.isprintable() or len(user) > MAX_USER):
+            raise ValueError(f"user {user[:MAX_USER]!r}: expected a name of 1 to {MAX_USER} printable characters")
+
+    def add(self, message: bytes, label: str, user: str | None = None) -> Path:
+        """Deliver ``message`` into the folder of ``label`` ("spam" or "ham"), with ``user``'s name on a first line
+        of its own (`USER_LINE`, which the parser of a personal model reads and takes away); its path. A ValueError
+        for a user name that is not one line of printable text."""
+        self.check_user(user)
+        if user is not None:
+            end = b"\r\n" if b"\r\n" in message[:4096] else b"\n"
+            message = USER_LINE + user.encode() + end + message
         with self._lock:
             self._count += 1
             name = f"{time.time_ns()}.P{os.getpid()}Q{self._count}.{os.uname().nodename.replace('/', '_')}"
@@ -298,7 +314,10 @@ class SpamdService:
             return error_answer(EX_UNAVAILABLE, "learning is off: serve --feedback DIR keeps taught messages")
         if label not in FeedbackSpool.FOLDERS or "local" not in wanted or "remove" in request.headers:
             return error_answer(EX_USAGE, "TELL: expected Message-class: spam or ham, and Set: local")
-        self.feedback.add(request.message, label)
+        try:
+            self.feedback.add(request.message, label, request.user)
+        except ValueError as error:
+            return error_answer(EX_USAGE, f"TELL: {error}")
         return _answer(EX_OK, {"DidSet": "local"}, b"")
 
 
