@@ -78,6 +78,7 @@ def _topic_manager(settings: InstanceSettings) -> Any:
 
 
 def _identity(value: Any) -> Any:
+    """A state value as it is stored: an offset's bytes."""
     return value
 
 
@@ -111,10 +112,11 @@ def run_instance(instance: UserInstance, settings: InstanceSettings) -> Instance
         stats.first_at = stats.first_at or stats.last_at
         try:
             output, offset = instance.process(parse_user_event(value, key, where), state.get(_STATE_KEY))
-        except (BadRecord, ValueError, TypeError) as error:
+        except (BadRecord, ValueError, TypeError) as error:  # (a BadRecord's message starts with where it is)
             stats.rejected += 1
-            _log.warning("rejected %s", error if isinstance(error, BadRecord) else f"{where}: {error}")
-            return {"error": str(error) if isinstance(error, BadRecord) else f"{where}: {error}", "position": where}
+            reason = str(error) if isinstance(error, BadRecord) else f"{where}: {error}"
+            _log.warning("rejected %s", reason)
+            return {"error": reason, "position": where}
         if offset is not None:
             state.set(_STATE_KEY, offset)
             stats.learned += 1
