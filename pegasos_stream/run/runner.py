@@ -456,20 +456,21 @@ class Runner:
             first = end + 1
 
     def _emit_rows(self, batch: ParsedBatch, start: int, decisions: np.ndarray, probas: np.ndarray) -> None:
-        """Emit the predictions of the rows from ``start`` on (an event without an id is named by its
-        position)."""
+        """Emit the predictions of the rows from ``start`` on, or forwarding, their events (an event without an id
+        is named by its position)."""
         emit, position = self.sink.emit, batch.records.position
-        negative, positive = self.predictor.classes
         stop = start + len(decisions)
-        signs = batch.signs[start:stop].tolist()
-        for index, event_id, score, proba, sign in zip(
-            batch.indices[start:stop], cast(list, batch.ids)[start:stop], decisions.tolist(), probas.tolist(), signs
-        ):
+        indices, ids = batch.indices[start:stop], cast(list, batch.ids)[start:stop]
+        if self._forwarding:
+            records, fields = batch.records, self.parser.fields
+            for index, event_id, score, sign in zip(indices, ids, decisions.tolist(), batch.signs[start:stop].tolist()):
+                event_id = position(index) if event_id is None else event_id
+                emit(forwarded_event(records[index].value, fields, event_id, score, sign > 0))
+            return
+        negative, positive = self.predictor.classes
+        for index, event_id, score, proba in zip(indices, ids, decisions.tolist(), probas.tolist()):
             event_id = position(index) if event_id is None else event_id
-            if self._forwarding:
-                emit(forwarded_event(batch.records[index].value, self.parser.fields, event_id, score, sign > 0))
-            else:
-                emit(prediction_output(event_id, positive if score > 0.0 else negative, score, proba))
+            emit(prediction_output(event_id, positive if score > 0.0 else negative, score, proba))
 
     def report_users(self) -> UserReports:
         """Report each user's labelled predictions apart from here on (a binary learner's; the records one at a
