@@ -24,7 +24,6 @@ the partitions that change owner, which their new owner restores from the change
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import statistics
@@ -43,19 +42,18 @@ from kafka.partitioner.default import murmur2
 
 from pegasos_stream.cli.assemble import build_features, build_model
 from pegasos_stream.cli.config import config_file, load_config
+from pegasos_stream.testing.environments import USERS_ENVIRONMENT, users_command
 from pegasos_stream.testing.kafka_broker import TansuBroker, create_topic, tansu_binary
 
 BIN = str(Path(sys.executable).parent / "pegasos-stream")
 
 
 def users_bin() -> str:
-    """The ``pegasos-stream`` of an environment with the users extra."""
-    if importlib.util.find_spec("quixstreams") is not None:
-        return BIN
-    own = REPO / ".venv-users" / "bin" / "pegasos-stream"
-    if not own.is_file():
-        sys.exit("error: no environment with the users extra: pip install -e '.[users]' in .venv-users")
-    return str(own)
+    """The ``pegasos-stream`` of an environment with the users extra (`users_command`)."""
+    command = users_command(REPO)
+    if command is None:
+        sys.exit(f"error: no environment with the users extra: pip install -e '.[users]' in {USERS_ENVIRONMENT}")
+    return command
 
 
 def stream(data: Path, limit: int, users: int) -> list[dict]:

@@ -7,7 +7,6 @@ they write, must equal its own bit for bit, whichever instance holds a user, acr
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import math
 import signal
@@ -28,6 +27,7 @@ from pegasos_stream.cli.config import ConfigError, config_file, load_config, val
 from pegasos_stream.kafka.python_client import _message
 from pegasos_stream.learners.personal import PersonalOffset
 from pegasos_stream.parse.parsing import BadRecord
+from pegasos_stream.testing.environments import users_command
 from pegasos_stream.users.instance import (
     DecodedOffsets,
     SharedModel,
@@ -40,17 +40,8 @@ from pegasos_stream.users.instance import (
 EVENTS = 180
 
 
-def _users_bin() -> str | None:
-    """The ``pegasos-stream`` of an environment with the users extra: this one's, or else ``.venv-users``'s, which
-    .ci/run makes (Quix Streams pins confluent-kafka below 2.13, which the confluent source's tests do not pass on,
-    so it gets an environment of its own); None without either."""
-    if importlib.util.find_spec("quixstreams") is not None:
-        return BIN
-    own = Path(__file__).resolve().parents[1] / ".venv-users" / "bin" / "pegasos-stream"
-    return str(own) if own.is_file() else None
-
-
-USERS_BIN = _users_bin()
+#: The command of the instances (see `users_command`).
+USERS_BIN = users_command(Path(__file__).resolve().parents[1])
 
 
 def _events(count: int = EVENTS) -> list[dict]:
