@@ -72,12 +72,20 @@ class DenseReference:
                 d[c] += eta * sign * v
                 if c not in order:
                     order.append(c)
-            if len(order) > self.max_weights:
-                kept = sorted(order, key=lambda c: -abs(d[c]))[: max(1, self.max_weights * 4 // 5)]
-                for c in order:
-                    if c not in kept:
-                        d[c] = 0.0
-                self.order[user] = [c for c in order if c in kept]
+            self.keep_largest(user)
+
+    def keep_largest(self, user: str, *others: np.ndarray) -> None:
+        """Past ``max_weights`` weights, the user's largest four fifths kept (by |d|, the earlier of a tie), the
+        others set to 0, in d and in each of ``others``."""
+        order, d = self.order[user], self.d[user]
+        if len(order) > self.max_weights:
+            kept = sorted(order, key=lambda c: -abs(d[c]))[: max(1, self.max_weights * 4 // 5)]
+            for c in order:
+                if c not in kept:
+                    d[c] = 0.0
+                    for other in others:
+                        other[c] = 0.0
+            self.order[user] = [c for c in order if c in kept]
 
 
 class DenseAdaGradReference(DenseReference):
@@ -99,12 +107,7 @@ class DenseAdaGradReference(DenseReference):
             d[j] -= self.rate * c * value / np.sqrt(sums[j] + 1e-6)
             if j not in order:
                 order.append(j)
-        if len(order) > self.max_weights:
-            kept = sorted(order, key=lambda j: -abs(d[j]))[: max(1, self.max_weights * 4 // 5)]
-            for j in order:
-                if j not in kept:
-                    d[j] = sums[j] = 0.0
-            self.order[user] = [j for j in order if j in kept]
+        self.keep_largest(user, sums)
 
 
 STEPS = {
