@@ -81,7 +81,7 @@ def test_predict_scores_messages_and_events_with_the_model_left_unchanged(spam_c
         score = model.decision_function_one(features.transform_one(raw))
         assert prediction["score"] == score
         assert prediction["proba"] == model.probability(score)
-        assert prediction["predicted"] == ("spam" if score > 0 else "ham")
+        assert prediction["predicted"] == ("spam" if prediction["proba"] > 0.5 else "ham")
     assert hashlib.sha256(spam_checkpoint.read_bytes()).hexdigest() == before
 
 

@@ -611,7 +611,7 @@ def test_stdin_stops_by_itself_when_idle():
     assert [p["id"] for p in predictions] == [e["id"] for e in events]  # each exactly once, in order
     for p in predictions:  # no source.labels in the configuration: the classes are true and false
         assert set(p) == {"id", "predicted", "score", "proba"}
-        assert 0.0 < p["proba"] < 1.0 and p["predicted"] is (p["score"] > 0)
+        assert 0.0 < p["proba"] < 1.0 and p["predicted"] is (p["proba"] > 0.5)
     assert "no event for 1 s: stopping" in stderr
     summary = _summary(stderr)
     assert summary["events"] == summary["learned"] == summary["t"] == len(events)
@@ -794,6 +794,26 @@ def test_svmlight_names_that_are_no_columns_are_refused_with_what_would_take_the
 # -- --max-events and --output --------------------------------------------------------------
 
 
+def test_a_calibrated_svm_predicts_by_its_probability(tmp_path, capsys):
+    """A Platt-scaled SVM's probability is not always on the side of its margin's sign: the class predicted follows
+    the probability, on the compiled batch path and one event at a time alike."""
+    config = yaml.safe_load(SPAM_CONFIG.read_text())
+    config["model"] = {"kind": "linear", "lambda_": 1e-2, "n_features": 2**19}
+    path = tmp_path / "linear.yaml"
+    path.write_text(yaml.safe_dump(config))
+    runs = {}
+    for batch in (True, False):
+        out = tmp_path / f"batch-{batch}.jsonl"
+        args = ["run", "--config", str(path), "--output", str(out)]
+        assert cli.main(args if batch else [*args, "--set", "run.batch_size=0"]) == 0
+        runs[batch] = _readjsonl(out)
+    capsys.readouterr()
+    assert runs[True] == runs[False]
+    predictions = runs[True]
+    assert sum((p["score"] > 0) != (p["proba"] > 0.5) for p in predictions) >= 5  # the two disagree at times
+    assert all(p["predicted"] == ("spam" if p["proba"] > 0.5 else "ham") for p in predictions)
+
+
 def test_max_events_and_output_file(tmp_path, capsys):
     out = tmp_path / "predictions.jsonl"
     assert cli.main(["run", "--config", str(SPAM_CONFIG), "--max-events", "25", "--output", str(out)]) == 0
@@ -809,7 +829,7 @@ def test_max_events_and_output_file(tmp_path, capsys):
     for p in predictions:  # the classes named as source.labels names them, never the true label
         assert set(p) == {"id", "predicted", "score", "proba"}
         assert 0.0 < p["proba"] < 1.0
-        assert p["predicted"] == ("spam" if p["score"] > 0 else "ham")
+        assert p["predicted"] == ("spam" if p["proba"] > 0.5 else "ham")
     assert {p["predicted"] for p in predictions} == {"spam", "ham"}
 
 

@@ -5,6 +5,10 @@ as the configuration names the labels (``source.labels``: e.g. "spam" or "ham"; 
 true or false, or a multiclass learner's class), the margin (binary) or the predicted class's
 probability (multiclass), and the calibrated probability of the positive class (binary) or of the
 class predicted (multiclass). The true label of the event, even when it is known, is not part of it.
+
+A binary prediction names the positive class when its probability is above 1/2 (`binary_prediction`), so the
+two never disagree. For a learner whose probability is a calibration of its margin (a Platt-scaled SVM), that
+is not always the margin's sign, by which the learner's own ``predict_one`` and the run's accuracy decide.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ..parse.parsing import BadRecord, Event, EventParser
 __all__ = [
     "Predictor",
     "binary_classes",
+    "binary_prediction",
     "forwarded_event",
     "prediction_output",
     "record_features",
@@ -57,6 +62,11 @@ def forwarded_event(
         forwarded["label"] = label
     forwarded["shared_score"] = shared_score
     return forwarded
+
+
+def binary_prediction(classes: tuple[object, object], proba: float) -> object:
+    """The class of ``classes`` (negative, positive) that a binary prediction of probability ``proba`` names."""
+    return classes[proba > 0.5]
 
 
 def binary_classes(labels: Mapping[str, object] | None) -> tuple[object, object]:
@@ -118,7 +128,8 @@ class Predictor:
             score = model.decision_function_one(x, user)
         else:
             score = model.decision_function_one(x)
-        return score, model.probability(score), self.classes[score > 0.0], score
+        proba = model.probability(score)
+        return score, proba, binary_prediction(self.classes, proba), score
 
     def explain(self, event: Event, x: dict, k: int = EXPLAINED) -> list[tuple[str, float]]:
         """The ``k`` features of ``event`` (its features ``x``) that weigh most in its score, with their parts of it

@@ -470,7 +470,7 @@ class Runner:
         negative, positive = self.predictor.classes
         for index, event_id, score, proba in zip(indices, ids, decisions.tolist(), probas.tolist()):
             event_id = position(index) if event_id is None else event_id
-            emit(prediction_output(event_id, positive if score > 0.0 else negative, score, proba))
+            emit(prediction_output(event_id, positive if proba > 0.5 else negative, score, proba))  # binary_prediction
 
     def report_users(self) -> UserReports:
         """Report each user's labelled predictions apart from here on (a binary learner's; the records one at a
