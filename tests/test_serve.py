@@ -12,10 +12,12 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 
@@ -371,6 +373,10 @@ def test_http_answers_single_and_batch_requests_refuses_bad_ones_and_reports_hea
     too_many = b"[" + b", ".join([_events(range(1))[0]] * 1001) + b"]"  # the work of a request is bounded
     assert http_json(f"{url}/predict", too_many) == (400, {"error": "request: 1,001 events: at most 1,000 a request"})
     assert http_json(f"{url}/predict")[0] == 405
+    address = urllib.parse.urlsplit(url)
+    with socket.create_connection((address.hostname, address.port), timeout=WAIT) as connection:
+        connection.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 70000000\r\n\r\n")
+        assert connection.recv(64).startswith(b"HTTP/1.1 413 ")  # refused from its headers, its body never sent
 
     status, health = http_json(f"{url}/health")
     assert status == 200

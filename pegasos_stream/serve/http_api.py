@@ -18,10 +18,14 @@ headers rspamd reads (``From``, ``Rcpt``, ``IP``, ``User``, ``Deliver-To``) are 
 from __future__ import annotations
 
 import json
+import logging
+import weakref
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import waitress
+from waitress.adjustments import Adjustments
+from waitress.server import MultiSocketServer, TcpWSGIServer
+from waitress.task import ThreadedTaskDispatcher
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
@@ -45,9 +49,18 @@ MAX_EVENTS, MAX_ARRAY_BYTES = 1000, 16 << 20
 #: Connections waitress holds at once, and the seconds an idle one is kept: idle or half-open clients are let go
 #: long before they could fill the connections and keep health checks out.
 CONNECTION_LIMIT, IDLE_TIMEOUT_S = 500, 10
+#: The seconds a request has to send its headers, then its body: BODY_S plus a second per BODY_RATE bytes of it.
+HEADER_S, BODY_S, BODY_RATE = 5.0, 10.0, 256 << 10
+#: The connections kept free for new clients: beyond CONNECTION_LIMIT − HEADROOM, the requests that have been
+#: arriving the longest are let go.
+HEADROOM = 32
+#: The seconds between two looks at the connections (waitress's cleanup interval).
+CLEANUP_INTERVAL_S = 1
 #: The position of a request's event, and of the events of an array (``request[0]``...), in messages.
 REQUEST = "request"
 
+
+_log = logging.getLogger(__name__)
 
 #: The request headers of rspamd's protocol echoed back by ``/checkv2``.
 RSPAMD_HEADERS = ("From", "Rcpt", "IP", "User", "Deliver-To")
@@ -218,26 +231,69 @@ def _json(status: int, body: object) -> Response:
     return Response(json_line(body) + "\n", status=status, mimetype="application/json")
 
 
+class GuardedServer(TcpWSGIServer):
+    """waitress's TCP server, guarded against clients that hold connections by sending slowly (slowloris), which
+    its idle timeout cannot see: each ``CLEANUP_INTERVAL_S``, a request is let go that has not sent its headers
+    within ``HEADER_S`` seconds, or its body within ``BODY_S`` more plus a second per ``BODY_RATE`` bytes; and
+    while more than ``CONNECTION_LIMIT − HEADROOM`` connections are open, the requests that have been arriving
+    the longest are let go, so that a new client (a health check) is accepted within a second. A request whose
+    headers and body have arrived is never let go."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._arriving: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+    def maintenance(self, now: float) -> None:
+        super().maintenance(now)  # the idle connections
+        late: list[tuple[float, int, Any]] = []
+        arriving: list[tuple[float, int, Any]] = []
+        for channel in list(self.active_channels.values()):
+            request = channel.request  # a request still arriving (None between requests)
+            if request is None or request.completed or channel.will_close:
+                continue
+            since = self._arriving.setdefault(request, now)
+            allowed = HEADER_S + (BODY_S + request.content_length / BODY_RATE if request.headers_finished else 0.0)
+            (late if now - since > allowed else arriving).append((since, id(channel), channel))
+        excess = len(self.active_channels) - len(late) - (self.adj.connection_limit - HEADROOM)
+        let_go = late + sorted(arriving)[: max(excess, 0)]
+        for _, _, channel in let_go:
+            channel.will_close = True
+        if let_go:
+            _log.warning("let go %d connections sending their requests too slowly", len(let_go))
+
+
 class HttpServer:
     """``app`` served by waitress on ``host:port`` (port 0: a free port), ``threads`` requests at a time, at most
-    ``CONNECTION_LIMIT`` connections, each let go after ``IDLE_TIMEOUT_S`` idle seconds; an OSError when the
+    ``CONNECTION_LIMIT`` connections, each let go after ``IDLE_TIMEOUT_S`` idle seconds or when it sends too slowly
+    (`GuardedServer`); a body over ``MAX_REQUEST_BYTES`` is answered 413 from its headers. An OSError when the
     address cannot be listened on."""
 
     def __init__(self, app: PredictionApp, host: str, port: int, threads: int = 4) -> None:
-        self._server = waitress.create_server(
-            app,
+        settings = Adjustments(
             host=host,
             port=port,
             threads=threads,
             ident="pegasos-stream",
             connection_limit=CONNECTION_LIMIT,
             channel_timeout=IDLE_TIMEOUT_S,
+            cleanup_interval=CLEANUP_INTERVAL_S,
+            max_request_body_size=MAX_REQUEST_BYTES,
         )
+        dispatcher = ThreadedTaskDispatcher()
+        dispatcher.set_thread_count(threads)
+        channels: dict = {}  # one map for every address of host (as waitress.create_server serves them)
+        servers = [
+            GuardedServer(app, channels, dispatcher=dispatcher, adj=settings, sockinfo=address)
+            for address in settings.listen
+        ]
+        self._first = servers[0]
+        listening = [(server.effective_host, server.effective_port) for server in servers]
+        self._server = servers[0] if len(servers) == 1 else MultiSocketServer(channels, settings, listening, dispatcher)
 
     @property
     def url(self) -> str:
-        host = self._server.effective_host
-        return f"http://{f'[{host}]' if ':' in host else host}:{self._server.effective_port}"
+        host = self._first.effective_host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self._first.effective_port}"
 
     def run(self) -> None:
         """Serve in this thread until a KeyboardInterrupt or SystemExit is raised in it (a signal's
