@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import http.client
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import queue
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -324,6 +326,8 @@ def test_allow_empty_serves_the_untrained_model_of_the_configuration_until_a_che
 
 
 def test_a_missing_model_or_allow_empty_without_a_configuration_is_one_line(tmp_path):
+    short = tmp_path / "token"
+    short.write_text("short\n")
     for args, expected in [
         (["--model", str(tmp_path / "nothing")], f"error: --model {tmp_path / 'nothing'}: no such file or directory"),
         (["--model", str(tmp_path), "--allow-empty"], "configuration error: --allow-empty needs --config"),
@@ -331,6 +335,14 @@ def test_a_missing_model_or_allow_empty_without_a_configuration_is_one_line(tmp_
         (
             ["--model", str(tmp_path), "--http", "localhost"],
             "configuration error: --http localhost: expected HOST:PORT",
+        ),
+        (
+            ["--model", str(tmp_path), "--http-token-env", "TOKEN"],
+            "configuration error: --http-token-file and --http-token-env are for --http",
+        ),
+        (
+            ["--model", str(tmp_path), "--http", "127.0.0.1:0", "--http-token-file", str(short)],
+            f"error: --http-token-file {short}: a token of 5 bytes; a key needs at least 16",
         ),
     ]:
         done = subprocess.run([*COMMAND, "serve", *args], capture_output=True, timeout=WAIT, check=False)
@@ -384,6 +396,46 @@ def test_http_answers_single_and_batch_requests_refuses_bad_ones_and_reports_hea
     assert (health["served"], health["errors"], health["model_file"]) == (4, 6, checkpoint_path(directory, 1).name)
     assert str(directory) not in json.dumps(health)  # no file paths
     assert server.stop(signal.SIGTERM) == 0
+
+
+class UnixHttpConnection(http.client.HTTPConnection):
+    """HTTP over the Unix socket at ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__("localhost", timeout=WAIT)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(WAIT)
+        self.sock.connect(str(self.socket_path))
+
+
+def test_http_on_a_unix_socket_answers_only_the_requests_that_carry_its_token(models, serve, tmp_path):
+    token = "a-shared-secret-of-the-mail-host"
+    (tmp_path / "token").write_text(token + "\n")
+    path = tmp_path / "http.sock"
+    server = serve("--model", str(models[0]), "--http", str(path), "--http-token-file", str(tmp_path / "token"))
+    assert server.wait_for("serving predictions on ").split(" on ")[1].split()[0] == f"unix:{path}"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o660
+
+    def ask(method: str, url: str, headers: dict[str, str]) -> tuple[int, dict, str | None]:
+        connection = UnixHttpConnection(path)
+        connection.request(method, url, body=None if method == "GET" else _events(range(1))[0], headers=headers)
+        response = connection.getresponse()
+        answer = (response.status, json.loads(response.read()), response.getheader("WWW-Authenticate"))
+        connection.close()
+        return answer
+
+    assert ask("GET", "/health", {})[0] == 200  # a health check needs no token
+    refused = (401, {"error": "this service needs the header Authorization: Bearer TOKEN (serve --http-token-*)"})
+    assert ask("POST", "/predict", {}) == (*refused, "Bearer")
+    assert ask("POST", "/predict", {"Authorization": "Bearer not-the-token-at-all"}) == (*refused, "Bearer")
+    assert ask("POST", "/predict", {"Authorization": f"Basic {token}"}) == (*refused, "Bearer")
+    status, prediction, _ = ask("POST", "/predict", {"Authorization": f"Bearer {token}"})
+    assert status == 200 and prediction["id"] == 0 and prediction["model_version"] == 1
+    assert server.stop(signal.SIGTERM) == 0
+    assert not path.exists()
 
 
 def test_http_scores_raw_messages_answers_rspamds_checkv2_and_keeps_taught_messages(serve, tmp_path):

@@ -23,6 +23,7 @@ __all__ = [
     "check_plot",
     "checkpoint_directory_error",
     "checkpoint_key",
+    "secret",
 ]
 
 #: The fewest bytes of a checkpoint key.
@@ -102,13 +103,18 @@ def check_plot(path: str, settings: JobSettings) -> None:
 def checkpoint_key(
     key_file: str | None, key_env: str | None, names: tuple[str, str] = ("checkpoint.key_file", "checkpoint.key_env")
 ) -> bytes | None:
-    """The key that signs and checks checkpoints (HMAC-SHA256): the bytes of the file ``key_file`` (less the line
-    break that ends it) or of the environment variable ``key_env``; None when neither is given. A StartupError,
-    naming the key or flag of ``names`` (file, variable) that gave it, when both are given, the file cannot be read,
-    the variable is not set, or the key has fewer than ``MIN_KEY_BYTES`` bytes."""
+    """The key that signs and checks checkpoints (HMAC-SHA256), as `secret` reads it."""
+    return secret(key_file, key_env, names, "checkpoint key")
+
+
+def secret(key_file: str | None, key_env: str | None, names: tuple[str, str], what: str) -> bytes | None:
+    """A secret (``what``: "checkpoint key"): the bytes of the file ``key_file`` (less the line break that ends it)
+    or of the environment variable ``key_env``; None when neither is given. A StartupError, naming the key or flag
+    of ``names`` (file, variable) that gave it, when both are given, the file cannot be read, the variable is not
+    set, or the secret has fewer than ``MIN_KEY_BYTES`` bytes."""
     file_name, env_name = names
     if key_file is not None and key_env is not None:
-        raise StartupError(f"{file_name} and {env_name}: give the checkpoint key once, not both")
+        raise StartupError(f"{file_name} and {env_name}: give the {what} once, not both")
     if key_file is not None:
         where = f"{file_name} {key_file}"
         try:
@@ -124,7 +130,7 @@ def checkpoint_key(
     else:
         return None
     if len(key) < MIN_KEY_BYTES:
-        raise StartupError(f"{where}: a checkpoint key of {len(key)} bytes; a key needs at least {MIN_KEY_BYTES}")
+        raise StartupError(f"{where}: a {what} of {len(key)} bytes; a key needs at least {MIN_KEY_BYTES}")
     return key
 
 

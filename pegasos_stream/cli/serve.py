@@ -11,8 +11,9 @@ Kafka source in a consumer group of its own (the training group's id + ".serve",
 source.group_id=...``). Without ``--http`` it predicts a stream (standard
 input, a file, Kafka) to the configured output, as ``run`` writes predictions, each with ``model_version``
 and ``model_age_s``; ``--input - --output -`` answers each line as it arrives (a co-process). With
-``--http HOST:PORT`` it answers requests (`serve.http_api`); with ``--spamd HOST:PORT`` (or a Unix socket's
-path), spamd's protocol for ``spamc`` and the mail servers set up for it (`serve.spamd`); with ``--milter
+``--http HOST:PORT`` (or a Unix socket's path) it answers requests (`serve.http_api`), only those that carry
+the token of ``--http-token-file`` or ``--http-token-env`` when one is given; with ``--spamd HOST:PORT`` (or a
+Unix socket's path), spamd's protocol for ``spamc`` and the mail servers set up for it (`serve.spamd`); with ``--milter
 HOST:PORT``, the milter protocol of Postfix's and Sendmail's mail filters (`serve.milter`).
 """
 
@@ -43,7 +44,7 @@ from ..serve.serving import Refusal, ServedModel, Serving, Watcher, serve_stream
 from ..serve.spamd import REQUIRED_SCORE, FeedbackSpool, SpamdService
 from . import options
 from .assemble import build_model, build_parser, build_predictor, build_sinks, build_source
-from .checks import StartupError, check_files
+from .checks import StartupError, check_files, secret
 from .config import (
     ConfigError,
     config_file,
@@ -398,7 +399,12 @@ def _mail_service(serving: Serving, args: argparse.Namespace) -> SpamdService:
     return SpamdService(serving, args.required_score, feedback)
 
 
-def _serve_http(serving: Serving, host: str, port: int, args: argparse.Namespace) -> int:
+def _http_address(text: str) -> tuple[str, int] | str:
+    """``--http``'s HOST:PORT as (host, port), or the path of a Unix socket (a text with a slash)."""
+    return text if "/" in text else _listen_address(text)
+
+
+def _serve_http(serving: Serving, address: tuple[str, int] | str, token: bytes | None, args: argparse.Namespace) -> int:
     try:
         from ..serve.http_api import HttpServer, PredictionApp
     except ModuleNotFoundError as error:
@@ -406,9 +412,9 @@ def _serve_http(serving: Serving, host: str, port: int, args: argparse.Namespace
             raise
         raise StartupError("--http needs waitress and werkzeug: pip install 'pegasos-stream[serve]'") from None
     try:
-        server = HttpServer(PredictionApp(serving, _mail_service(serving, args)), host, port)
+        server = HttpServer(PredictionApp(serving, _mail_service(serving, args), token), address)
     except OSError as error:
-        raise StartupError(f"--http {host}:{port}: cannot listen: {error.strerror or error}") from None
+        raise StartupError(f"--http {args.http}: cannot listen: {error.strerror or error}") from None
     _log.info("serving predictions on %s (POST /predict, /checkv2, /learnspam, /learnham; GET /health)", server.url)
     try:
         with _on_signals(signal.default_int_handler):  # a KeyboardInterrupt ends server.run()
@@ -451,6 +457,8 @@ def _check_serve_flags(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"{listeners[0]} answers requests: --input, --output, --max-events and --stop-when-idle are for a stream"
         )
+    if (args.http_token_file or args.http_token_env) and not args.http:
+        raise ConfigError("--http-token-file and --http-token-env are for --http")
     if args.feedback and not (args.http or args.spamd):
         raise ConfigError("--feedback keeps the messages taught by TELL or /learnspam: it needs --spamd or --http")
     if not math.isfinite(args.required_score):
@@ -520,7 +528,8 @@ def _serve_milter(serving: Serving, args: argparse.Namespace) -> int:
 def command_serve(args: argparse.Namespace) -> int:
     """Serve predictions until the stream ends or a signal; 0."""
     _check_serve_flags(args)
-    address = _listen_address(args.http) if args.http else None
+    address = _http_address(args.http) if args.http else None
+    token = secret(args.http_token_file, args.http_token_env, ("--http-token-file", "--http-token-env"), "token")
     if args.max_model_bytes < 1:
         raise ConfigError(f"--max-model-bytes {args.max_model_bytes}: expected a number of bytes >= 1")
     configure = served_configuration(args)
@@ -545,7 +554,7 @@ def command_serve(args: argparse.Namespace) -> int:
             return _serve_spamd(serving, args)
         if args.milter:
             return _serve_milter(serving, args)
-        return _serve_http(serving, *address, args) if address else _serve_stream(serving, provider, args)
+        return _serve_http(serving, address, token, args) if address else _serve_stream(serving, provider, args)
 
 
 def add_serve_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -566,7 +575,18 @@ def add_serve_command(commands: argparse._SubParsersAction, common: argparse.Arg
         metavar="TOPIC",
         help="the Kafka topic run publishes its models to (publish.topic), on the broker of --config's kafka section",
     )
-    serve.add_argument("--http", metavar="HOST:PORT", help="answer POST /predict and GET /health on this address")
+    serve.add_argument(
+        "--http",
+        metavar="HOST:PORT|SOCKET",
+        help="answer POST /predict and GET /health on this address, or on a Unix socket at this path (mode 0660)",
+    )
+    serve.add_argument(
+        "--http-token-file",
+        metavar="FILE",
+        help="with --http: answer only requests with the header 'Authorization: Bearer TOKEN', the token this file "
+        "holds (at least 16 bytes; GET /health needs none)",
+    )
+    serve.add_argument("--http-token-env", metavar="NAME", help="as --http-token-file, the token of this variable")
     serve.add_argument(
         "--spamd",
         metavar="HOST:PORT|SOCKET",

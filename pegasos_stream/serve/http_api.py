@@ -17,14 +17,17 @@ headers rspamd reads (``From``, ``Rcpt``, ``IP``, ``User``, ``Deliver-To``) are 
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import os
 import weakref
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from waitress.adjustments import Adjustments
-from waitress.server import MultiSocketServer, TcpWSGIServer
+from waitress.server import MultiSocketServer, TcpWSGIServer, UnixWSGIServer
 from waitress.task import ThreadedTaskDispatcher
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from werkzeug.routing import Map, Rule
@@ -36,6 +39,7 @@ from ..run.predictions import EXPLAINED
 from ..run.rejections import rejection_reason
 from .serving import NoModel, Serving
 from .spamd import SYMBOL, SpamdService, Verdict
+from .spamd_server import clear_stale_socket
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import StartResponse, WSGIEnvironment
@@ -70,9 +74,10 @@ class PredictionApp:
     """The WSGI application of ``serving``: ``POST /predict``, ``/checkv2``, ``/learnspam``, ``/learnham`` and
     ``GET /health``; ``mail`` scores raw messages and keeps the taught ones (its serving is ``serving``)."""
 
-    def __init__(self, serving: Serving, mail: SpamdService | None = None) -> None:
+    def __init__(self, serving: Serving, mail: SpamdService | None = None, token: bytes | None = None) -> None:
         self.serving = serving
         self.mail = mail or SpamdService(serving)
+        self._token = token
         self._urls = Map(
             [
                 Rule("/predict", endpoint="predict", methods=["POST"]),
@@ -88,12 +93,20 @@ class PredictionApp:
         request.max_content_length = MAX_REQUEST_BYTES
         try:
             endpoint, _ = self._urls.bind_to_environ(environ).match()
-            response = self._answer(endpoint, request)
+            response = self._answer(endpoint, request) if self._allowed(endpoint, request) else _unauthorized()
         except HTTPException as error:
             response = _json(error.code or 500, {"error": error.description})
             if isinstance(error, MethodNotAllowed) and error.valid_methods:
                 response.headers["Allow"] = ", ".join(error.valid_methods)
         return response(environ, start_response)
+
+    def _allowed(self, endpoint: str, request: Request) -> bool:
+        """Whether ``request`` may have its answer: any health check; any request without a token set; else one
+        whose ``Authorization`` header is ``Bearer`` and the token."""
+        if self._token is None or endpoint == "health":
+            return True
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("latin-1"), self._token)
 
     def _answer(self, endpoint: str, request: Request) -> Response:
         if endpoint == "health":
@@ -227,73 +240,111 @@ def _reason(record: Record, outcome: Exception | None) -> str:
     return rejection_reason(record, outcome)
 
 
+def _unauthorized() -> Response:
+    """401: a request without the token."""
+    response = _json(401, {"error": "this service needs the header Authorization: Bearer TOKEN (serve --http-token-*)"})
+    response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
 def _json(status: int, body: object) -> Response:
     return Response(json_line(body) + "\n", status=status, mimetype="application/json")
 
 
-class GuardedServer(TcpWSGIServer):
-    """waitress's TCP server, guarded against clients that hold connections by sending slowly (slowloris), which
-    its idle timeout cannot see: each ``CLEANUP_INTERVAL_S``, a request is let go that has not sent its headers
-    within ``HEADER_S`` seconds, or its body within ``BODY_S`` more plus a second per ``BODY_RATE`` bytes; and
-    while more than ``CONNECTION_LIMIT − HEADROOM`` connections are open, the requests that have been arriving
-    the longest are let go, so that a new client (a health check) is accepted within a second. A request whose
-    headers and body have arrived is never let go."""
+#: When each request still arriving was first seen (by its waitress parser, which is the request's alone).
+_ARRIVING: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._arriving: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+def let_go_slow_senders(channels: list[Any], connection_limit: int, now: float) -> None:
+    """Mark the waitress ``channels`` to let go (``will_close``) at time ``now``, against clients that hold
+    connections by sending slowly (slowloris), which an idle timeout cannot see: a request that has not sent its
+    headers within ``HEADER_S`` seconds, or its body within ``BODY_S`` more plus a second per ``BODY_RATE`` bytes;
+    and while more than ``connection_limit − HEADROOM`` connections are open, the requests that have been arriving
+    the longest, so that new clients (health checks) keep being accepted. A request whose headers and body have
+    arrived is never let go."""
+    late: list[tuple[float, int, Any]] = []
+    arriving: list[tuple[float, int, Any]] = []
+    for channel in channels:
+        request = channel.request  # a request still arriving (None between requests)
+        if request is None or request.completed or channel.will_close:
+            continue
+        since = _ARRIVING.setdefault(request, now)
+        allowed = HEADER_S + (BODY_S + request.content_length / BODY_RATE if request.headers_finished else 0.0)
+        (late if now - since > allowed else arriving).append((since, id(channel), channel))
+    excess = len(channels) - len(late) - (connection_limit - HEADROOM)
+    let_go = late + sorted(arriving)[: max(excess, 0)]
+    for _, _, channel in let_go:
+        channel.will_close = True
+    if let_go:
+        _log.warning("let go %d connections sending their requests too slowly", len(let_go))
+
+
+class _Guarded:
+    """Mixin of a waitress server: `let_go_slow_senders` at each look at its connections (each
+    ``CLEANUP_INTERVAL_S``), after its own check for idle ones."""
+
+    active_channels: dict[int, Any]
+    adj: Adjustments
 
     def maintenance(self, now: float) -> None:
-        super().maintenance(now)  # the idle connections
-        late: list[tuple[float, int, Any]] = []
-        arriving: list[tuple[float, int, Any]] = []
-        for channel in list(self.active_channels.values()):
-            request = channel.request  # a request still arriving (None between requests)
-            if request is None or request.completed or channel.will_close:
-                continue
-            since = self._arriving.setdefault(request, now)
-            allowed = HEADER_S + (BODY_S + request.content_length / BODY_RATE if request.headers_finished else 0.0)
-            (late if now - since > allowed else arriving).append((since, id(channel), channel))
-        excess = len(self.active_channels) - len(late) - (self.adj.connection_limit - HEADROOM)
-        let_go = late + sorted(arriving)[: max(excess, 0)]
-        for _, _, channel in let_go:
-            channel.will_close = True
-        if let_go:
-            _log.warning("let go %d connections sending their requests too slowly", len(let_go))
+        super().maintenance(now)  # type: ignore[misc]
+        let_go_slow_senders(list(self.active_channels.values()), self.adj.connection_limit, now)
+
+
+class GuardedServer(_Guarded, TcpWSGIServer):
+    """waitress's TCP server, guarded against slow senders."""
+
+
+class GuardedUnixServer(_Guarded, UnixWSGIServer):
+    """waitress's Unix-socket server, guarded against slow senders; a socket left at its path by a server that is
+    gone is replaced, a live one or anything else there is not (`clear_stale_socket`)."""
+
+    def bind_server_socket(self) -> None:
+        path = self.adj.unix_socket
+        clear_stale_socket(Path(path))
+        self.bind(path)
+        os.chmod(path, self.adj.unix_socket_perms)
 
 
 class HttpServer:
-    """``app`` served by waitress on ``host:port`` (port 0: a free port), ``threads`` requests at a time, at most
-    ``CONNECTION_LIMIT`` connections, each let go after ``IDLE_TIMEOUT_S`` idle seconds or when it sends too slowly
-    (`GuardedServer`); a body over ``MAX_REQUEST_BYTES`` is answered 413 from its headers. An OSError when the
-    address cannot be listened on."""
+    """``app`` served by waitress on ``address``: ``(host, port)`` (port 0: a free port), or the path of a Unix
+    socket (created with mode ``socket_mode``); ``threads`` requests at a time, at most ``CONNECTION_LIMIT``
+    connections, each let go after ``IDLE_TIMEOUT_S`` idle seconds or when it sends too slowly
+    (`let_go_slow_senders`); a body over ``MAX_REQUEST_BYTES`` is answered 413 from its headers. An OSError when
+    the address cannot be listened on."""
 
-    def __init__(self, app: PredictionApp, host: str, port: int, threads: int = 4) -> None:
+    def __init__(
+        self, app: PredictionApp, address: tuple[str, int] | str, threads: int = 4, socket_mode: int = 0o660
+    ) -> None:
+        if isinstance(address, str):
+            where: dict[str, Any] = {"unix_socket": address, "unix_socket_perms": f"{socket_mode:o}"}
+        else:
+            where = {"host": address[0], "port": address[1]}
         settings = Adjustments(
-            host=host,
-            port=port,
             threads=threads,
             ident="pegasos-stream",
             connection_limit=CONNECTION_LIMIT,
             channel_timeout=IDLE_TIMEOUT_S,
             cleanup_interval=CLEANUP_INTERVAL_S,
             max_request_body_size=MAX_REQUEST_BYTES,
+            **where,
         )
         dispatcher = ThreadedTaskDispatcher()
         dispatcher.set_thread_count(threads)
         channels: dict = {}  # one map for every address of host (as waitress.create_server serves them)
+        self._socket = Path(address) if isinstance(address, str) else None
+        if isinstance(address, str):
+            self._server = GuardedUnixServer(app, channels, dispatcher=dispatcher, adj=settings)
+            self.url = f"unix:{address}"
+            return
         servers = [
-            GuardedServer(app, channels, dispatcher=dispatcher, adj=settings, sockinfo=address)
-            for address in settings.listen
+            GuardedServer(app, channels, dispatcher=dispatcher, adj=settings, sockinfo=listen)
+            for listen in settings.listen
         ]
-        self._first = servers[0]
         listening = [(server.effective_host, server.effective_port) for server in servers]
         self._server = servers[0] if len(servers) == 1 else MultiSocketServer(channels, settings, listening, dispatcher)
-
-    @property
-    def url(self) -> str:
-        host = self._first.effective_host
-        return f"http://{f'[{host}]' if ':' in host else host}:{self._first.effective_port}"
+        host, port = listening[0]
+        self.url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
 
     def run(self) -> None:
         """Serve in this thread until a KeyboardInterrupt or SystemExit is raised in it (a signal's
@@ -302,3 +353,5 @@ class HttpServer:
 
     def close(self) -> None:
         self._server.close()
+        if self._socket is not None:
+            self._socket.unlink(missing_ok=True)

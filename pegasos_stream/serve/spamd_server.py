@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from .spamd import EX_TEMPFAIL, MAX_MESSAGE_BYTES, SpamdService, error_answer, handle_connection
 
-__all__ = ["SpamdServer"]
+__all__ = ["SpamdServer", "clear_stale_socket"]
 
 #: A connection, as socketserver hands it over.
 Request = socket.socket | tuple[bytes, socket.socket]
@@ -98,7 +98,7 @@ class SpamdServer:
     ) -> None:
         server: _TcpServer | _UnixServer
         if isinstance(address, str):
-            _clear_stale_socket(Path(address))
+            clear_stale_socket(Path(address))
             server = _UnixServer(address, _Handler)
             os.chmod(address, socket_mode)
         else:
@@ -129,7 +129,7 @@ class SpamdServer:
             Path(self._server.server_address).unlink(missing_ok=True)
 
 
-def _clear_stale_socket(path: Path) -> None:
+def clear_stale_socket(path: Path) -> None:
     """Remove a socket left at ``path`` by a server that is gone; anything else there is left (bind then fails)."""
     try:
         if stat.S_ISSOCK(path.lstat().st_mode):
