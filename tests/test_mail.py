@@ -490,7 +490,7 @@ REFUSED = [
     ({**EMAIL, "source": {"type": "maildir", "path": "m", "folders": ["Spam"]}}, "source.folders", "a mapping"),
     ({**EMAIL, "source": {"type": "maildir"}}, "source.path", "required when source.type is maildir"),
     ({"source": {"format": "mbox"}}, "features.type", "expected email, got 'dict'"),
-    ({**EMAIL, "source": {"type": "kafka", "topics": ["t"], "format": "raw"}}, "source.format", "json | svmlight"),
+    ({**EMAIL, "source": {"type": "kafka", "topics": ["t"], "format": "mbox"}}, "source.format", "svmlight | raw"),
     ({**EMAIL, "source": {"type": "maildir", "path": "m", "format": "mbox"}}, "source.format", "expected raw"),
     ({**EMAIL, "source": {"label": "spam", "labels": MAPPED}}, "source.label", "only for mail"),
     (

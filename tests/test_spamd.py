@@ -23,12 +23,12 @@ import pytest
 
 from pegasos_stream import cli
 from pegasos_stream.io.records import Record
-from pegasos_stream.parse.parsing import USER_LINE, EventParser
+from pegasos_stream.parse.parsing import USER_LINE, BadRecord, EventParser, taught_record
 from pegasos_stream.persist.checkpoint import latest_valid
+from pegasos_stream.serve.feedback import FeedbackSpool
 from pegasos_stream.serve.serving import Serving
 from pegasos_stream.serve.spamd import (
     EX_PROTOCOL,
-    FeedbackSpool,
     ProtocolError,
     SpamdService,
     Verdict,
@@ -175,6 +175,71 @@ def test_spamc_teaches_messages_which_run_learns_once_and_the_served_score_moves
         after = server.spamc("-c", message=ham).stdout
     assert float(after.split(b"/")[0]) > float(before.split(b"/")[0]), server.log
     assert not any("refusing" in line for line in server.log)
+
+
+def _learned_steps(directory: Path) -> int:
+    """The step count of the newest valid checkpoint in ``directory`` (0: none yet)."""
+    found = latest_valid(directory)
+    return 0 if found is None else found[1]["model"].t
+
+
+def _spam_score(check: subprocess.CompletedProcess) -> float:
+    """The score of a ``spamc -c`` answer ("3.2/1.5")."""
+    return float(check.stdout.split(b"/")[0])
+
+
+@pytest.mark.slow
+@needs_spamc
+def test_spamc_teaches_through_a_kafka_topic_which_a_killed_run_learns_exactly_once(
+    trained, spamd, kafka_broker, kafka_topic, tmp_path
+):
+    """serve --feedback-topic appends each message spamc -L teaches to a Kafka topic once the broker holds it, and
+    learn --feedback-topic each message it is given; a run over the topic (source.format: raw) learns each by the
+    label it carries. SIGKILLed once it has learned the first ones and started again, the run learns every message
+    exactly once, and serve takes up its model."""
+    topic, learned, broker = kafka_topic(1), tmp_path / "learned", f"kafka.bootstrap_servers={kafka_broker}"
+    assert cli.main(["run", "--config", "spam", "--set", f"checkpoint.dir={learned}", "--output", os.devnull]) == 0
+    feedback = ["--feedback-topic", topic, "--set", broker]
+    server = spamd("--model", str(learned), "--spamd", "127.0.0.1:0", *feedback, "--reload-s", "0.2")
+    ham, spam = trained[1][3]["text"].encode(), trained[1][0]["text"].encode()
+    before = _spam_score(server.spamc("-c", message=ham))
+
+    def teach(count: int, label: str, message: bytes) -> None:
+        for _ in range(count):
+            taught = server.spamc("-L", label, message=message)
+            assert taught.returncode == 0 and b"successfully" in taught.stdout, taught
+
+    learner = [*COMMAND, "run", "--config", "spam", "--resume", "--output", os.devnull]
+    for setting in (
+        "source.type=kafka", f"source.topics=[{topic}]", "source.format=raw", "source.group_id=feedback",
+        "source.start=earliest", broker, f"checkpoint.dir={learned}", "checkpoint.every_events=1",
+    ):  # fmt: skip
+        learner += ["--set", setting]
+    teach(12, "spam", ham)
+    # (its first run continues the sample's model under the Kafka source: --accept-config)
+    first = subprocess.Popen([*learner, "--accept-config", "--stop-when-idle", "120"], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + WAIT
+        while _learned_steps(learned) < 404 + 12 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _learned_steps(learned) == 404 + 12
+    finally:
+        first.kill()
+        first.wait(timeout=WAIT)
+    teach(17, "spam", ham)
+    (tmp_path / "spam.eml").write_bytes(spam)  # and two by learn, as sa-learn teaches
+    files = [str(tmp_path / "spam.eml")] * 2
+    assert cli.main(["learn", "--ham", "--feedback-topic", topic, "--set", broker, *files]) == 0
+    again = subprocess.run([*learner, "--stop-when-idle", "3"], capture_output=True, timeout=4 * WAIT)
+    assert again.returncode == 0, again.stderr
+    assert _learned_steps(learned) == 404 + 31  # each taught message once, none lost, none twice
+
+    deadline = time.monotonic() + WAIT
+    after = before
+    while after == before and time.monotonic() < deadline:  # the follower takes up the newer checkpoint
+        time.sleep(0.1)
+        after = _spam_score(server.spamc("-c", message=ham))
+    assert after > before, server.log
 
 
 def test_learn_delivers_mboxes_messages_and_maildirs_which_run_learns_once(trained, tmp_path, capsys):
@@ -325,6 +390,24 @@ def test_a_taught_message_keeps_its_user_which_a_personal_run_learns_and_takes_a
     assert (event.user, event.text) == ("ann", message)
     plain = EventParser("raw").parse(Record(first.read_bytes(), "taught"))  # (not reading users: the line goes)
     assert plain is not None and (plain.user, plain.text) == (None, message)
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n"])
+def test_a_taught_record_is_read_back_as_the_message_its_label_and_its_user(end):
+    message = b"Subject: hi" + end + end + b"hello" + end
+    parser = EventParser("raw", labels={"positive": "spam", "negative": "ham"})
+    users = EventParser("raw", users=True)
+    for label, user in [("spam", None), ("ham", "ann"), (None, "bob")]:
+        record = taught_record(message, label, user)
+        lines = 2 - (label, user).count(None)  # a line before the message for each of them given
+        assert record.endswith(message) and record.count(end) == message.count(end) + lines
+        event = parser.parse(Record(record, "taught"))
+        assert (event.text, event.label, event.user) == (message, None if label is None else label == "spam", None)
+        assert users.parse(Record(record, "taught")).user == user
+    sourced = parser.parse(Record(taught_record(message, "spam"), "in Ham/", label="ham"))
+    assert sourced.label is False  # the source's label (a folder's) stands over the record's line
+    with pytest.raises(BadRecord, match="unknown label 'junk'"):
+        parser.parse(Record(taught_record(message, "junk"), "taught"))
 
 
 def test_a_user_name_that_is_not_one_printable_line_is_refused(tmp_path):

@@ -61,6 +61,9 @@ def check_mail_labels(settings: JobSettings, evaluate: bool) -> None:
         raise StartupError(_maildir_without_labels(source))
     if source.format not in MAIL_FORMATS:
         return
+    if source.type == "kafka":
+        _log.info("the messages of %s are learned by the labels they carry (X-Pegasos-Label)", ", ".join(source.topics))
+        return
     where = source.path if source.type == "file" else "standard input"
     if evaluate:
         raise StartupError(

@@ -756,10 +756,10 @@ def _check_mail(given: dict, config: dict, multiclass: bool, where: str) -> None
     source = config["source"]
     kind, format = source["type"], _settle_format(given, source, where)
     mail = format in MAIL_FORMATS
-    if mail and kind == "kafka":
+    if format == "mbox" and kind == "kafka":
         raise ConfigError(
-            f"{where}: source.format: {format} is read from a file or standard input; a Kafka record is one"
-            " event: expected json | svmlight"
+            f"{where}: source.format: mbox is read from a file or standard input; a Kafka record is one event:"
+            " expected json | svmlight | raw (one message a record)"
         )
     if mail and config["features"]["type"] != "email":
         raise ConfigError(

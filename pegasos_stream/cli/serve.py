@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -40,8 +41,9 @@ from ..persist.checkpoint import (
     read_checkpoint,
     read_checkpoint_bytes,
 )
+from ..serve.feedback import Feedback, FeedbackLog, FeedbackSpool
 from ..serve.serving import Refusal, ServedModel, Serving, Watcher, serve_stream
-from ..serve.spamd import REQUIRED_SCORE, FeedbackSpool, SpamdService
+from ..serve.spamd import REQUIRED_SCORE, SpamdService
 from . import options
 from .assemble import build_model, build_parser, build_predictor, build_sinks, build_source
 from .checks import StartupError, check_files, secret
@@ -54,7 +56,7 @@ from .config import (
     without_paths,
 )
 from .predict import stored_config
-from .settings import settings_of
+from .settings import KafkaConnection, settings_of
 
 if TYPE_CHECKING:
     from ..distribute.publishing import ModelTopicReader
@@ -326,14 +328,36 @@ def _on_signals(handler: Callable[..., Any]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def kafka_connection(config: str | None, sets: list[tuple[str, str]]) -> KafkaConnection:
+    """The ``kafka`` section of the configuration ``config`` (None: the defaults) under the overrides ``sets``
+    ((override, the flag it came from))."""
+    path = config_file(config) if config else None
+    return settings_of(load_config(path, [text for text, _ in sets], [flag for _, flag in sets])).kafka
+
+
+def open_feedback(directory: str | None, topic: str | None, connection: Callable[[], KafkaConnection]) -> Feedback:
+    """Where taught messages go: the Maildir spool ``directory`` (``--feedback``), or the Kafka topic ``topic``
+    (``--feedback-topic``, on the broker ``connection()`` gives); a StartupError when it cannot be opened."""
+    if directory is not None:
+        try:
+            return FeedbackSpool(directory)
+        except OSError as error:
+            raise StartupError(f"--feedback {directory}: {error.strerror or error}") from None
+    from ..kafka.python_client import BrokerUnreachable, TopicAppender
+
+    kafka = connection()
+    try:
+        return FeedbackLog(TopicAppender(kafka.bootstrap_servers, str(topic), kafka.client_settings()))
+    except BrokerUnreachable as error:
+        raise StartupError(f"--feedback-topic {topic}: {error}") from None
+
+
 def model_topic_reader(args: argparse.Namespace) -> ModelTopicReader:
     """The reader of ``--model-topic``, connected as the ``kafka`` section of ``--config`` and the overrides say."""
     from ..distribute.publishing import ModelTopicReader
     from ..kafka.python_client import BrokerUnreachable
 
-    sets = options.overrides(args)
-    path = config_file(args.config) if args.config else None
-    kafka = settings_of(load_config(path, [text for text, _ in sets], [flag for _, flag in sets])).kafka
+    kafka = kafka_connection(args.config, options.overrides(args))
     try:
         return ModelTopicReader(kafka.bootstrap_servers, args.model_topic, kafka.client_settings())
     except BrokerUnreachable as error:
@@ -391,11 +415,12 @@ def _listen_address(text: str, flag: str = "--http") -> tuple[str, int]:
 
 
 def _mail_service(serving: Serving, args: argparse.Namespace) -> SpamdService:
-    """What scores raw messages against ``--required-score`` and keeps those taught in ``--feedback``."""
-    try:
-        feedback = FeedbackSpool(args.feedback) if args.feedback else None
-    except OSError as error:
-        raise StartupError(f"--feedback {args.feedback}: {error.strerror or error}") from None
+    """What scores raw messages against ``--required-score`` and keeps those taught in ``--feedback`` or
+    ``--feedback-topic``."""
+    feedback = None
+    if args.feedback or args.feedback_topic:
+        connection = functools.partial(kafka_connection, args.config, options.overrides(args))
+        feedback = open_feedback(args.feedback, args.feedback_topic, connection)
     return SpamdService(serving, args.required_score, feedback)
 
 
@@ -457,15 +482,26 @@ def _check_serve_flags(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"{listeners[0]} answers requests: --input, --output, --max-events and --stop-when-idle are for a stream"
         )
-    if (args.http_token_file or args.http_token_env) and not args.http:
-        raise ConfigError("--http-token-file and --http-token-env are for --http")
-    if args.feedback and not (args.http or args.spamd):
-        raise ConfigError("--feedback keeps the messages taught by TELL or /learnspam: it needs --spamd or --http")
+    _check_http_and_feedback_flags(args)
     if not math.isfinite(args.required_score):
         raise ConfigError(f"--required-score {args.required_score}: expected a finite number")
     if (args.model is None) == (args.model_topic is None):
         raise ConfigError("serve needs either --model CHECKPOINT or --model-topic TOPIC")
     _check_milter_flags(args)
+
+
+def _check_http_and_feedback_flags(args: argparse.Namespace) -> None:
+    """Refuse a token without ``--http``, and two places for taught messages or one without a service that
+    takes them (a ConfigError)."""
+    if (args.http_token_file or args.http_token_env) and not args.http:
+        raise ConfigError("--http-token-file and --http-token-env are for --http")
+    if args.feedback and args.feedback_topic:
+        raise ConfigError("--feedback and --feedback-topic: give one place for taught messages")
+    if (args.feedback or args.feedback_topic) and not (args.http or args.spamd):
+        raise ConfigError(
+            "--feedback and --feedback-topic keep the messages taught by TELL or /learnspam: they need --spamd or"
+            " --http"
+        )
 
 
 def _check_milter_flags(args: argparse.Namespace) -> None:
@@ -624,6 +660,12 @@ def add_serve_command(commands: argparse._SubParsersAction, common: argparse.Arg
         metavar="DIR",
         help="with --spamd or --http: keep the messages taught by TELL (spamc -L spam|ham) or POST /learnspam, "
         "/learnham in this Maildir (Spam/, Ham/), for run to learn",
+    )
+    serve.add_argument(
+        "--feedback-topic",
+        metavar="TOPIC",
+        help="as --feedback, into this Kafka topic (on the broker of --config's kafka section), for a run over it "
+        "(source.type: kafka, source.format: raw) to learn",
     )
     serve.add_argument(
         "--reload-s", type=float, default=5.0, metavar="SECONDS", help="look for a newer model this often"

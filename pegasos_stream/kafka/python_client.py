@@ -37,6 +37,7 @@ __all__ = [
     "KafkaSink",
     "KafkaSource",
     "OffsetOutOfRange",
+    "TopicAppender",
     "describe_kafka_error",
     "started_client",
 ]
@@ -294,6 +295,35 @@ class KafkaSink:
     def _undelivered(self, error: Exception) -> None:
         self._error = error
         self._failed += 1
+
+
+class TopicAppender:
+    """Records appended to ``topic`` one at a time, each acknowledged by every in-sync replica (``acks=all``)
+    before `append` returns: for a service that answers for a record only once it is kept."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str],
+        topic: str,
+        producer: Mapping[str, object] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.topic = topic
+        self._timeout = timeout
+        settings = {**PRODUCER_DEFAULTS, "acks": "all", **(producer or {}), "bootstrap_servers": bootstrap_servers}
+        self._producer = started_client(KafkaProducer, settings)
+
+    def append(self, value: bytes, key: bytes | None) -> str:
+        """Append one record; where it is (``topic/partition/offset``). An OSError when the broker has not
+        acknowledged it within the timeout, or refused it."""
+        try:
+            metadata = self._producer.send(self.topic, value, key=key).get(timeout=self._timeout)
+        except KafkaError as error:
+            raise OSError(f"topic {self.topic}: not appended: {describe_kafka_error(error)}") from None
+        return f"{self.topic}/{metadata.partition}/{metadata.offset}"
+
+    def close(self) -> None:
+        self._producer.close(timeout=self._timeout)
 
 
 def _message(obj: dict) -> tuple[bytes | None, bytes]:

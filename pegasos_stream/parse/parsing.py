@@ -11,12 +11,25 @@ from dataclasses import dataclass
 from ..io.records import Record
 from ..learners.validation import SIGNS
 
-__all__ = ["MAIL_FORMATS", "BadRecord", "Event", "EventParser"]
+__all__ = ["LABEL_LINE", "MAIL_FORMATS", "USER_LINE", "BadRecord", "Event", "EventParser", "taught_record"]
 
 #: Formats whose records are whole RFC 822 messages (a mail source splits its input into them).
 MAIL_FORMATS = ("mbox", "raw")
-#: The first line that names the user of a message the feedback spool keeps (``serve.spamd.FeedbackSpool``).
-USER_LINE = b"X-Pegasos-User: "
+#: The lines before a taught message (`taught_record`) that name its class and its user.
+LABEL_LINE, USER_LINE = b"X-Pegasos-Label: ", b"X-Pegasos-User: "
+
+
+def taught_record(message: bytes, label: str | None, user: str | None = None) -> bytes:
+    """A message taught as ``label`` (by the name the configuration gives the class, e.g. "spam"; None: its source
+    says it, as a folder does), for ``user``: a first line ``X-Pegasos-Label: LABEL`` when there is a label, then
+    ``X-Pegasos-User: NAME`` when there is a user, each ended as the message ends its lines, then the message as
+    it is. The parser of mail takes those lines away from every message, and reads the label from them when the
+    source gives none."""
+    end = b"\r\n" if b"\r\n" in message[:4096] else b"\n"
+    head = b"" if label is None else LABEL_LINE + label.encode() + end
+    if user is not None:
+        head += USER_LINE + user.encode() + end
+    return head + message
 
 
 class BadRecord(ValueError):
@@ -173,16 +186,20 @@ class EventParser:
         return event
 
     def _message(self, record: Record) -> Event:
-        """A mail message: its bytes as the text, named by its position, labelled as its source says. A first line
-        ``X-Pegasos-User: NAME`` (a taught message, as the feedback spool keeps it) is taken away, and names the
-        event's user when the parser reads users."""
-        text, user = record.value, None
-        if text.startswith(USER_LINE):
-            line, _, text = text.partition(b"\n")
-            user = line[len(USER_LINE) :].rstrip(b"\r").decode("utf-8", "replace") if self.users else None
+        """A mail message: its bytes as the text, named by its position, labelled as its source says. The first
+        lines of a taught message (`taught_record`), ``X-Pegasos-Label: LABEL`` and ``X-Pegasos-User: NAME``, are
+        taken away: the label is the event's when its source gives none (a folder's or ``source.label`` stands),
+        and the user names the event's user when the parser reads users."""
+        text, taught = record.value, {}
+        for line_start in (LABEL_LINE, USER_LINE):
+            if text.startswith(line_start):
+                line, _, text = text.partition(b"\n")
+                taught[line_start] = line[len(line_start) :].rstrip(b"\r").decode("utf-8", "replace")
         if not text.strip():
             raise BadRecord(record.position, "empty message")
-        label = None if record.label is None else self._label(record.label, record.position)
+        given = taught.get(LABEL_LINE) if record.label is None else record.label
+        label = None if given is None else self._label(given, record.position)
+        user = taught.get(USER_LINE) if self.users else None
         return Event(id=record.position, position=record.position, text=text, label=label, user=user or None)
 
     def _svmlight(self, text: str, position: str) -> Event | None:

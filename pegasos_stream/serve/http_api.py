@@ -12,7 +12,8 @@ they are, 8-bit too) and answers its prediction. ``POST /checkv2`` takes a raw m
 answers rspamd's shape: ``action`` ("add header" from the required score, else "no action"), ``score`` and
 ``required_score`` (the log-odds of spam, as `serve.spamd` scores), ``symbols`` and ``is_skipped``; the request
 headers rspamd reads (``From``, ``Rcpt``, ``IP``, ``User``, ``Deliver-To``) are echoed back in ``request``. ``POST
-/learnspam`` and ``/learnham`` keep the message for learning (`FeedbackSpool`; 503 without ``--feedback``).
+/learnspam`` and ``/learnham`` keep the message for learning (`serve.feedback`; 503 without ``--feedback`` or
+``--feedback-topic``, or when it could not be kept).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..io.records import Record
 from ..io.sinks import json_line
 from ..run.predictions import EXPLAINED
 from ..run.rejections import rejection_reason
+from .feedback import NO_FEEDBACK
 from .serving import NoModel, Serving
 from .spamd import SYMBOL, SpamdService, Verdict
 from .spamd_server import clear_stale_socket
@@ -180,12 +182,14 @@ class PredictionApp:
         if not message.strip():
             return _json(400, {"error": f"{REQUEST}: empty body: expected a message"})
         if self.mail.feedback is None:
-            return _json(503, {"error": "learning is off: serve --feedback DIR keeps taught messages"})
+            return _json(503, {"error": NO_FEEDBACK})
         user = request.headers.get("User") or request.headers.get("Deliver-To")
         try:
             self.mail.feedback.add(message, label, user)
         except ValueError as error:
             return _json(400, {"error": f"{REQUEST}: {error}"})
+        except OSError as error:
+            return _json(503, {"error": f"{REQUEST}: the message could not be kept: {error}"})
         return _json(200, {"success": True, "label": label})
 
     def _health(self) -> Response:

@@ -11,7 +11,8 @@ carry one, a message of ``Content-length`` bytes (zlib-compressed with ``Compres
 * ``PROCESS``: the message with ``X-Spam-Flag`` (spam only), ``X-Spam-Score`` and ``X-Spam-Status`` added at
   the end of its header block; ``HEADERS``: that header block alone.
 * ``TELL`` with ``Message-class: spam|ham`` and ``Set: local``: the message is kept for learning
-  (`FeedbackSpool`), answered ``DidSet: local``.
+  (`serve.feedback`: a Maildir spool or a Kafka topic), answered ``DidSet: local``; ``EX_TEMPFAIL`` when it could
+  not be kept.
 
 **The score** is the log-odds of spam, ln(p / (1 − p)), of the model's calibrated probability p, rounded to 0.1 as
 spamd rounds (`score_of`); a message is spam when the score reaches ``required_score`` (`REQUIRED_SCORE`, 1.5: p ≥
@@ -29,17 +30,15 @@ from __future__ import annotations
 
 import math
 import os
-import threading
-import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import Protocol
 
 from .. import __version__
-from ..parse.parsing import USER_LINE, Event
+from ..parse.parsing import Event
 from ..run.predictions import EXPLAINED
+from .feedback import NO_FEEDBACK, TAUGHT_LABELS, Feedback
 from .serving import NoModel, Serving
 
 __all__ = [
@@ -52,7 +51,6 @@ __all__ = [
     "REQUIRED_SCORE",
     "SCORING_ERRORS",
     "SPAM_HEADERS",
-    "FeedbackSpool",
     "ProtocolError",
     "SpamdRequest",
     "SpamdService",
@@ -205,61 +203,11 @@ def _read_exactly(stream: ByteReader, length: int, keep: int) -> bytes:
     return bytes(kept)
 
 
-#: The longest user name a taught message is kept with.
-MAX_USER = 256
-
-
-class FeedbackSpool:
-    """Messages taught by ``TELL``, kept for ``run`` to learn: a Maildir of two folders, ``Spam`` and ``Ham``,
-    each message delivered as Maildir delivers (written in ``tmp/``, then renamed into ``new/``), named by its
-    arrival time so that a resumed run over it (``--input DIR --set 'source.folders={Spam: spam, Ham: ham}'``)
-    learns each once, in order."""
-
-    FOLDERS: ClassVar[dict[str, str]] = {"spam": "Spam", "ham": "Ham"}
-
-    def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
-        for folder in self.FOLDERS.values():
-            for part in ("tmp", "new", "cur"):
-                (self.directory / folder / part).mkdir(parents=True, exist_ok=True)
-        self._count = 0
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def check_user(user: str | None) -> None:
-        """A ValueError for a user name that is not one line of printable text."""
-        if user is not None and (not user or not user.isprintable() or len(user) > MAX_USER):
-            raise ValueError(f"user {user[:MAX_USER]!r}: expected a name of 1 to {MAX_USER} printable characters")
-
-    def add(self, message: bytes, label: str, user: str | None = None) -> Path:
-        """Deliver ``message`` into the folder of ``label`` ("spam" or "ham"), with ``user``'s name on a first line
-        of its own (`USER_LINE`, which the parser of a personal model reads and takes away); its path. A ValueError
-        for a user name that is not one line of printable text."""
-        self.check_user(user)
-        if user is not None:
-            end = b"\r\n" if b"\r\n" in message[:4096] else b"\n"
-            message = USER_LINE + user.encode() + end + message
-        with self._lock:
-            self._count += 1
-            name = f"{time.time_ns()}.P{os.getpid()}Q{self._count}.{os.uname().nodename.replace('/', '_')}"
-        folder = self.directory / self.FOLDERS[label]
-        temporary = folder / "tmp" / name
-        with open(temporary, "xb") as handle:
-            handle.write(message)
-            handle.flush()
-            os.fsync(handle.fileno())
-        delivered = folder / "new" / name
-        os.replace(temporary, delivered)
-        return delivered
-
-
 class SpamdService:
     """Answers spamd requests with the models of ``serving``: messages scored against ``required`` (log-odds of
     spam), and taught into ``feedback`` (None: ``TELL`` is answered ``EX_UNAVAILABLE``)."""
 
-    def __init__(
-        self, serving: Serving, required: float = REQUIRED_SCORE, feedback: FeedbackSpool | None = None
-    ) -> None:
+    def __init__(self, serving: Serving, required: float = REQUIRED_SCORE, feedback: Feedback | None = None) -> None:
         self.serving = serving
         self.required = required
         self.feedback = feedback
@@ -311,13 +259,15 @@ class SpamdService:
         label = request.headers.get("message-class", "").lower()
         wanted = {part.strip().lower() for part in request.headers.get("set", "").split(",") if part.strip()}
         if self.feedback is None:
-            return error_answer(EX_UNAVAILABLE, "learning is off: serve --feedback DIR keeps taught messages")
-        if label not in FeedbackSpool.FOLDERS or "local" not in wanted or "remove" in request.headers:
+            return error_answer(EX_UNAVAILABLE, NO_FEEDBACK)
+        if label not in TAUGHT_LABELS or "local" not in wanted or "remove" in request.headers:
             return error_answer(EX_USAGE, "TELL: expected Message-class: spam or ham, and Set: local")
         try:
             self.feedback.add(request.message, label, request.user)
         except ValueError as error:
             return error_answer(EX_USAGE, f"TELL: {error}")
+        except OSError as error:
+            return error_answer(EX_TEMPFAIL, f"TELL: the message could not be kept: {error}")
         return _answer(EX_OK, {"DidSet": "local"}, b"")
 
 
