@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
 COMMAND = [sys.executable, "-m", "pegasos_stream.cli"]
 POSTFIX = shutil.which("postfix") or next((p for p in ("/usr/sbin/postfix",) if os.access(p, os.X_OK)), None)
+RSPAMD = shutil.which("rspamd")
 #: Seconds to wait for a process, an answer or a delivery: far past the real thing, for a loaded machine.
 WAIT = 30
 needs_pymilter = pytest.mark.skipif(
@@ -124,6 +125,77 @@ def milters(trained, tmp_path_factory) -> Iterator[dict[str, Serve]]:
             serve.kill()
 
 
+#: rspamd's configuration of its proxy alone, a milter that asks the ``/checkv2`` of the upstream given.
+RSPAMD_CONF = """\
+options {{ pidfile = "{d}/rspamd.pid"; dbdir = "{d}"; }}
+logging {{ type = "file"; filename = "{d}/rspamd.log"; level = "info"; }}
+worker "rspamd_proxy" {{
+  bind_socket = "127.0.0.1:{port}";
+  milter = yes;
+  timeout = 30s;
+  upstream "pegasos" {{ default = yes; hosts = "127.0.0.1:{upstream}"; }}
+  count = 1;
+}}
+"""
+
+
+class RspamdProxy:
+    """rspamd's proxy worker as a milter on a free port, in a process of its own (its configuration, log and state
+    in ``directory``), in front of ``serve --http`` on another: the way an rspamd proxy reaches a filter that
+    answers rspamd's ``/checkv2``."""
+
+    def __init__(self, directory: Path, checkpoint: Path) -> None:
+        self.port, upstream = free_port(), free_port()
+        self.serve = subprocess.Popen(
+            [*COMMAND, "serve", "--model", str(checkpoint), "--http", f"127.0.0.1:{upstream}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        (directory / "rspamd.conf").write_text(RSPAMD_CONF.format(d=directory, port=self.port, upstream=upstream))
+        user = "root" if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
+        self.rspamd = subprocess.Popen(
+            [str(RSPAMD), "-f", "-i", "-u", user, "-g", user, "-c", str(directory / "rspamd.conf")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=directory,
+        )
+        self.log = directory / "rspamd.log"
+        for port in (upstream, self.port):  # rspamd takes seconds to start (it compiles its maps)
+            deadline = time.monotonic() + WAIT
+            while not _listening(port):
+                assert time.monotonic() < deadline, self.log.read_text(errors="replace")[-2000:]
+                time.sleep(0.2)
+
+    def kill(self) -> None:
+        for process in (self.rspamd, self.serve):
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=WAIT)
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def proxies(trained) -> Iterator[dict[str, RspamdProxy]]:
+    """rspamd's proxy, as a milter in front of ``serve --http``, when rspamd is installed (none otherwise)."""
+    if RSPAMD is None:
+        yield {}
+        return
+    directory = Path(tempfile.mkdtemp(prefix="pegasos-rspamd-"))
+    proxy = RspamdProxy(directory, trained[0])
+    try:
+        yield {"rspamd": proxy}
+    finally:
+        proxy.kill()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 MAIN_CF = """\
 compatibility_level = 3.6
 queue_directory = {d}/queue
@@ -179,7 +251,7 @@ postlog   unix-dgram n  -       n       -       1       postlogd
 
 
 #: The mailboxes of the instance (the virtual delivery agent takes no regular expression's $1).
-RECIPIENTS = ("spam", "ham", "forged", "rejected", "kept", "open", "later")
+RECIPIENTS = ("spam", "ham", "forged", "rejected", "kept", "open", "later", "proxied-spam", "proxied-ham")
 
 
 class Postfix:
@@ -187,7 +259,7 @@ class Postfix:
     listeners on 127.0.0.1 are each wired to one of ``milters``; mail to ``NAME@example.test`` (NAME one of
     `RECIPIENTS`) is delivered to the Maildir ``mail/NAME/``. Never port 25, nor the system's configuration."""
 
-    def __init__(self, directory: Path, milters: dict[str, Serve]) -> None:
+    def __init__(self, directory: Path, milters: dict[str, Serve | RspamdProxy]) -> None:
         self.directory = directory
         self.ports = {name: free_port() for name in milters}
         user = pwd.getpwnam("postfix")
@@ -233,12 +305,12 @@ class Postfix:
 
 
 @pytest.fixture(scope="module")
-def postfix(milters) -> Iterator[Postfix]:
+def postfix(milters, proxies) -> Iterator[Postfix]:
     """A Postfix of its own, started, and stopped (its directory removed) whatever happens. Its directory is made
     here, readable by the postfix user that delivers into it (pytest's temporary directories are not)."""
     directory = Path(tempfile.mkdtemp(prefix="pegasos-postfix-"))
     directory.chmod(0o755)
-    instance = Postfix(directory, milters)
+    instance = Postfix(directory, {**milters, **proxies})
     try:
         started = instance.postfix("start")
         assert started.returncode == 0, started.stdout + started.stderr + instance.log()
@@ -291,6 +363,27 @@ def test_postfix_delivers_each_message_with_the_headers_spamd_adds(trained, post
         assert (float(score) >= 1.5) == is_spam
         if recipient != "forged":  # the milter scored it with the forged headers
             assert float(score) == _score(checkpoint, _seen(delivered), tmp_path, capsys)
+
+
+@pytest.mark.slow
+@needs_postfix
+@pytest.mark.skipif(RSPAMD is None, reason="rspamd is not installed (.ci/run installs it)")
+def test_rspamds_proxy_asks_checkv2_and_postfix_delivers_the_headers_spamd_adds(trained, postfix, tmp_path, capsys):
+    """rspamd's proxy as Postfix's milter, its upstream ``serve --http``: the /checkv2 answer's ``milter`` block has
+    the proxy add the headers spamd's PROCESS adds (and take away a sender's), its action "add header" X-Spam."""
+    checkpoint, spam, ham = trained
+    sent = {"proxied-spam": b"X-Spam-Flag: NO\n" + spam, "proxied-ham": ham}
+    for recipient, message in sent.items():
+        postfix.send("rspamd", recipient, message)
+    for recipient, is_spam in (("proxied-spam", True), ("proxied-ham", False)):
+        delivered = postfix.delivered(recipient)
+        headers = _headers(delivered)
+        [score] = headers["X-Spam-Score"]
+        [status] = headers["X-Spam-Status"]
+        assert headers.get("X-Spam-Flag") == (["YES"] if is_spam else None)  # the sender's "NO" taken away
+        assert headers.get("X-Spam") == (["Yes"] if is_spam else None)  # the proxy's own, for "add header"
+        assert status.startswith(f"{'Yes' if is_spam else 'No'}, score={score} required=1.5 tests=PEGASOS_STREAM ")
+        assert float(score) == _score(checkpoint, _seen(sent[recipient]), tmp_path, capsys)
 
 
 @pytest.mark.slow

@@ -48,6 +48,8 @@ SAMPLE = ROOT / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
 COMMAND = [sys.executable, "-m", "pegasos_stream.cli"]
 #: Seconds to wait for an answer, a log line or an exit: long enough for a loaded machine, far past the real thing.
 WAIT = 30
+#: rspamd's client (the rspamd package, which .ci/run installs); the checks that drive it are skipped without it.
+RSPAMC = shutil.which("rspamc")
 
 
 def _events(ids: range, shift: float = 0.0) -> list[bytes]:
@@ -473,6 +475,19 @@ def test_http_scores_raw_messages_answers_rspamds_checkv2_and_keeps_taught_messa
     assert [path.read_bytes() for path in (feedback / "Spam" / "new").iterdir()] == [message]
     (ham,) = (feedback / "Ham" / "new").iterdir()
     assert ham.read_bytes().startswith(USER_LINE + b"bob")  # the user of a personal model
+
+    if RSPAMC is not None:  # rspamd's own client, unchanged
+        host = url.removeprefix("http://")
+        checked = subprocess.run([RSPAMC, "-h", host, "symbols"], input=message, capture_output=True, timeout=WAIT)
+        said = checked.stdout.decode()
+        assert checked.returncode == 0 and f"Score: {score:.2f} / 1.50" in said, said
+        assert "Action: add header" in said and "Spam: true" in said and "Symbol: PEGASOS_STREAM" in said
+        taught = subprocess.run(
+            [RSPAMC, "-h", host, "-d", "carol", "learn_spam"], input=message, capture_output=True, timeout=WAIT
+        )
+        assert taught.returncode == 0, taught.stdout + taught.stderr
+        kept = [path.read_bytes() for path in (feedback / "Spam" / "new").iterdir()]
+        assert sorted(kept) == sorted([message, USER_LINE + b"carol\n" + message])  # its Deliver-To, the user
     assert server.stop(signal.SIGTERM) == 0
 
 

@@ -9,6 +9,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -140,6 +141,46 @@ def test_spamc_checks_reports_and_marks_messages_as_predict_scores_them(trained,
         assert headers == marked
         assert server.spamc("-y", message=message).stdout.strip() == b"PEGASOS_STREAM"  # SYMBOLS
     assert server.spamc("-K").stdout.startswith(b"SPAMD/1.5 0")  # PING
+    assert server.stop() == 0
+
+
+def _ask(address: str, request: bytes) -> bytes:
+    """The whole answer of the server at ``address`` (HOST:PORT) to ``request``, sent on a connection of its own."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=WAIT) as connection:
+        connection.sendall(request)
+        connection.shutdown(socket.SHUT_WR)
+        return b"".join(iter(lambda: connection.recv(65536), b""))
+
+
+#: How Exim's ``spam =`` condition (src/spam.c, which asks ``REPORT SPAMC/1.2``) reads spamd's answer: its first
+#: form, then its fallback; the score and the threshold.
+EXIM_FORMS = (
+    re.compile(rb"SPAMD/\S{1,7} 0 EX_OK\r\nContent-length: \d+\r\n\r\n(-?[\d.]+)/(-?[\d.]+)\r\n"),
+    re.compile(rb"SPAMD/\S{1,7} 0 EX_OK\r\nSpam: \S+ ; (-?[\d.]+) / (-?[\d.]+)\r\n\r\n"),
+)
+
+
+def test_a_client_of_the_protocol_before_1_3_gets_one_header_as_from_spamd_so_exim_reads_the_score(trained, spamd):
+    """spamd answers a client before SPAMC/1.3 with one header: ``Spam`` for the scoring commands, ``Content-length``
+    for PROCESS and HEADERS. Exim's spam condition asks ``REPORT SPAMC/1.2`` and reads the score from that shape."""
+    server = spamd("--model", str(trained[0]), "--spamd", "127.0.0.1:0")
+    message = trained[1][0]["text"].encode()
+    ask = b"%s SPAMC/%s\r\nUser: nobody\r\nContent-length: %d\r\n\r\n%s"
+    checked = _ask(server.address, ask % (b"CHECK", b"1.5", len(message), message))
+    score = re.search(rb"Spam: True ; (-?[\d.]+) / 1.5\r\n", checked).group(1)  # type: ignore[union-attr]
+    report = _ask(server.address, ask % (b"REPORT", b"1.2", len(message), message))
+    read = [form.match(report) for form in EXIM_FORMS]
+    assert read[0] is None and read[1] is not None and read[1].groups() == (score, b"1.5")
+    assert b"Content-length" not in report.partition(b"\r\n\r\n")[0] and b"PEGASOS_STREAM" in report
+    for command in (b"CHECK", b"SYMBOLS", b"REPORT_IFSPAM"):
+        head = _ask(server.address, ask % (command, b"1.2", len(message), message)).partition(b"\r\n\r\n")[0]
+        assert head.split(b"\r\n")[1:] == [b"Spam: True ; " + score + b" / 1.5"]
+    for command in (b"PROCESS", b"HEADERS"):
+        answer = _ask(server.address, ask % (command, b"1.2", len(message), message))
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n")[1:] == [b"Content-length: %d" % len(body)]
+        assert _ask(server.address, ask % (command, b"1.5", len(message), message)).partition(b"\r\n\r\n")[2] == body
     assert server.stop() == 0
 
 

@@ -40,7 +40,7 @@ from ..run.predictions import EXPLAINED
 from ..run.rejections import rejection_reason
 from .feedback import NO_FEEDBACK
 from .serving import NoModel, Serving
-from .spamd import SYMBOL, SpamdService, Verdict
+from .spamd import SPAM_HEADER_NAMES, SYMBOL, SpamdService, Verdict, spam_headers
 from .spamd_server import clear_stale_socket
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class PredictionApp:
         self._urls = Map(
             [
                 Rule("/predict", endpoint="predict", methods=["POST"]),
-                Rule("/checkv2", endpoint="checkv2", methods=["POST"]),
+                Rule("/checkv2", endpoint="checkv2", methods=["POST", "GET"]),  # (GET: as rspamd's proxy sends it)
                 Rule("/learnspam", endpoint="learnspam", methods=["POST"]),
                 Rule("/learnham", endpoint="learnham", methods=["POST"]),
                 Rule("/health", endpoint="health", methods=["GET"]),
@@ -173,6 +173,10 @@ class PredictionApp:
                     SYMBOL: {"name": SYMBOL, "score": verdict.score, "description": about, "options": weighing}
                 },
                 "request": {name: request.headers[name] for name in RSPAMD_HEADERS if name in request.headers},
+                "milter": {  # what rspamd's proxy, as a milter, does to the message: spamd's headers, a sender's gone
+                    "remove_headers": dict.fromkeys(SPAM_HEADER_NAMES, 0),
+                    "add_headers": dict(spam_headers(verdict)),
+                },
             },
         )
 

@@ -51,6 +51,7 @@ __all__ = [
     "REQUIRED_SCORE",
     "SCORING_ERRORS",
     "SPAM_HEADERS",
+    "SPAM_HEADER_NAMES",
     "ProtocolError",
     "SpamdRequest",
     "SpamdService",
@@ -87,8 +88,9 @@ _COMMANDS = _WITH_MESSAGE | {"PING", "SKIP"}
 SYMBOL = "PEGASOS_STREAM"
 #: The rule name of a report's lines that name a feature weighing in the score, and its part of the decision.
 FEATURE_RULE = "PEGASOS_FEATURE"
-#: The headers a scored message gets (`spam_headers`), lower-cased: any it came with are left out.
-SPAM_HEADERS = frozenset({"x-spam-flag", "x-spam-score", "x-spam-status"})
+#: The headers a scored message gets (`spam_headers`), and the same lower-cased: any it came with are left out.
+SPAM_HEADER_NAMES = ("X-Spam-Flag", "X-Spam-Score", "X-Spam-Status")
+SPAM_HEADERS = frozenset(name.lower() for name in SPAM_HEADER_NAMES)
 #: What scoring a message the model cannot score raises.
 SCORING_ERRORS = (ValueError, TypeError, OverflowError)
 
@@ -280,24 +282,36 @@ def score_of(proba: float) -> float:
 
 
 def _scored(request: SpamdRequest, verdict: Verdict) -> bytes:
-    """The answer to a scoring command."""
+    """The answer to a scoring command. A client of the protocol before 1.3 takes one header (Exim's ``spam =``
+    condition speaks 1.2 and parses the answer as spamd gives it to such a client): the scoring commands' answers
+    then have ``Spam`` alone, PROCESS's and HEADERS' ``Content-length`` alone."""
     spam = {"Spam": f"{'True' if verdict.spam else 'False'} ; {verdict.score:.1f} / {verdict.required:.1f}"}
-    command = request.command
+    command, one_header = request.command, _version(request.version) < (1, 3)
     if command == "CHECK":
-        return _answer(EX_OK, spam, b"")
+        return _answer(EX_OK, spam, b"", length=not one_header)
     if command == "SYMBOLS":
-        return _answer(EX_OK, spam, SYMBOL.encode())
+        return _answer(EX_OK, spam, SYMBOL.encode(), length=not one_header)
     if command in ("REPORT", "REPORT_IFSPAM"):
         report = _report(verdict, request.truncated) if command == "REPORT" or verdict.spam else b""
-        return _answer(EX_OK, spam, report)
+        return _answer(EX_OK, spam, report, length=not one_header)
     marked = with_spam_headers(request.message, verdict)
     if command == "HEADERS":  # up to and with the blank line that ends the header block
         marked = marked[: len(marked) - len(_split(marked)[1])]
-    return _answer(EX_OK, spam, marked)
+    return _answer(EX_OK, {} if one_header else spam, marked)
 
 
-def _answer(code: int, headers: dict[str, str], body: bytes) -> bytes:
-    lines = [f"{PROTOCOL} {code} {_CODE_NAMES.get(code, 'EX_SOFTWARE')}", f"Content-length: {len(body)}"]
+def _version(version: str) -> tuple[int, ...]:
+    """The protocol version of ``SPAMC/1.5`` as (1, 5); one that is no number is taken as this server's."""
+    try:
+        return tuple(int(part) for part in version.removeprefix("SPAMC/").split(".")[:2])
+    except ValueError:
+        return (1, 5)
+
+
+def _answer(code: int, headers: dict[str, str], body: bytes, length: bool = True) -> bytes:
+    """The answer of ``code``: ``Content-length`` (unless ``length`` is false), ``headers``, then ``body``."""
+    lines = [f"{PROTOCOL} {code} {_CODE_NAMES.get(code, 'EX_SOFTWARE')}"]
+    lines += [f"Content-length: {len(body)}"] * length
     lines += [f"{name}: {value}" for name, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
