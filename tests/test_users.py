@@ -24,6 +24,8 @@ from test_kafka_rebalance import BIN
 from pegasos_stream import cli
 from pegasos_stream.cli.assemble import build_features, build_model
 from pegasos_stream.cli.config import ConfigError, config_file, load_config, validate
+from pegasos_stream.cli.settings import settings_of
+from pegasos_stream.cli.users import connection_properties
 from pegasos_stream.kafka.python_client import _message
 from pegasos_stream.learners.personal import PersonalOffset
 from pegasos_stream.parse.parsing import BadRecord
@@ -187,6 +189,23 @@ def test_an_instance_needs_a_personal_configuration(capsys):
     status = cli.main(["users", "--config", "spam", "--input-topic", "a", "--output-topic", "b", "--state-dir", "s"])
     assert status == 2
     assert "users: model.kind: expected personal" in capsys.readouterr().err
+
+
+def test_an_instance_connects_as_the_kafka_section_says_tls_and_sasl_included():
+    sets = ["kafka.security_protocol=SASL_SSL", "kafka.sasl_mechanism=SCRAM-SHA-512"]
+    sets += ["kafka.sasl_plain_username=pegasos", "kafka.sasl_plain_password=secret", "kafka.ssl_cafile=ca.pem"]
+    connection = settings_of(load_config(config_file("personal"), sets)).kafka
+    assert connection_properties(connection) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "pegasos",
+        "sasl.password": "secret",
+        "ssl.ca.location": "ca.pem",  # (a path of --set: as given, from the working directory)
+    }
+    assert connection_properties(settings_of(load_config(config_file("personal"), [])).kafka) == {}
+    kerberos = settings_of(load_config(config_file("personal"), ["kafka.sasl_kerberos_domain_name=x"])).kafka
+    with pytest.raises(ConfigError, match=r"users: kafka\.sasl_kerberos_domain_name: not available"):
+        connection_properties(kerberos)
 
 
 # -- real processes on the test broker ------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from .assemble import build_features, build_model
 from .checks import StartupError
 from .config import ConfigError, config_file, load_config
 from .serve import TopicProvider, model_topic_reader, served_configuration
-from .settings import JobSettings, settings_of
+from .settings import JobSettings, KafkaConnection, settings_of
 
 __all__ = ["add_users_command", "command_users"]
 
@@ -30,9 +30,18 @@ def _personal(settings: JobSettings, config: dict) -> PersonalPegasos:
     if not isinstance(model, PersonalPegasos):
         kind = settings.raw["model"]["kind"]
         raise ConfigError(f"users: model.kind: expected personal (offsets per user), got {kind}")
-    if settings.kafka.security_protocol not in (None, "PLAINTEXT"):
-        raise ConfigError("users: kafka.security_protocol: an instance connects to a PLAINTEXT broker only")
     return model
+
+
+def connection_properties(connection: KafkaConnection) -> dict[str, object]:
+    """librdkafka's connection and security properties of the ``kafka`` section (its kafka-python names mapped as
+    for ``source.client: confluent``); a ConfigError for a setting librdkafka cannot take."""
+    from ..kafka.confluent_client import librdkafka_settings
+
+    try:
+        return librdkafka_settings(connection.client_settings())
+    except ValueError as error:
+        raise ConfigError(f"users: kafka.{error}") from None
 
 
 @contextlib.contextmanager
@@ -92,6 +101,7 @@ def command_users(args: argparse.Namespace) -> int:
         idle_stop=args.idle_stop,
         consumer=_client_settings(args.consumer, "consumer"),
         producer=_client_settings(args.producer, "producer"),
+        connection=connection_properties(settings.kafka),
     )
     with _followed(args) as provider:
 

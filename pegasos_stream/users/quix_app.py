@@ -47,6 +47,9 @@ class InstanceSettings:
     #: librdkafka settings of the consumer (session timeout, ...) and of the producer (transaction timeout, ...).
     consumer: Mapping[str, Any] = field(default_factory=dict)
     producer: Mapping[str, Any] = field(default_factory=dict)
+    #: librdkafka's connection and security properties (``security.protocol``, ``sasl.username``, ...) of every
+    #: client of the instance: consumer, producer and topic admin.
+    connection: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -74,7 +77,16 @@ def _topic_manager(settings: InstanceSettings) -> Any:
                 fetched.broker_config.extra_config.setdefault(key, value)
             return fetched
 
-    return ReportedRetention(TopicAdmin(settings.bootstrap_servers), settings.group)
+    return ReportedRetention(TopicAdmin(_broker(settings)), settings.group)
+
+
+def _broker(settings: InstanceSettings) -> Any:
+    """Quix's connection of every client: the bootstrap servers and the connection properties."""
+    from quixstreams.kafka.configuration import ConnectionConfig
+
+    return ConnectionConfig.from_librdkafka_dict(
+        {"bootstrap.servers": settings.bootstrap_servers, **settings.connection}
+    )
 
 
 def _identity(value: Any) -> Any:
@@ -88,7 +100,7 @@ def run_instance(instance: UserInstance, settings: InstanceSettings) -> Instance
     from quixstreams.state.rocksdb import RocksDBOptions
 
     app = Application(
-        broker_address=settings.bootstrap_servers,
+        broker_address=_broker(settings),
         consumer_group=settings.group,
         auto_offset_reset="earliest",
         state_dir=settings.state_dir,
