@@ -27,8 +27,9 @@ from pegasos_stream.cli.config import ConfigError, config_file, load_config, val
 from pegasos_stream.cli.settings import settings_of
 from pegasos_stream.cli.users import connection_properties
 from pegasos_stream.kafka.python_client import _message
-from pegasos_stream.learners.personal import PersonalOffset
+from pegasos_stream.learners.personal import PersonalOffset, PersonalPegasos
 from pegasos_stream.parse.parsing import BadRecord
+from pegasos_stream.persist.checkpoint import latest_valid
 from pegasos_stream.testing.environments import users_command
 from pegasos_stream.users.instance import (
     DecodedOffsets,
@@ -174,6 +175,49 @@ def test_run_forwards_each_event_with_the_shared_learners_score(tmp_path):
     ]
     assert _message(forwarded[0])[0] == events[0]["user"].encode()
     assert _message({"id": 3, "score": 1.0})[0] == b"3"
+
+
+def test_a_late_label_is_forwarded_with_its_event_and_the_offsets_learn_it_as_one_personal_learner_does(tmp_path):
+    """A label that comes after its event (``{"id", "label"}``): a forwarding run forwards the event again with the
+    label and the shared learner's f(x) before it learns it, so that the instances' offsets equal one
+    PersonalPegasos's over the same stream, delayed labels included, bit for bit; also when the run stopped between
+    an event and its label, and resumed from its checkpoint."""
+    stream: list[dict] = []
+    labels: list[dict] = []  # the late labels, each after the two events that follow its own
+    for i, event in enumerate(_events(90)):
+        if i % 3:
+            stream.append(event)
+        else:  # every third event comes unlabelled
+            stream.append({key: value for key, value in event.items() if key != "label"})
+            labels.append({"id": event["id"], "label": event["label"]})
+        if i % 3 == 2:
+            stream.append(labels.pop())
+    source = tmp_path / "events.jsonl"
+    source.write_text("".join(json.dumps(event) + "\n" for event in stream))
+    single = ["run", "--config", "personal", "--input", str(source), "--output", str(tmp_path / "scores.jsonl")]
+    assert cli.main([*single, "--set", f"checkpoint.dir={tmp_path / 'ck'}"]) == 0
+    reference = cast(PersonalPegasos, latest_valid(tmp_path / "ck")[1]["model"])  # type: ignore[index]
+    out = tmp_path / "forwarded.jsonl"
+    forward = [*single[:-1], str(out), "--set", "output.forward=true", "--set", f"checkpoint.dir={tmp_path / 'fw'}"]
+    assert cli.main([*forward, "--max-events", "49"]) == 0  # stopped with an event's label still to come
+    first = out.read_text().splitlines()
+    assert cli.main([*forward, "--resume"]) == 0
+    lines = out.read_text().splitlines()
+    lines = lines if lines[: len(first)] == first else first + lines  # (appended to, or written anew)
+    assert "label" not in stream[48] and len(first) == 49  # (the checkpoint held an event waiting for its label)
+    forwarded = [json.loads(line) for line in lines]
+    late = [record for record in forwarded if record["id"] in {e["id"] for e in stream if "text" not in e}]
+    assert [("label" in record) for record in late] == [False, True] * 30  # each late one twice: with its label
+    assert set(stream[3]) == {"id", "label"} and stream[3]["id"] == stream[0]["id"]  # (a label two events late)
+    instance, states = _instance(), {}
+    for i, record in enumerate(forwarded):
+        user_event = parse_user_event(json.dumps(record).encode(), record["user"].encode(), f"users[0]@{i}")
+        _, state = instance.process(user_event, states.get(record["user"]))
+        states[record["user"]] = state if state is not None else states.get(record["user"])
+    assert {user: offset_digest(PersonalOffset.from_bytes(state)) for user, state in states.items()} == {
+        user: offset_digest(reference.offset(user)) for user in states
+    }
+    assert sum(PersonalOffset.from_bytes(state).t for state in states.values()) == 90
 
 
 def test_forwarding_needs_a_binary_learner_and_json_events():

@@ -17,12 +17,14 @@ __all__ = ["PendingLabels", "check_pending"]
 
 @dataclass
 class Pending:
-    """A predicted example: its features, the score it got, when, and whose it is (None: no user's)."""
+    """A predicted example: its features, the score it got, when, whose it is (None: no user's), and, for a run
+    that forwards its events (``output.forward``), the JSON record it came in (None otherwise)."""
 
     x: dict
     score: float
     arrived: float
     user: str | None = None
+    record: str | None = None
 
 
 class PendingLabels:
@@ -44,10 +46,12 @@ class PendingLabels:
     def __len__(self) -> int:
         return len(self._waiting)
 
-    def add(self, event_id: Hashable, x: dict, score: float, user: str | None = None) -> None:
-        """Keep x until its label comes; a repeated id replaces the earlier example."""
+    def add(
+        self, event_id: Hashable, x: dict, score: float, user: str | None = None, record: str | None = None
+    ) -> None:
+        """Keep x (and ``record``) until its label comes; a repeated id replaces the earlier example."""
         self._waiting.pop(event_id, None)
-        self._waiting[event_id] = Pending(x, score, self.clock(), user)
+        self._waiting[event_id] = Pending(x, score, self.clock(), user, record)
         while len(self._waiting) > self.max_pending:
             self._waiting.popitem(last=False)
             self.dropped += 1
@@ -64,7 +68,7 @@ class PendingLabels:
         """The waiting examples, oldest first, as a few columns whatever their number: ``ids``,
         ``scores``, ``ages`` (seconds waited at ``now``) and the x dicts as CSR rows (``indptr``,
         ``indices`` into the list of distinct ``keys``, ``values``); ids and keys keep their types. When an example
-        is a user's, ``users`` too: each example's user, or None."""
+        is a user's, ``users`` too: each example's user, or None; and when one keeps its record, ``records``."""
         ids: list = []
         scores: list = []
         ages: list[float] = []
@@ -87,8 +91,10 @@ class PendingLabels:
                 values.append(value)
             indptr.append(len(indices))
         users = [pending.user for pending in self._waiting.values()]
+        records = [pending.record for pending in self._waiting.values()]
         return {
             **({"users": users} if any(user is not None for user in users) else {}),
+            **({"records": records} if any(record is not None for record in records) else {}),
             "ids": ids,
             "scores": _floats_as_array(scores),
             "ages": np.array(ages, dtype=np.float64),
@@ -107,10 +113,11 @@ class PendingLabels:
         ages = np.asarray(columns["ages"], dtype=np.float64).tolist()
         indptr, indices = np.asarray(columns["indptr"]).tolist(), np.asarray(columns["indices"]).tolist()
         users = columns.get("users", [None] * len(ids))
+        records = columns.get("records", [None] * len(ids))
         for row, event_id in enumerate(ids):
             start, end = indptr[row], indptr[row + 1]
             x = dict(zip([keys[column] for column in indices[start:end]], values[start:end]))
-            self._waiting[event_id] = Pending(x, scores[row], now - ages[row], users[row])
+            self._waiting[event_id] = Pending(x, scores[row], now - ages[row], users[row], records[row])
 
     def take(self, event_id: Hashable) -> Pending | None:
         """The example waiting under this id, removed; None (counted as unmatched) if there is none."""
@@ -140,15 +147,16 @@ def check_pending(pending: object) -> None:
         if not all(isinstance(entry, (list, tuple)) and len(entry) == 4 and _entry(*entry) for entry in pending):
             raise ValueError("pending examples: expected [id, features, score, age] entries")
         return
-    if not isinstance(pending, dict) or set(pending) - {"users"} != _COLUMNS:
-        raise ValueError(f"pending examples: expected the columns {', '.join(sorted(_COLUMNS))} (and users)")
+    if not isinstance(pending, dict) or set(pending) - _OPTIONAL_COLUMNS != _COLUMNS:
+        raise ValueError(f"pending examples: expected the columns {', '.join(sorted(_COLUMNS))} (and users, records)")
     _check_column_types(pending)
     _check_column_layout(pending)
-    users = pending.get("users", [None] * len(pending["ids"]))
-    if not (isinstance(users, list) and all(user is None or isinstance(user, str) for user in users)):
-        raise ValueError("pending examples: users must be a list of strings or nulls")
-    if len(users) != len(pending["ids"]):
-        raise ValueError("pending examples: users and ids differ in length")
+    for name in _OPTIONAL_COLUMNS:
+        column = pending.get(name, [None] * len(pending["ids"]))
+        if not (isinstance(column, list) and all(item is None or isinstance(item, str) for item in column)):
+            raise ValueError(f"pending examples: {name} must be a list of strings or nulls")
+        if len(column) != len(pending["ids"]):
+            raise ValueError(f"pending examples: {name} and ids differ in length")
 
 
 def _check_column_types(pending: dict) -> None:
@@ -182,8 +190,9 @@ def _check_column_layout(pending: dict) -> None:
         raise ValueError("pending examples: a feature index is outside the key list")
 
 
-#: The columns of `PendingLabels.columns`.
+#: The columns of `PendingLabels.columns`, and those it has only when some example has one: its user, its record.
 _COLUMNS = {"ids", "scores", "ages", "indptr", "keys", "indices", "values"}
+_OPTIONAL_COLUMNS = {"users", "records"}
 
 
 def _hashable(value: object) -> bool:

@@ -44,7 +44,7 @@ def prediction_output(event_id: Hashable, predicted: object, score: float, proba
 
 
 def forwarded_event(
-    record: bytes, fields: Mapping[str, str], event_id: Hashable, shared_score: float, label: bool | None
+    record: bytes | str, fields: Mapping[str, str], event_id: Hashable, shared_score: float, label: bool | None
 ) -> dict:
     """The event of a JSON ``record`` as ``run`` forwards it (``output.forward``) to the instances that learn the
     users' offsets: its ``id``, ``user`` (the string of ``fields["user"]``, else null), input (``text``, or the

@@ -376,15 +376,24 @@ class Runner:
         else:
             self.sink.emit(prediction_output(event.id, predicted, score, proba))
         self.stats.predicted += 1
-        if event.label is None:
-            self.pending.add(event.id, x, prediction, event.user)
+        if event.label is None:  # (a forwarding run keeps the record, to forward it again with its label)
+            kept = record.value.decode() if self._forwarding else None
+            self.pending.add(event.id, x, prediction, event.user, kept)
         else:
             self._learn(x, event.label, prediction, event.user)
 
     def _late_label(self, event: Event) -> None:
         waiting = self.pending.take(event.id)
-        if waiting is not None:
+        if waiting is None:
+            return
+        if waiting.record is None:
             self._learn(waiting.x, event.label, waiting.score, waiting.user)
+            return
+        # forwarding: the event goes out again, with its label and the shared learner's f(x) before it learns it
+        shared_score = cast(BinaryLearner, self.predictor.model).decision_function_one(waiting.x)
+        self._learn(waiting.x, event.label, waiting.score, waiting.user)
+        positive = binary_sign(event.label) > 0
+        self.sink.emit(forwarded_event(waiting.record, self.parser.fields, event.id, shared_score, positive))
 
     def _learn(self, x: dict, label: object, prediction: object, user: str | None) -> None:
         self._task.learn(x, label, prediction, user)
