@@ -11,6 +11,7 @@ import json
 import math
 import os
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -20,12 +21,13 @@ import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
-from http_helpers import http_json
+from http_helpers import free_port, http_json
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.admin._configs import ConfigResource
@@ -350,6 +352,35 @@ def test_a_missing_model_or_allow_empty_without_a_configuration_is_one_line(tmp_
         done = subprocess.run([*COMMAND, "serve", *args], capture_output=True, timeout=WAIT, check=False)
         assert done.returncode == 2
         assert done.stderr.decode().startswith(expected), done.stderr
+
+
+def test_a_service_logs_each_request_and_serves_its_metrics(models, serve):
+    """The access log has a line per request (protocol, client, request, outcome, bytes, time), and
+    ``--set metrics.port=PORT`` serves Prometheus' figures of the service: requests by outcome, their times, the
+    model served, the predictions and the refusals."""
+    port = free_port()
+    server = serve("--model", str(models[0]), "--http", "127.0.0.1:0", "--set", f"metrics.port={port}")
+    url = server.wait_for("serving predictions on ").split(" on ")[1].split()[0]
+    assert server.wait_for("serving metrics on ").endswith(f"http://127.0.0.1:{port}/metrics\n")
+    event = _events(range(1))[0]
+    assert http_json(f"{url}/predict", event)[0] == 200
+    assert http_json(f"{url}/predict", b"{")[0] == 400
+    line = server.wait_for('http 127.0.0.1 "POST /predict" 200 ')
+    assert re.search(rf'"POST /predict" 200 {len(event)} B \d+\.\d ms$', line.strip()), line
+    server.wait_for('http 127.0.0.1 "POST /predict" 400 1 B ')
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=WAIT) as response:
+        scraped = response.read().decode()
+    figures = {
+        line.split(" ")[0]: float(line.split(" ")[1]) for line in scraped.splitlines() if not line.startswith("#")
+    }
+    assert figures['pegasos_stream_serve_requests_total{outcome="200",protocol="http"}'] == 1.0
+    assert figures['pegasos_stream_serve_requests_total{outcome="400",protocol="http"}'] == 1.0
+    assert figures['pegasos_stream_serve_request_seconds_count{protocol="http"}'] == 2.0
+    assert figures["pegasos_stream_serve_predictions_total"] == 1.0
+    assert figures["pegasos_stream_serve_errors_total"] == 1.0
+    assert figures["pegasos_stream_serve_model_version"] == 1.0
+    assert figures["pegasos_stream_serve_model_age_seconds"] >= 0.0 and "process_resident_memory_bytes" in figures
+    assert server.stop(signal.SIGTERM) == 0
 
 
 def test_http_answers_single_and_batch_requests_refuses_bad_ones_and_reports_health(models, serve, tmp_path):

@@ -142,6 +142,11 @@ def test_spamc_checks_reports_and_marks_messages_as_predict_scores_them(trained,
         assert server.spamc("-y", message=message).stdout.strip() == b"PEGASOS_STREAM"  # SYMBOLS
     assert server.spamc("-K").stdout.startswith(b"SPAMD/1.5 0")  # PING
     assert server.stop() == 0
+    deadline = time.monotonic() + WAIT  # (the access log's lines, one per request, read from its stderr by a thread)
+    while len(checks := [line for line in server.log if 'spamd 127.0.0.1 "CHECK" 0 ' in line]) < len(messages):
+        assert time.monotonic() < deadline, server.log
+        time.sleep(0.05)
+    assert len(checks) == len(messages) and all(line.rstrip().endswith(" ms") for line in checks)
 
 
 def _ask(address: str, request: bytes) -> bytes:

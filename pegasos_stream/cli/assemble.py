@@ -427,17 +427,26 @@ def build_metrics(
     try:
         from ..run.metrics import RunMetrics
     except ModuleNotFoundError as error:
-        if error.name != "prometheus_client":
-            raise
-        raise ConfigError(
-            "metrics.port is set, but prometheus_client is not installed: pip install 'pegasos-stream[metrics]'"
-        ) from None
+        raise metrics_extra_missing(error) from None
     metrics = RunMetrics(runner, source, checkpoints, RECENT_SCORES)
-    try:
-        metrics.start(section.host, section.port)
-    except OSError as error:
-        raise ConfigError(
-            f"metrics.port: cannot listen on {section.host}:{section.port}: {error.strerror or error}"
-        ) from None
+    start_metrics(metrics.start, section.host, section.port)
     runner.monitor = metrics
     return metrics
+
+
+def metrics_extra_missing(error: ModuleNotFoundError) -> ConfigError:
+    """The ConfigError of ``metrics.port`` set without the ``metrics`` extra (``error`` raised again when the
+    module missing is another)."""
+    if error.name != "prometheus_client":
+        raise error
+    return ConfigError(
+        "metrics.port is set, but prometheus_client is not installed: pip install 'pegasos-stream[metrics]'"
+    )
+
+
+def start_metrics(start: Callable[[str, int], None], host: str, port: int) -> None:
+    """``start(host, port)``, the metrics served there; a ConfigError when the address cannot be listened on."""
+    try:
+        start(host, port)
+    except OSError as error:
+        raise ConfigError(f"metrics.port: cannot listen on {host}:{port}: {error.strerror or error}") from None

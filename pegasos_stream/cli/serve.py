@@ -45,7 +45,15 @@ from ..serve.feedback import Feedback, FeedbackLog, FeedbackSpool
 from ..serve.serving import Refusal, ServedModel, Serving, Watcher, serve_stream
 from ..serve.spamd import REQUIRED_SCORE, SpamdService
 from . import options
-from .assemble import build_model, build_parser, build_predictor, build_sinks, build_source
+from .assemble import (
+    build_model,
+    build_parser,
+    build_predictor,
+    build_sinks,
+    build_source,
+    metrics_extra_missing,
+    start_metrics,
+)
 from .checks import StartupError, check_files, secret
 from .config import (
     ConfigError,
@@ -56,7 +64,7 @@ from .config import (
     without_paths,
 )
 from .predict import stored_config
-from .settings import KafkaConnection, settings_of
+from .settings import JobSettings, KafkaConnection, settings_of
 
 if TYPE_CHECKING:
     from ..distribute.publishing import ModelTopicReader
@@ -328,11 +336,33 @@ def _on_signals(handler: Callable[..., Any]) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def kafka_connection(config: str | None, sets: list[tuple[str, str]]) -> KafkaConnection:
-    """The ``kafka`` section of the configuration ``config`` (None: the defaults) under the overrides ``sets``
-    ((override, the flag it came from))."""
+def command_settings(config: str | None, sets: list[tuple[str, str]]) -> JobSettings:
+    """The settings of the configuration ``config`` (None: the defaults) under the overrides ``sets`` ((override,
+    the flag it came from)): the command's own sections (``kafka``, ``metrics``), whatever model it serves."""
     path = config_file(config) if config else None
-    return settings_of(load_config(path, [text for text, _ in sets], [flag for _, flag in sets])).kafka
+    return settings_of(load_config(path, [text for text, _ in sets], [flag for _, flag in sets]))
+
+
+def kafka_connection(config: str | None, sets: list[tuple[str, str]]) -> KafkaConnection:
+    """The ``kafka`` section of `command_settings`."""
+    return command_settings(config, sets).kafka
+
+
+def _serve_metrics(serving: Serving, args: argparse.Namespace) -> None:
+    """With ``metrics.port`` (``--set metrics.port=9100``, or ``--config``'s), the service's metrics served there
+    (`serve.metrics`), told of each request its access log records; a ConfigError when ``prometheus_client`` is
+    not installed or the address cannot be listened on."""
+    section = command_settings(args.config, options.overrides(args)).metrics
+    if section.port is None:
+        return
+    try:
+        from ..serve.metrics import ServeMetrics
+    except ModuleNotFoundError as error:
+        raise metrics_extra_missing(error) from None
+    metrics = ServeMetrics(serving)
+    start_metrics(metrics.start, section.host, section.port)
+    serving.access.observer = metrics
+    _log.info("serving metrics on http://%s:%d/metrics", section.host, section.port)
 
 
 def open_feedback(directory: str | None, topic: str | None, connection: Callable[[], KafkaConnection]) -> Feedback:
@@ -583,6 +613,7 @@ def command_serve(args: argparse.Namespace) -> int:
             missing = f"no model in {provider.origin}" if args.model_topic else f"no valid checkpoint in {args.model}"
             _log.info("%s yet: waiting for one (looking every %g s)", missing, args.reload_s)
         serving = Serving(provider, args.max_staleness_s)
+        _serve_metrics(serving, args)
         watcher = Watcher(serving, args.reload_s)
         watcher.start()
         opened.callback(watcher.close)

@@ -22,6 +22,7 @@ import hmac
 import json
 import logging
 import os
+import time
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
@@ -91,6 +92,7 @@ class PredictionApp:
         )
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        started = time.perf_counter()
         request = Request(environ)
         request.max_content_length = MAX_REQUEST_BYTES
         try:
@@ -100,6 +102,10 @@ class PredictionApp:
             response = _json(error.code or 500, {"error": error.description})
             if isinstance(error, MethodNotAllowed) and error.valid_methods:
                 response.headers["Allow"] = ", ".join(error.valid_methods)
+        client = request.remote_addr or "-"
+        asked = f"{request.method} {request.path[:200]}"
+        size, seconds = request.content_length or 0, time.perf_counter() - started
+        self.serving.access.record("http", client, asked, str(response.status_code), size, seconds)
         return response(environ, start_response)
 
     def _allowed(self, endpoint: str, request: Request) -> bool:

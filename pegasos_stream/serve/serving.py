@@ -29,6 +29,7 @@ from ..io.sources import Source
 from ..parse.parsing import EventParser
 from ..run.predictions import Predictor, prediction_output, record_features
 from ..run.rejections import give_back, reject, rejection_reason
+from .access import AccessLog
 
 __all__ = ["ModelProvider", "NoModel", "Refusal", "ServedModel", "Serving", "Watcher", "serve_stream", "unanswered"]
 
@@ -96,6 +97,8 @@ class Serving:
     def __init__(self, provider: ModelProvider, max_staleness_s: float | None = None) -> None:
         self.provider = provider
         self.max_staleness_s = max_staleness_s
+        #: Where each request a protocol answers is logged (and, with metrics, counted).
+        self.access = AccessLog()
         self.served = 0
         self.errors = 0
         self._counts = threading.Lock()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -390,17 +391,25 @@ def _shown_feature(name: str) -> str:
 
 
 def handle_connection(
-    reader: ByteReader, write: Callable[[bytes], object], service: SpamdService, max_bytes: int = MAX_MESSAGE_BYTES
+    reader: ByteReader,
+    write: Callable[[bytes], object],
+    service: SpamdService,
+    max_bytes: int = MAX_MESSAGE_BYTES,
+    client: str = "-",
 ) -> None:
-    """Read one request from ``reader`` and ``write`` its answer (spamd answers one request per connection)."""
+    """Read one request from ``reader`` and ``write`` its answer (spamd answers one request per connection), and
+    log it (`serve.access`: the command, its exit code and the message's bytes) as ``client``'s."""
+    started, command, size = time.perf_counter(), "-", 0
     try:
         request = read_request(reader, max_bytes)
+        command, size = request.command, len(request.message)
+        answer = service.answer(request)
     except ProtocolError as error:
         service.serving.count(0, 1)
-        write(error_answer(error.code, str(error)))
-        return
+        answer = error_answer(error.code, str(error))
     except TimeoutError:
         service.serving.count(0, 1)
-        write(error_answer(EX_TEMPFAIL, "the request did not come in time"))
-        return
-    write(service.answer(request))
+        answer = error_answer(EX_TEMPFAIL, "the request did not come in time")
+    write(answer)
+    code = answer.split(b" ", 2)[1].decode() if answer else "-"  # (SKIP is answered nothing)
+    service.serving.access.record("spamd", client, command, code, size, time.perf_counter() - started)

@@ -36,7 +36,9 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         server = cast("_Bounded", self.server)
         self.connection.settimeout(server.timeout_s)
-        handle_connection(self.rfile, self.wfile.write, server.service, server.max_bytes)
+        address = self.client_address
+        client = address[0] if isinstance(address, tuple) and address else "local"  # (a Unix socket's has no address)
+        handle_connection(self.rfile, self.wfile.write, server.service, server.max_bytes, str(client))
 
 
 class _Bounded(socketserver.ThreadingMixIn):
