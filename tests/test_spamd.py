@@ -441,8 +441,9 @@ def test_a_taught_message_keeps_its_user_which_a_personal_run_learns_and_takes_a
 @pytest.mark.parametrize("end", [b"\n", b"\r\n"])
 def test_a_taught_record_is_read_back_as_the_message_its_label_and_its_user(end):
     message = b"Subject: hi" + end + end + b"hello" + end
-    parser = EventParser("raw", labels={"positive": "spam", "negative": "ham"})
+    parser = EventParser("raw", labels={"positive": "spam", "negative": "ham"}, taught=True)
     users = EventParser("raw", users=True)
+    mail = EventParser("raw", labels={"positive": "spam", "negative": "ham"})  # (not a feedback log's)
     for label, user in [("spam", None), ("ham", "ann"), (None, "bob")]:
         record = taught_record(message, label, user)
         lines = 2 - (label, user).count(None)  # a line before the message for each of them given
@@ -450,6 +451,8 @@ def test_a_taught_record_is_read_back_as_the_message_its_label_and_its_user(end)
         event = parser.parse(Record(record, "taught"))
         assert (event.text, event.label, event.user) == (message, None if label is None else label == "spam", None)
         assert users.parse(Record(record, "taught")).user == user
+        untaught = mail.parse(Record(record, "mail"))  # a sender's line names no label: taken away, left
+        assert (untaught.text, untaught.label) == (message, None)
     sourced = parser.parse(Record(taught_record(message, "spam"), "in Ham/", label="ham"))
     assert sourced.label is False  # the source's label (a folder's) stands over the record's line
     with pytest.raises(BadRecord, match="unknown label 'junk'"):

@@ -372,6 +372,7 @@ def build_parser(config: JobConfig, model: object) -> EventParser:
         getattr(model, "_multiclass", False),
         columns if isinstance(columns, int) else None,
         users=isinstance(model, PersonalPegasos) and not settings.output.forward,  # (forwarded, a user is read then)
+        taught=source.type == "kafka" and source.format == "raw",  # (a feedback topic's taught messages)
     )
 
 

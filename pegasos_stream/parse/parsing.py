@@ -23,8 +23,8 @@ def taught_record(message: bytes, label: str | None, user: str | None = None) ->
     """A message taught as ``label`` (by the name the configuration gives the class, e.g. "spam"; None: its source
     says it, as a folder does), for ``user``: a first line ``X-Pegasos-Label: LABEL`` when there is a label, then
     ``X-Pegasos-User: NAME`` when there is a user, each ended as the message ends its lines, then the message as
-    it is. The parser of mail takes those lines away from every message, and reads the label from them when the
-    source gives none."""
+    it is. The parser of mail takes those lines away from every message, and reads the label from them when it
+    parses taught records and the source gives none."""
     end = b"\r\n" if b"\r\n" in message[:4096] else b"\n"
     head = b"" if label is None else LABEL_LINE + label.encode() + end
     if user is not None:
@@ -85,6 +85,10 @@ class EventParser:
     users
         Read each JSON event's user (``fields["user"]``, "user" by default: a string, or absent), for a learner
         of personal models; False: no event has a user.
+    taught
+        The records are taught messages (a feedback log's, `taught_record`): a message without a label from its
+        source takes the one of its ``X-Pegasos-Label`` line. Otherwise that line is taken away and its label
+        left: a message from elsewhere, whose sender may have written the line, never names its own label.
 
     """
 
@@ -97,8 +101,10 @@ class EventParser:
         classes: bool = False,
         columns: int | None = None,
         users: bool = False,
+        taught: bool = False,
     ) -> None:
         self.format = format
+        self.taught = taught
         self.fields = {"id": "id", "x": "x", "text": "text", "label": "label", "user": "user", **(fields or {})}
         self.users = users
         self.labels = dict(labels or {})
@@ -188,8 +194,8 @@ class EventParser:
     def _message(self, record: Record) -> Event:
         """A mail message: its bytes as the text, named by its position, labelled as its source says. The first
         lines of a taught message (`taught_record`), ``X-Pegasos-Label: LABEL`` and ``X-Pegasos-User: NAME``, are
-        taken away: the label is the event's when its source gives none (a folder's or ``source.label`` stands),
-        and the user names the event's user when the parser reads users."""
+        taken away: the label is the event's when the records are taught ones and the source gives none (a
+        folder's or ``source.label`` stands), and the user names the event's user when the parser reads users."""
         text, taught = record.value, {}
         for line_start in (LABEL_LINE, USER_LINE):
             if text.startswith(line_start):
@@ -197,7 +203,7 @@ class EventParser:
                 taught[line_start] = line[len(line_start) :].rstrip(b"\r").decode("utf-8", "replace")
         if not text.strip():
             raise BadRecord(record.position, "empty message")
-        given = taught.get(LABEL_LINE) if record.label is None else record.label
+        given = taught.get(LABEL_LINE) if record.label is None and self.taught else record.label
         label = None if given is None else self._label(given, record.position)
         user = taught.get(USER_LINE) if self.users else None
         return Event(id=record.position, position=record.position, text=text, label=label, user=user or None)
