@@ -346,7 +346,7 @@ def _score(checkpoint: Path, message: bytes, tmp_path: Path, capsys) -> float:
 
 @pytest.mark.slow
 @needs_postfix
-def test_postfix_delivers_each_message_with_the_headers_spamd_adds(trained, postfix, tmp_path, capsys):
+def test_postfix_delivers_each_message_with_the_headers_spamd_adds(trained, postfix, milters, tmp_path, capsys):
     checkpoint, spam, ham = trained
     forged = b"X-Spam-Flag: YES\nX-Spam-Status: Yes, score=99.0\n" + ham  # a sender's own verdict is not kept
     sent = {"spam": spam, "ham": ham, "forged": forged}
@@ -363,6 +363,7 @@ def test_postfix_delivers_each_message_with_the_headers_spamd_adds(trained, post
         assert (float(score) >= 1.5) == is_spam
         if recipient != "forged":  # the milter scored it with the forged headers
             assert float(score) == _score(checkpoint, _seen(delivered), tmp_path, capsys)
+    assert milters["marks"].logged('milter 127.0.0.1 "EOM" mark '), milters["marks"].log  # its access log
 
 
 @pytest.mark.slow

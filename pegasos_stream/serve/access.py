@@ -1,7 +1,8 @@
 """The access log of a service: one line per request it answered, and the figures of it that metrics take.
 
-A line says the protocol, the client, the request (``POST /predict``, spamd's ``CHECK``), the outcome (HTTP's
-status, spamd's exit code), the bytes of the request's body and the time it took to answer, on the logger
+A line says the protocol, the client, the request (``POST /predict``, spamd's ``CHECK``, a milter's end of
+message), the outcome (HTTP's status, spamd's exit code, what the milter did), the bytes of the request's body and
+the time it took to answer, on the logger
 ``pegasos_stream.access`` at INFO (standard error, as every line of ``serve``)::
 
     http 127.0.0.1 "POST /checkv2" 200 6210 B 3.1 ms

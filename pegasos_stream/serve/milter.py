@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -121,6 +122,12 @@ class SpamMilter(Milter.Base):
         self.policy = policy
         self.collected = Collected(policy.max_bytes)
         self.recipients: list[str] = []
+        self.client = "-"
+
+    def connect(self, hostname: str, family: int, address: object) -> int:
+        """Keep the client's address (the mail server's peer), for the access log."""
+        self.client = address[0] if isinstance(address, tuple) and address else hostname
+        return Milter.CONTINUE
 
     def envrcpt(self, recipient: str, *parameters: str) -> int:
         self.recipients.append(recipient.strip("<>").lower())
@@ -143,10 +150,15 @@ class SpamMilter(Milter.Base):
         return Milter.CONTINUE
 
     def eom(self) -> int:
+        started = time.perf_counter()
         collected, self.collected = self.collected, Collected(self.policy.max_bytes)
-        outcome = decide(self.service, collected.message, self.policy, self.user)
+        message = collected.message
+        outcome = decide(self.service, message, self.policy, self.user)
         self.recipients = []
-        return self._act(outcome, collected)
+        reply = self._act(outcome, collected)
+        access = self.service.serving.access
+        access.record("milter", self.client, "EOM", outcome.action, len(message), time.perf_counter() - started)
+        return reply
 
     def abort(self) -> int:
         self.collected = Collected(self.policy.max_bytes)
