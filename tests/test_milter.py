@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from collections.abc import Iterator
 from email.parser import BytesHeaderParser
 from pathlib import Path
@@ -28,6 +29,7 @@ from http_helpers import free_port
 
 from pegasos_stream import cli
 from pegasos_stream.persist.checkpoint import latest_valid
+from pegasos_stream.serve.access import AccessLog
 
 try:
     import Milter
@@ -480,10 +482,16 @@ def test_serve_milter_without_pymilter_says_so_in_one_line(tmp_path):
 
 
 class _Service:
-    """A stand-in for `SpamdService`: ``scored`` gives ``verdict``, or raises ``error``."""
+    """A stand-in for `SpamdService`: ``scored`` gives ``verdict``, or raises ``error``; its service's access log
+    keeps the (protocol, outcome) of each message in ``logged``."""
 
     def __init__(self, verdict=None, error: Exception | None = None) -> None:
         self.verdict, self.error = verdict, error
+        self.logged: list[tuple[str, str]] = []
+        self.serving = types.SimpleNamespace(access=AccessLog(self))
+
+    def observe(self, protocol: str, outcome: str, seconds: float) -> None:
+        self.logged.append((protocol, outcome))
 
     def scored(self, message: bytes, user: str | None = None):
         self.user = user
@@ -562,6 +570,7 @@ def test_the_filter_replaces_a_senders_spam_headers_and_replies_as_smtp_wants():
         ("addheader", name) for name in ("X-Spam-Flag", "X-Spam-Score", "X-Spam-Status")
     ]
     assert context.calls[4][2] == "7.9" and context.calls[5][2].startswith("Yes, score=7.9 required=1.5 ")
+    assert marking.service.logged == [("milter", "mark")]  # the access log's line, with what was done
 
     for policy, service, code, reply in (
         (MilterPolicy(reject=5.0), _Service(spam), Milter.REJECT, ("550", "5.7.1")),
@@ -572,3 +581,6 @@ def test_the_filter_replaces_a_senders_spam_headers_and_replies_as_smtp_wants():
         refusing._setctx(context)
         assert refusing.eom() == code
         assert [call[1:3] for call in context.calls] == ([reply] if reply else [])
+        assert service.logged == [
+            ("milter", {Milter.REJECT: "reject", Milter.TEMPFAIL: "tempfail"}.get(code, "accept"))
+        ]
