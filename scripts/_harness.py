@@ -134,6 +134,12 @@ def fmt(value: float | None, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The value at rank ``q`` (0 to 1) of ``values``: the ``int(q·n)``-th smallest, the largest at most."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def min_median(ratios: Sequence[float]) -> str:
     """The smallest and the median of paired ratios, as the headlines give them: "min 1.20, median 1.29"."""
     return f"min {min(ratios):.2f}, median {statistics.median(ratios):.2f}"

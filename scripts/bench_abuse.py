@@ -35,7 +35,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from _harness import add_data_argument, add_out_argument, fmt, section, warn_if_busy, write_results
+from _harness import add_data_argument, add_out_argument, fmt, percentile, section, warn_if_busy, write_results
 from bench_spamd import Server, free_port, train
 
 CONCURRENCY = (1, 8, 64)
@@ -43,11 +43,6 @@ CONCURRENCY = (1, 8, 64)
 TOO_MANY_EVENTS, TOO_MANY_BYTES = 1001, 17 << 20
 #: A raw message over the largest request body (64 MiB).
 HUGE_MESSAGE = 65 << 20
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def post(connection: http.client.HTTPConnection, path: str, body: bytes, kind: str) -> tuple[float, int]:

@@ -90,7 +90,7 @@ class FeedbackSpool:
 
 
 class RecordLog(Protocol):
-    """An append-only log of records (`kafka.appender.TopicAppender`)."""
+    """An append-only log of records (`kafka.python_client.TopicAppender`)."""
 
     def append(self, value: bytes, key: bytes | None) -> str:
         """Append a record once the log holds it durably; where it is. An OSError when the log cannot take it."""
