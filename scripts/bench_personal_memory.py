@@ -8,7 +8,7 @@ the users taking turns in a seeded order. `PersonalPegasos` (its shipped offset 
 ``PegasosClassifier(lambda_=1e-5, n_features=2**19)``) keeps at most ``--in-memory`` offsets in memory; the
 others leave for a store on disk (SQLite, one row of bytes per user; any mapping of user to bytes serves, and a
 stream engine's state store is the deployment's). At the end: the offsets in memory, their bytes per user
-(tracemalloc of the offsets' dicts and objects), the process's peak and final resident memory, the store's size
+(the growth of the resident memory per offset in memory), the process's peak and final resident memory, the store's size
 on disk and the events per second. Each user count runs in a fresh interpreter.
 
     python scripts/bench_personal_memory.py [--users 10000 100000 1000000] [--in-memory 10000]
@@ -148,9 +148,9 @@ def main() -> None:
         [
             "Each user count in a fresh interpreter. Bytes per user in memory: the growth of the resident memory "
             "from before the first event (the shared model's 2^19 float64 columns and the interpreter in it; "
-            "each message's columns are drawn as it comes) to the end, per offset in memory (each a dict of "
-            "weights and one of AdaGrad's sums, with the allocator's overhead, and the SQLite cache). The store is "
-            "a SQLite table of one row of bytes per user."
+            "each message's columns are drawn as it comes) to the end, per offset in memory (each its arrays of "
+            "columns, weights and AdaGrad's sums, with the allocator's overhead, and the SQLite cache). The store "
+            "is a SQLite table of one row of bytes per user."
         ],
     )
     write_results(args, "Memory of personal filters for many users", [table], rows=rows)

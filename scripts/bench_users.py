@@ -16,7 +16,9 @@ the key), gives the partitions to N instances as Quix Streams does (the range as
 state as the bytes of its offset after the stream (`PersonalOffset.to_bytes`, from one `PersonalPegasos` on the
 same stream). Events/s for N is the one-instance rate measured above over the busiest instance's share (1 for
 N = 1), bounded by what the shared learner forwards; the bytes moved from N − 1 to N instances are the state of
-the partitions that change owner, which their new owner restores from the changelog.
+the partitions that change owner, which their new owner restores from the changelog. `UserInstance.process` is
+also timed alone, in this process, on the records the shared learner forwards: an instance's work without the
+engine.
 
     python scripts/bench_users.py [--limit N] [--users U] [--partitions P] [--rounds R]
 """
@@ -44,6 +46,7 @@ from pegasos_stream.cli.assemble import build_features, build_model
 from pegasos_stream.cli.config import config_file, load_config
 from pegasos_stream.testing.environments import USERS_ENVIRONMENT, users_command
 from pegasos_stream.testing.kafka_broker import TansuBroker, create_topic, tansu_binary
+from pegasos_stream.users.instance import UserInstance, parse_user_event
 
 BIN = str(Path(sys.executable).parent / "pegasos-stream")
 
@@ -102,13 +105,26 @@ def instances_pass(broker: str, topic: str, count: int, events: int, idle_stop: 
     return {"events_per_s": records / span, "wall_s": wall, "records": [s["records"] for s in summaries]}
 
 
-def state_bytes(events: list[dict]) -> dict[str, int]:
-    """Each user's offset's bytes after the stream, from one PersonalPegasos."""
+def in_process(events: list[dict]) -> tuple[dict[str, int], float]:
+    """Each user's offset's bytes after the stream, from one PersonalPegasos; and the events/s of `UserInstance.process`
+    alone on the records the shared learner forwards (its f(x) before it learned x), each user's state in a dict."""
     config = load_config(config_file("personal"))
     model, features = build_model(config), build_features(config)
+    records = []
     for event in events:
-        model.learn_one(features.transform_one(event["text"]), event["label"] == "spam", user=event["user"])
-    return {user: len(model.offset(user).to_bytes()) for user in {event["user"] for event in events}}
+        x, positive = features.transform_one(event["text"]), event["label"] == "spam"
+        records.append({**event, "label": positive, "shared_score": model.shared.decision_function_one(x)})
+        model.learn_one(x, positive, user=event["user"])
+    sizes = {user: len(model.offset(user).to_bytes()) for user in {event["user"] for event in events}}
+    instance = UserInstance(build_model(config), features, ("ham", "spam"))
+    values = [(json.dumps(record).encode(), record["user"]) for record in records]
+    state: dict[str, bytes] = {}
+    started = time.perf_counter()
+    for i, (value, user) in enumerate(values):
+        _, data = instance.process(parse_user_event(value, user.encode(), f"users[0]@{i}"), state.get(user))
+        if data is not None:
+            state[user] = data
+    return sizes, len(values) / (time.perf_counter() - started)
 
 
 def range_owner(partitions: int, instances: int) -> list[int]:
@@ -173,6 +189,7 @@ def main() -> None:
     finally:
         broker.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+    sizes, alone = in_process(events)
     ratios = [two["events_per_s"] / one["events_per_s"] for one, two in zip(passes[1], passes[2], strict=True)]
     rows = [
         [
@@ -189,12 +206,12 @@ def main() -> None:
         f"{min_median(ratios)}.",
         f"The shared learner forwarding them (`run --config personal --set output.forward=true`, one process): "
         f"{shared_rate:,.0f} events/s by its own count, {len(events) / forward_wall:,.0f} with its start-up.",
+        f"`UserInstance.process` alone on the same records, in one process without Kafka: {alone:,.0f} events/s.",
     ]
     measured = section("One and two instances (events/s from the first event taken to the last)",
                        ["instances", ">fastest events/s", ">median events/s", ">median wall s (start-up, idle stop)"],
                        rows, notes)  # fmt: skip
     one = statistics.median(p["events_per_s"] for p in passes[1])
-    sizes = state_bytes(events)
     simulated = section(
         "Simulation of N instances",
         ["N", ">busiest instance's share", ">instances' events/s", ">with one shared learner", ">state bytes moved"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from pegasos_stream import cli
 from pegasos_stream.cli.serve import served_model
 from pegasos_stream.io.records import Record
 from pegasos_stream.learners import PegasosClassifier, PegasosMixture, PersonalPegasos
-from pegasos_stream.learners.personal import PersonalOffset
+from pegasos_stream.learners.personal_offset import PersonalOffset, column, feature_columns
 from pegasos_stream.parse.parsing import Event, EventParser
 from pegasos_stream.persist import codec
 from pegasos_stream.persist.checkpoint import latest_valid
@@ -75,11 +76,11 @@ class DenseReference:
             self.keep_largest(user)
 
     def keep_largest(self, user: str, *others: np.ndarray) -> None:
-        """Past ``max_weights`` weights, the user's largest four fifths kept (by |d|, the earlier of a tie), the
+        """Past ``max_weights`` weights, the user's largest four fifths kept (by |d|, the lower column of a tie), the
         others set to 0, in d and in each of ``others``."""
         order, d = self.order[user], self.d[user]
         if len(order) > self.max_weights:
-            kept = sorted(order, key=lambda c: -abs(d[c]))[: max(1, self.max_weights * 4 // 5)]
+            kept = sorted(sorted(order), key=lambda c: -abs(d[c]))[: max(1, self.max_weights * 4 // 5)]
             for c in order:
                 if c not in kept:
                     d[c] = 0.0
@@ -133,11 +134,11 @@ def test_the_offsets_follow_the_dense_reference_step_by_step(step, max_weights):
     for user, d in reference.d.items():
         offset = model.offset(user)
         dense = np.zeros(DIM)
-        for c, v in offset.v.items():
+        for c, v in offset.weights().items():
             dense[c] = offset.scale(model.t0) * v
         np.testing.assert_allclose(dense, d, atol=1e-9, rtol=0)
-        assert len(offset.v) <= max_weights and offset.t == reference.t[user]
-        assert offset.g is None if step == "pegasos" else offset.g.keys() == offset.v.keys()
+        assert offset.size <= max_weights and offset.t == reference.t[user]
+        assert offset.g is None if step == "pegasos" else len(offset.g) == offset.size
 
 
 def test_the_shared_model_learns_every_example_as_it_would_alone():
@@ -188,27 +189,67 @@ def test_offsets_that_leave_memory_come_back_bit_for_bit(step, seed, max_users):
         assert bounded.users <= max_users
     for user in users:
         a, b = bounded.offset(user), unbounded.offset(user)
-        assert (a is None and b is None) or (a.t, a.v, a.g) == (b.t, b.v, b.g)
+        assert (a is None and b is None) or a.to_bytes() == b.to_bytes()
 
 
 @given(
     t=st.integers(0, 2**53),
     weights=st.one_of(
-        st.dictionaries(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), max_size=20),
-        st.dictionaries(st.text(max_size=8), st.floats(allow_nan=False), max_size=20),
+        st.dictionaries(st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False)),
+        st.dictionaries(st.text(max_size=8), st.floats(allow_nan=False, allow_infinity=False), max_size=20),
+        st.dictionaries(st.tuples(st.text(max_size=3), st.integers()), st.floats(-1e6, 1e6), max_size=20),
     ),
     adagrad=st.booleans(),
 )
 def test_an_offset_round_trips_through_its_bytes(t, weights, adagrad):
     sums = {k: abs(v) for k, v in weights.items()} if adagrad else None
-    back = PersonalOffset.from_bytes(PersonalOffset(t, dict(weights), sums).to_bytes())
-    assert back.t == t and list(back.v.items()) == list(weights.items())
-    assert back.g == sums and (back.g is None or list(back.g) == list(weights))
+    offset = PersonalOffset.of(t, weights, sums)
+    back = PersonalOffset.from_bytes(offset.to_bytes())
+    assert back.t == t and back.weights() == {column(k): v for k, v in weights.items()}
+    assert (back.g is None) == (not adagrad)
+    assert sums is None or back.g.tolist() == [sums[k] for k in _sorted(weights)]
+    assert list(back.columns) == sorted(back.columns) and back.to_bytes() == offset.to_bytes()
 
 
-def test_an_offset_with_other_keys_is_refused_by_the_store():
-    with pytest.raises(ValueError, match="int or str"):
-        PersonalOffset(1, {("a", 1): 1.0}).to_bytes()
+def _sorted(weights: dict) -> list:
+    """The keys of ``weights`` in the order of their columns."""
+    return sorted(weights, key=column)
+
+
+@given(
+    weights=st.one_of(
+        st.dictionaries(st.integers(-(2**63), 2**63 - 1), st.floats(-1e6, 1e6), max_size=20),
+        st.dictionaries(st.text(max_size=8), st.floats(-1e6, 1e6), max_size=20),
+    ),
+    adagrad=st.booleans(),
+)
+def test_an_offset_stored_by_feature_key_reads_as_today(weights, adagrad):
+    """The earlier bytes (weights, sums, then int64 keys or a JSON list of str keys) read into the same offset."""
+    keys = list(weights)
+    ints = all(isinstance(k, int) for k in keys)
+    body = np.array(keys, np.int64).tobytes() if ints else json.dumps(keys).encode()
+    sums = [abs(v) for v in weights.values()]
+    data = struct.pack("<c?qq", b"i" if ints else b"s", adagrad, 7, len(keys))
+    data += np.array(list(weights.values())).tobytes() + (np.array(sums).tobytes() if adagrad else b"") + body
+    expected = PersonalOffset.of(7, weights, dict(zip(keys, sums, strict=True)) if adagrad else None)
+    assert PersonalOffset.from_bytes(data).to_bytes() == expected.to_bytes()
+
+
+def test_an_offset_checkpointed_by_feature_key_loads_as_today():
+    """The earlier state (weights and sums in dicts by feature key) loads into the same offset."""
+    offset = PersonalOffset.__new__(PersonalOffset)
+    offset.__setstate__({"t": 3, "v": {5: 1.0, "a": 2.0, 2: -0.5}, "g": {5: 1.0, "a": 4.0, 2: 0.25}})
+    expected = PersonalOffset.of(3, {2: -0.5, 5: 1.0, "a": 2.0}, {2: 0.25, 5: 1.0, "a": 4.0})
+    assert offset.to_bytes() == expected.to_bytes() and offset.weights()[column("a")] == 2.0
+    offset._check_state()
+
+
+def test_feature_keys_of_every_kind_have_columns():
+    x = {3: 1.0, "a": 2.0, ("a", 1): 3.0, 2**70: 4.0, True: 5.0}
+    columns, values = feature_columns(x)
+    assert columns.tolist() == [3, column("a"), column(("a", 1)), column(2**70), 1]
+    assert values.tolist() == [1, 2, 3, 4, 5]
+    assert len(set(columns.tolist())) == 5 and column(np.int64(3)) == 3
 
 
 def test_a_checkpointed_model_goes_on_learning_as_the_original():

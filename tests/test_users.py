@@ -27,7 +27,8 @@ from pegasos_stream.cli.config import ConfigError, config_file, load_config, val
 from pegasos_stream.cli.settings import settings_of
 from pegasos_stream.cli.users import connection_properties
 from pegasos_stream.kafka.python_client import _message
-from pegasos_stream.learners.personal import PersonalOffset, PersonalPegasos
+from pegasos_stream.learners.personal import PersonalPegasos
+from pegasos_stream.learners.personal_offset import PersonalOffset
 from pegasos_stream.parse.parsing import BadRecord
 from pegasos_stream.persist.checkpoint import latest_valid
 from pegasos_stream.testing.environments import users_command
@@ -101,13 +102,13 @@ def test_an_instance_learns_each_users_offset_as_one_personal_learner_does():
 
 def test_decoded_offsets_are_reused_only_for_the_very_bytes_and_within_their_budget():
     offsets = DecodedOffsets(max_bytes=50)  # (an offset of one weight: 34 bytes)
-    first, second = PersonalOffset(1, {1: 0.5}), PersonalOffset(2, {2: 0.25})
+    first, second = PersonalOffset.of(1, {1: 0.5}), PersonalOffset.of(2, {2: 0.25})
     data = first.to_bytes()
     offsets.keep("ann", data, first)
     assert offsets.take("ann", data) is first
     offsets.keep("ann", data, first)
     copy = offsets.take("ann", bytes(bytearray(data)))
-    assert copy is not first and copy.v == first.v and copy.t == first.t
+    assert copy is not first and copy.weights() == first.weights() and copy.t == first.t
     offsets.keep("ann", data, first)
     offsets.keep("bob", second.to_bytes(), second)  # over 50 bytes together: ann's leaves
     assert offsets.take("ann", data) is not first

@@ -53,7 +53,7 @@ _WHERE = {
     "Members": ".members",
     "PegasosMixture": ".mixture",
     "PegasosMulticlass": ".multiclass",
-    "PersonalOffset": ".personal",
+    "PersonalOffset": ".personal_offset",
     "PersonalPegasos": ".personal",
     "SupportVectorStore": ".svstore",
     "DenseWeightVector": ".weights",

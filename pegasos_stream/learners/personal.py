@@ -2,98 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import math
-import struct
-from collections.abc import Hashable, MutableMapping
-from typing import Any, ClassVar, cast
+from collections.abc import MutableMapping
+from typing import Any, ClassVar
 
 import numpy as np
 from river import base
 
 from .attribution import contributions
+from .personal_offset import PersonalOffset, feature_columns
 from .protocols import BinaryLearner
-from .state import InvalidState, check_count, check_instance, finite_floats
+from .state import InvalidState, check_instance
 from .validation import binary_sign, check_lambda, check_sample_weight
 
-__all__ = ["PersonalOffset", "PersonalPegasos"]
-
-
-class PersonalOffset:
-    """One user's offset d = s·v, sparse; the number of the user's examples learned, t; and with AdaGrad's steps,
-    the sum of each weight's squared gradients, ``g`` (None with Pegasos's).
-
-    With Pegasos's steps s = t0/(t + t0), the product of the shrinks (1 − η_s λ) = (s − 1 + t0)/(s + t0) of steps
-    1..t in closed form: the weights in ``v`` are those of d divided by it, so that a shrink touches no weight.
-    With AdaGrad's, nothing shrinks and s = 1.
-    """
-
-    __slots__ = ("g", "t", "v")
-
-    def __init__(
-        self, t: int = 0, v: dict[Hashable, float] | None = None, g: dict[Hashable, float] | None = None
-    ) -> None:
-        self.t = t
-        self.v: dict[Hashable, float] = {} if v is None else v
-        self.g = g
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"t": self.t, "v": self.v, "g": self.g}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.t, self.v, self.g = state["t"], state["v"], state.get("g")
-
-    def _check_state(self) -> None:
-        check_count(self, "t")
-        v = check_instance(self, "v", dict)
-        if not (all(type(k) in (int, str) for k in v) and finite_floats(v.values())):
-            raise InvalidState(f"PersonalOffset.v: expected int or str keys and finite floats, got {v!r:.60}")
-        g = self.g
-        if g is not None and not (isinstance(g, dict) and g.keys() == v.keys() and finite_floats(g.values(), 0.0)):
-            raise InvalidState("PersonalOffset.g: expected a float >= 0 for each weight of v")
-
-    def scale(self, t0: float) -> float:
-        """s: d = s·v (t0/(t + t0) with Pegasos's steps, 1 with AdaGrad's)."""
-        return 1.0 if self.g is not None else t0 / (self.t + t0)
-
-    def dot(self, x: dict, t0: float) -> float:
-        """⟨d, x⟩."""
-        v = self.v
-        return self.scale(t0) * sum(v[k] * value for k, value in x.items() if k in v)
-
-    def keep(self, most: int) -> None:
-        """Past ``most`` weights, keep the largest ``kept_after(most)`` (by |v|; the earlier of a tie), the others
-        set to 0: at most ``most`` weights, and a sort only once the offset has grown by a fifth again."""
-        v = self.v
-        if len(v) > most:
-            kept = set(sorted(v, key=lambda k: -abs(v[k]))[: kept_after(most)])  # (a stable sort)
-            self.v = {k: v[k] for k in v if k in kept}
-            if self.g is not None:
-                self.g = {k: self.g[k] for k in self.v}
-
-    def to_bytes(self) -> bytes:
-        """t, then the weights of ``v`` (and ``g``), then their keys: int keys as int64, else a JSON list of str."""
-        n, weights = len(self.v), np.fromiter(self.v.values(), np.float64, len(self.v))
-        kinds = set(map(type, self.v))
-        if kinds <= {int}:
-            head, body = b"i", np.fromiter(self.v, np.int64, n).tobytes()
-        elif kinds <= {str}:
-            head, body = b"s", json.dumps(list(self.v)).encode()
-        else:
-            raise ValueError("a personal offset is stored only with int or str feature keys")
-        sums = b"" if self.g is None else np.fromiter(self.g.values(), np.float64, n).tobytes()
-        return struct.pack(_HEAD, head, self.g is not None, self.t, n) + weights.tobytes() + sums + body
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> PersonalOffset:
-        """The offset `to_bytes` gave ``data``."""
-        head, adagrad, t, n = struct.unpack_from(_HEAD, data)
-        start = struct.calcsize(_HEAD)
-        weights = np.frombuffer(data, np.float64, n, start).tolist()
-        sums = np.frombuffer(data, np.float64, n, start + 8 * n).tolist() if adagrad else None
-        body = data[start + 8 * n * (2 if adagrad else 1) :]
-        keys = np.frombuffer(body, np.int64, n).tolist() if head == b"i" else json.loads(body)
-        return cls(t, dict(zip(keys, weights, strict=True)), None if sums is None else dict(zip(keys, sums)))
+__all__ = ["PersonalPegasos"]
 
 
 def _check_settings(
@@ -113,15 +35,6 @@ def _check_settings(
             raise ValueError(f"{name}={count!r}: expected an int >= 1")
 
 
-def kept_after(most: int) -> int:
-    """The weights an offset keeps when it grows past ``most``: four fifths of them (at least one)."""
-    return max(1, most * 4 // 5)
-
-
-#: AdaGrad's ε, under the square root of each feature's sum of squared gradients.
-ADAGRAD_EPSILON = 1e-6
-
-
 def _logistic(z: float) -> float:
     """σ(z) = 1/(1 + e^−z), without overflow."""
     if z >= 0.0:
@@ -130,8 +43,6 @@ def _logistic(z: float) -> float:
     return e / (1.0 + e)
 
 
-#: The head of an offset's bytes: its keys' kind, whether it has AdaGrad's sums, t, the number of weights.
-_HEAD = "<c?qq"
 #: The steps an offset may take.
 STEPS = ("pegasos", "adagrad")
 
@@ -159,7 +70,7 @@ class PersonalPegasos(base.Classifier):
     model) where it is not.
 
     Memory is bounded twice: an offset holds at most ``max_weights`` weights (past them, it keeps its largest four
-    fifths, by |v|, the earlier one of a tie, the others set to 0), and with ``store`` at most ``max_users`` offsets
+    fifths, by |v|, the lower column of a tie, the others set to 0), and with ``store`` at most ``max_users`` offsets
     stay in memory, the least recently used one leaving for ``store`` (`PersonalOffset.to_bytes`) and coming back
     on the user's next event. ``store`` (a mapping of user to bytes: a dict, a ``dbm`` file, a stream engine's
     state) is the offsets' durable home and is not part of the learner's state.
@@ -238,7 +149,7 @@ class PersonalPegasos(base.Classifier):
         offsets = check_instance(self, "_offsets", dict)
         if not all(isinstance(u, str) and isinstance(o, PersonalOffset) for u, o in offsets.items()):
             raise InvalidState("PersonalPegasos._offsets: expected a dict of user names to PersonalOffset")
-        if any(len(o.v) > self.max_weights or (o.g is None) != (self.step == "pegasos") for o in offsets.values()):
+        if any(o.size > self.max_weights or (o.g is None) != (self.step == "pegasos") for o in offsets.values()):
             raise InvalidState(
                 f"PersonalPegasos._offsets: an offset of more than {self.max_weights} weights, or of other steps"
             )
@@ -267,7 +178,7 @@ class PersonalPegasos(base.Classifier):
     @property
     def personal_weights(self) -> int:
         """The weights of the offsets in memory."""
-        return sum(len(offset.v) for offset in self._offsets.values())
+        return sum(offset.size for offset in self._offsets.values())
 
     def offset(self, user: str) -> PersonalOffset | None:
         """The user's offset, from memory or the store (then in memory as the most recently used); None for a user
@@ -304,10 +215,8 @@ class PersonalPegasos(base.Classifier):
         parts = contributions(self.shared, x)
         offset = None if user is None else self.offset(user)
         if offset is not None:
-            scale, v = offset.scale(self.t0), offset.v
-            for j, value in x.items():
-                if j in v:
-                    parts[j] = parts.get(j, 0.0) + scale * v[j] * value
+            for j, weight in offset.found(x, self.t0).items():
+                parts[j] = parts.get(j, 0.0) + weight * x[j]
         return parts
 
     def probability(self, score: float) -> float:
@@ -347,15 +256,22 @@ class PersonalPegasos(base.Classifier):
         what an instance that holds only some users' offsets takes with the f(x) of the shared learner's process.
         ``personal_score``: ⟨d_u, x⟩, when the caller has it already."""
         sign = 1.0 if positive else -1.0
-        margin = shared_score + (offset.dot(x, self.t0) if personal_score is None else personal_score)
+        columns, values = feature_columns(x)
+        if personal_score is None:
+            personal_score = offset.dot_columns(columns, values, self.t0)
+        margin = shared_score + personal_score
+        offset.t += 1
         if self.step == "pegasos":
-            self._pegasos_step(offset, x, sign * w if sign * margin < 1.0 else 0.0)
+            if sign * margin < 1.0 and w:
+                eta = 1.0 / (self.lambda_ * (offset.t + self.t0))
+                offset.pegasos_step(columns, values, eta * (sign * w) / offset.scale(self.t0))
         else:
-            self._adagrad_step(offset, x, -sign * w * _logistic(-sign * margin))
+            offset.adagrad_step(columns, values, -sign * w * _logistic(-sign * margin), self.learning_rate)
+        offset.keep(self.max_weights)
 
     def new_offset(self) -> PersonalOffset:
         """An offset of no label yet, for this learner's steps."""
-        return PersonalOffset(g=None if self.step == "pegasos" else {})
+        return PersonalOffset(g=None if self.step == "pegasos" else np.empty(0, np.float64))
 
     def _learn_shared(self, x: dict, y: object, w: float) -> None:
         learn: Any = self.shared.learn_one
@@ -367,27 +283,3 @@ class PersonalPegasos(base.Classifier):
         offset = self._offsets[user] = self.new_offset()
         self._evict()
         return offset
-
-    def _pegasos_step(self, offset: PersonalOffset, x: dict, signed_weight: float) -> None:
-        """Pegasos's step t + 1 of ``offset``: shrink (the scale), then add η·``signed_weight``·x, then keep the
-        largest weights."""
-        offset.t += 1
-        if not signed_weight:
-            return
-        eta = 1.0 / (self.lambda_ * (offset.t + self.t0))
-        add = eta * signed_weight / offset.scale(self.t0)
-        v = offset.v
-        for k, value in x.items():
-            v[k] = v.get(k, 0.0) + add * value
-        offset.keep(self.max_weights)
-
-    def _adagrad_step(self, offset: PersonalOffset, x: dict, gradient: float) -> None:
-        """AdaGrad's step t + 1 of ``offset`` for the loss's ``gradient`` c in the margin, then keep the largest
-        weights."""
-        offset.t += 1
-        v, g, rate = offset.v, cast(dict, offset.g), self.learning_rate
-        for k, value in x.items():
-            part = gradient * value
-            g[k] = g.get(k, 0.0) + part * part
-            v[k] = v.get(k, 0.0) - rate * part / math.sqrt(g[k] + ADAGRAD_EPSILON)
-        offset.keep(self.max_weights)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from ..features import DictHasher, EmailFeatures
-from ..learners.personal import PersonalOffset, PersonalPegasos
+from ..learners.personal import PersonalPegasos
+from ..learners.personal_offset import PersonalOffset
 from ..learners.protocols import BinaryLearner
 from ..parse.parsing import BadRecord, Event
 from ..run.predictions import Predictor
@@ -183,7 +184,7 @@ class UserInstance:
             if offset is not None:
                 self._decoded.keep(user, cast(bytes, stored), offset)
             return output, None
-        offset = offset or self.personal.new_offset()
+        offset = self.personal.new_offset() if offset is None else offset
         self.personal.learn_offset(offset, x, bool(event.label), shared_score, personal_score=personal_score)
         output["t"] = offset.t
         if self.digests:

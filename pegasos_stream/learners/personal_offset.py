@@ -1,0 +1,204 @@
+"""A user's personal offset: sparse weights over int columns in sorted arrays, its steps and its bytes."""
+
+from __future__ import annotations
+
+import json
+import numbers
+import struct
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .state import InvalidState, check_count
+
+__all__ = ["ADAGRAD_EPSILON", "PersonalOffset", "column", "feature_columns", "kept_after"]
+
+#: AdaGrad's ε, under the square root of each feature's sum of squared gradients.
+ADAGRAD_EPSILON = 1e-6
+
+_INT64 = (-(2**63), 2**63 - 1)
+#: The head of an offset's bytes: its form, whether it has AdaGrad's sums, t, the number of weights. Form ``c``:
+#: columns, weights, sums; the forms ``i`` and ``s`` (weights, sums, then int or str keys) are read too.
+_HEAD = "<c?qq"
+
+
+def column(key: Hashable) -> int:
+    """The int64 column of a feature key: an int in the int64 range is itself; any other key, the first 8 bytes of
+    BLAKE2b of its UTF-8 form (a str) or of its repr (another key), read as a signed integer. Two keys share a
+    column only if they are equal or their hashes collide (a chance of about n²/2⁶⁵ among n keys)."""
+    if isinstance(key, numbers.Integral) and _INT64[0] <= key <= _INT64[1]:
+        return int(key)
+    import hashlib  # (here: it loads OpenSSL, which a run of hashed features never needs)
+
+    form = key.encode("utf-8", "surrogatepass") if isinstance(key, str) else b"\0" + repr(key).encode()
+    return int.from_bytes(hashlib.blake2b(form, digest_size=8).digest(), "little", signed=True)
+
+
+def feature_columns(x: Mapping) -> tuple[np.ndarray, np.ndarray]:
+    """x's columns (int64, `column`) and values (float64), in x's order."""
+    n = len(x)
+    keys = x.keys() if all(type(k) is int for k in x) else map(column, x)
+    try:
+        return np.fromiter(keys, np.int64, n), np.fromiter(x.values(), np.float64, n)
+    except OverflowError:  # an int key beyond int64
+        return np.fromiter(map(column, x), np.int64, n), np.fromiter(x.values(), np.float64, n)
+
+
+def kept_after(most: int) -> int:
+    """The weights an offset keeps when it grows past ``most``: four fifths of them (at least one)."""
+    return max(1, most * 4 // 5)
+
+
+class PersonalOffset:
+    """One user's offset d = s·v over int64 columns: ``columns`` sorted ascending and ``v`` their weights; the
+    number of the user's examples learned, t; and with AdaGrad's steps, each weight's sum of squared gradients,
+    ``g`` (None with Pegasos's).
+
+    With Pegasos's steps s = t0/(t + t0), the product of the shrinks (1 − η_s λ) = (s − 1 + t0)/(s + t0) of steps
+    1..t in closed form: ``v`` holds the weights of d divided by it, so that a shrink touches no weight. With
+    AdaGrad's, nothing shrinks and s = 1. A feature is a column by `column`. Each weight's step is the same
+    floating-point operations as on a dict of weights, the dot product's terms are added in x's order, and the
+    arrays are their own bytes: a step costs a search of x's columns and a store costs a copy.
+    """
+
+    __slots__ = ("columns", "g", "t", "v")
+
+    def __init__(
+        self, t: int = 0, columns: np.ndarray | None = None, v: np.ndarray | None = None, g: np.ndarray | None = None
+    ) -> None:
+        self.t = t
+        self.columns = np.empty(0, np.int64) if columns is None else columns
+        self.v = np.empty(0, np.float64) if v is None else v
+        self.g = g
+
+    @classmethod
+    def of(cls, t: int, weights: Mapping, sums: Mapping | None = None) -> PersonalOffset:
+        """The offset of ``weights`` (and AdaGrad's ``sums``) by feature key."""
+        columns, v = feature_columns(weights)
+        order = np.argsort(columns, kind="stable")
+        g = None if sums is None else np.fromiter((sums[k] for k in weights), np.float64, len(weights))[order]
+        return cls(t, columns[order], v[order], g)
+
+    def weights(self) -> dict[int, float]:
+        """The stored weights ``v`` by column."""
+        return dict(zip(self.columns.tolist(), self.v.tolist(), strict=True))
+
+    @property
+    def size(self) -> int:
+        """The number of weights."""
+        return len(self.columns)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"t": self.t, "columns": self.columns, "v": self.v, "g": self.g}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if isinstance(state["v"], dict):  # the form of weights by feature key
+            state = PersonalOffset.of(state["t"], state["v"], state.get("g")).__getstate__()
+        self.t, self.columns, self.v, self.g = state["t"], state["columns"], state["v"], state["g"]
+
+    def _check_state(self) -> None:
+        check_count(self, "t")
+        columns, v, g = self.columns, self.v, self.g
+        if not (_array_of(columns, np.int64) and _array_of(v, np.float64) and len(columns) == len(v)):
+            raise InvalidState("PersonalOffset: expected int64 columns and float64 weights, as many")
+        if np.any(columns[1:] <= columns[:-1]) or not np.isfinite(v).all():
+            raise InvalidState("PersonalOffset: expected columns in ascending order and finite weights")
+        if g is not None and not (_array_of(g, np.float64) and len(g) == len(v) and (g >= 0.0).all()):
+            raise InvalidState("PersonalOffset.g: expected a float >= 0 for each weight")
+
+    def scale(self, t0: float) -> float:
+        """s: d = s·v (t0/(t + t0) with Pegasos's steps, 1 with AdaGrad's)."""
+        return 1.0 if self.g is not None else t0 / (self.t + t0)
+
+    def _find(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each of ``columns``: where it is or would go in ``self.columns``, and whether it is there."""
+        at = np.searchsorted(self.columns, columns)
+        if not len(self.columns):
+            return at, np.zeros(len(columns), bool)
+        return at, self.columns[np.minimum(at, len(self.columns) - 1)] == columns
+
+    def dot(self, x: Mapping, t0: float) -> float:
+        """⟨d, x⟩."""
+        return self.dot_columns(*feature_columns(x), t0)
+
+    def dot_columns(self, columns: np.ndarray, values: np.ndarray, t0: float) -> float:
+        """⟨d, x⟩ for x's ``columns`` and ``values``; the terms added in their order."""
+        at, found = self._find(columns)
+        return self.scale(t0) * sum((self.v[at[found]] * values[found]).tolist())
+
+    def found(self, x: Mapping, t0: float) -> dict:
+        """d_j for each feature j of x that has a weight."""
+        columns, _ = feature_columns(x)
+        at, found = self._find(columns)
+        scale, keys = self.scale(t0), [key for key, there in zip(x, found.tolist(), strict=True) if there]
+        return dict(zip(keys, (scale * self.v[at[found]]).tolist(), strict=True))
+
+    def pegasos_step(self, columns: np.ndarray, values: np.ndarray, add: float) -> None:
+        """v_j += ``add``·x_j for each feature j of x (``add`` = η·y·w/s)."""
+        at, found = self._find(columns)
+        self.v[at[found]] += add * values[found]
+        new = ~found
+        self._insert(at[new], columns[new], 0.0 + add * values[new], None)
+
+    def adagrad_step(self, columns: np.ndarray, values: np.ndarray, gradient: float, rate: float) -> None:
+        """G_j += (c·x_j)² and v_j −= ``rate``·c·x_j/√(G_j + ε) for each feature j of x, c = ``gradient``."""
+        g = self.g
+        if g is None:
+            raise ValueError("an offset of Pegasos's steps takes no AdaGrad step")
+        parts = gradient * values
+        at, found = self._find(columns)
+        old, part = at[found], parts[found]
+        g[old] += part * part
+        self.v[old] -= rate * part / np.sqrt(g[old] + ADAGRAD_EPSILON)
+        new = ~found
+        part = parts[new]
+        sums = 0.0 + part * part
+        self._insert(at[new], columns[new], 0.0 - rate * part / np.sqrt(sums + ADAGRAD_EPSILON), sums)
+
+    def _insert(self, at: np.ndarray, columns: np.ndarray, v: np.ndarray, g: np.ndarray | None) -> None:
+        """Add the weights ``v`` (and sums ``g``) of new ``columns``, each at its place ``at``."""
+        if not len(columns):
+            return
+        order = np.argsort(columns, kind="stable")
+        at = at[order]
+        self.columns = np.insert(self.columns, at, columns[order])
+        self.v = np.insert(self.v, at, v[order])
+        if self.g is not None and g is not None:
+            self.g = np.insert(self.g, at, g[order])
+
+    def keep(self, most: int) -> None:
+        """Past ``most`` weights, keep the largest ``kept_after(most)`` (by |v|; the lower column of a tie), the
+        others set to 0: at most ``most`` weights, and a sort only once the offset has grown by a fifth again."""
+        if len(self.v) > most:
+            kept = np.sort(np.argsort(-np.abs(self.v), kind="stable")[: kept_after(most)])
+            self.columns, self.v = self.columns[kept], self.v[kept]
+            if self.g is not None:
+                self.g = self.g[kept]
+
+    def to_bytes(self) -> bytes:
+        """t, then the columns, the weights and, with AdaGrad's steps, the sums."""
+        head = struct.pack(_HEAD, b"c", self.g is not None, self.t, len(self.v))
+        arrays = (self.columns, self.v) if self.g is None else (self.columns, self.v, self.g)
+        return b"".join((head, *(array.data for array in arrays)))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PersonalOffset:
+        """The offset `to_bytes` gave ``data``."""
+        form, adagrad, t, n = struct.unpack_from(_HEAD, data)
+        if form not in (b"c", b"i", b"s"):
+            raise ValueError(f"an offset's bytes of form {form!r}: expected c, i or s")
+        start, columns = struct.calcsize(_HEAD), form == b"c"
+        dtypes = ([np.int64] if columns else []) + [np.float64] * (2 if adagrad else 1)
+        arrays = [np.frombuffer(data, dtype, n, start + 8 * n * i).copy() for i, dtype in enumerate(dtypes)]
+        if columns:
+            return cls(t, arrays[0], arrays[1], arrays[2] if adagrad else None)
+        body = data[start + 8 * n * len(arrays) :]
+        keys = np.frombuffer(body, np.int64, n).tolist() if form == b"i" else json.loads(body)
+        weights = dict(zip(keys, arrays[0].tolist(), strict=True))
+        return cls.of(t, weights, dict(zip(keys, arrays[1].tolist(), strict=True)) if adagrad else None)
+
+
+def _array_of(array: object, dtype: type) -> bool:
+    """Whether ``array`` is a 1-d numpy array of ``dtype``."""
+    return isinstance(array, np.ndarray) and array.dtype == dtype and array.ndim == 1
