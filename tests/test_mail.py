@@ -24,7 +24,14 @@ import yaml
 
 from pegasos_stream.cli.config import ConfigError, load_config
 from pegasos_stream.io.inputs import FileHead
-from pegasos_stream.io.mail import MaildirSource, MboxSplitter, MessageFileSource, MessageStdinSource
+from pegasos_stream.io.mail import (
+    NO_USER,
+    MaildirSource,
+    MboxSplitter,
+    MessageFileSource,
+    MessageStdinSource,
+    maildir_folders,
+)
 from pegasos_stream.io.records import Record
 from pegasos_stream.parse.parsing import BadRecord, EventParser
 from pegasos_stream.persist.checkpoint import describe, latest_valid
@@ -408,6 +415,32 @@ def test_a_maildir_is_read_in_delivery_order_with_its_folders_labels(tmp_path):
     flagged = paths[2].with_name(paths[2].name.split(":")[0] + ":2,RS")
     assert [r.position for r in resumed] == [str(path) for path in [junk, flagged, broken, paths[3]]]
     assert [r.label for r in resumed] == ["spam"] * 4  # no folders: source.label for every message
+
+
+def test_a_maildir_of_users_names_each_message_by_its_users_directory(tmp_path):
+    """``users``: each directory of the top one is a user's Maildir, its folders named from it; a file of the top
+    directory is in no user's and is a record with the reason; hidden directories are no users."""
+    ann = _maildir(tmp_path / "ann", [FIRST, SECOND, THIRD], ["ham", "spam", "ham"])  # at 1000000000, ...01, ...02
+    bob = tmp_path / "bob" / ".Spam" / "cur" / "1000000000.M5P5.host:2,S"
+    bob.parent.mkdir(parents=True)
+    bob.write_bytes(THIRD)
+    (tmp_path / ".cache" / "cur").mkdir(parents=True)
+    (tmp_path / ".cache" / "cur" / "1.M1.host").write_bytes(FIRST)
+    stray = tmp_path / "1000000001.M6P6.host"
+    stray.write_bytes(FIRST)
+    source = MaildirSource(tmp_path, {"Spam": "spam", "INBOX": "ham"}, users=True)
+    records = _read_all(source)
+    assert [r.position for r in records] == [str(ann[0]), str(bob), str(ann[1]), str(stray), str(ann[2])]
+    assert [(r.user, r.label) for r in records] == [
+        ("ann", "ham"), ("bob", "spam"), ("ann", "spam"), (None, "ham"), ("ann", "ham")
+    ]  # fmt: skip
+    assert [r.error for r in records] == [None, None, None, NO_USER, None]
+    assert EventParser("raw", users=True).parse(records[1]).user == "bob"
+    assert EventParser("raw").parse(records[1]).user is None  # (a learner without users reads none)
+    resumed = _read_all(MaildirSource(tmp_path, users=True, after=str(bob.relative_to(tmp_path))))
+    assert [(r.position, r.user) for r in resumed] == [(str(ann[1]), "ann"), (str(stray), None), (str(ann[2]), "ann")]
+    assert maildir_folders(tmp_path, users=True) == ["INBOX", "Spam"]
+    assert maildir_folders(tmp_path) == ["INBOX", "ann", "ann/Spam", "bob/Spam", "cache"]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import os
 import struct
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -393,6 +395,26 @@ def test_eval_of_the_personal_configuration_gives_each_users_figures(capsys):
     assert set(users) == {"yyyy", "zzzz", "other"}
     assert sum(figures["n"] for figures in users.values()) == summary["events"] == 404
     assert all(0.0 <= figures["one_minus_roca_pct"] <= 100.0 for figures in users.values())
+
+
+def test_a_maildir_of_users_mail_is_learned_as_the_same_events_with_their_users(tmp_path, capsys):
+    """The personal sample as each user's Maildir (ham in the INBOX, spam in .Spam, delivered in the sample's
+    order), read with ``source.users: directories``: each user's figures those of the sample's JSON events."""
+    sample = resources.files("pegasos_stream") / "data" / "personal-sample.jsonl.gz"
+    events = [json.loads(line) for line in gzip.decompress(sample.read_bytes()).splitlines()]
+    for number, event in enumerate(events):
+        folder = tmp_path / "mail" / event["user"] / (".Spam" if event["label"] == "spam" else "") / "cur"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{1_000_000_000 + number}.M{number}.host:2,S").write_text(event["text"], encoding="utf-8")
+    assert cli.main(["eval", "--config", "personal", "--json"]) == 0
+    expected = json.loads(capsys.readouterr().out)["users"]
+    flags = ["--set", "source.users=directories", "--set", "source.folders={Spam: spam, INBOX: ham}"]
+    assert cli.main(["eval", "--config", "personal", "--input", str(tmp_path / "mail"), *flags, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["users"] == expected
+    assert cli.main(["eval", "--config", "personal", "--input", str(tmp_path / "mail" / "yyyy"), *flags]) == 2
+    assert "is a Maildir itself" in capsys.readouterr().err
+    assert cli.main(["eval", "--config", "spam", "--input", str(tmp_path / "mail"), *flags]) == 2
+    assert "users are for personal models" in capsys.readouterr().err
 
 
 MESSAGE = "Subject: cheap meds\n\nbuy now, limited offer, click here\n"

@@ -132,7 +132,8 @@ def build_source(config: JobConfig, position: dict | None = None) -> Source:
         return _kafka_source(source, position)
     assert source.path is not None  # (validation requires the path of a file or maildir source)
     if source.type == "maildir":
-        return MaildirSource(source.path, source.folders, source.label, source.max_bytes, position.get("last"))
+        last, users = position.get("last"), source.users == "directories"
+        return MaildirSource(source.path, source.folders, source.label, source.max_bytes, last, users)
     return _file_source(source, source.path, position)
 
 

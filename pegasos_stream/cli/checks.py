@@ -11,7 +11,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..io.mail import maildir_folders
+from ..io.mail import is_maildir, maildir_folders
 from ..parse.parsing import MAIL_FORMATS
 from .settings import JobSettings, SourceSettings
 
@@ -53,8 +53,14 @@ def check_files(settings: JobSettings, given_as: Mapping[str, str]) -> None:
 def check_mail_labels(settings: JobSettings, evaluate: bool) -> None:
     """Mail that a run would learn nothing from is refused: a maildir with neither ``source.folders`` nor
     ``source.label``, and, for ``eval`` (which scores what it learns), any mail without a label. ``run`` predicts
-    unlabelled mail of a file or standard input, and says so."""
+    unlabelled mail of a file or standard input, and says so. A maildir read as users' Maildirs must not be a
+    Maildir itself (its folders would be taken for users)."""
     source = settings.source
+    if source.users == "directories" and source.path is not None and is_maildir(source.path):
+        raise StartupError(
+            f"source.users: directories reads a directory of users' Maildirs, each directory of it one user's, but"
+            f" {source.path} is a Maildir itself (it holds cur or new): give its parent, or leave source.users out"
+        )
     if source.label is not None or source.folders:
         return
     if source.type == "maildir":
@@ -79,7 +85,8 @@ def _maildir_without_labels(source: SourceSettings) -> str:
     positive, negative = (labels.positive, labels.negative) if labels.positive is not None else (1, 0)
     path = source.path
     assert path is not None  # (validation requires the path of a maildir)
-    found = f" (its folders: {', '.join(maildir_folders(path))})" if os.path.isdir(path) else ""
+    folders = maildir_folders(path, source.users == "directories") if os.path.isdir(path) else []
+    found = f" (its folders: {', '.join(folders)})" if folders else ""
     return (
         f"source.folders: the messages of the maildir {path} take the label of their folder, and source.folders"
         f" names none, so nothing would be learned: set it, e.g. --set 'source.folders={{Spam: {positive}, INBOX:"

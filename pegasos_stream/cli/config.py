@@ -308,6 +308,7 @@ SCHEMA: dict = {
         },
         "label": Option((str, int, float, bool), None, "a label value"),  # of every message of a mail source
         "folders": Option((dict,), None, "a mapping of folder name: label"),  # of a maildir's messages
+        "users": _choice("none", "none", "directories"),  # directories: a maildir of users' Maildirs, one each
         "max_bytes": _integer(1_000_000),
         **KAFKA_CONNECTION,
         "client": _choice("kafka-python", "kafka-python", "confluent"),  # confluent: the confluent extra
@@ -775,8 +776,24 @@ def _check_mail(given: dict, config: dict, multiclass: bool, where: str) -> None
             )
         labels["source.label"] = source["label"]
     labels.update(_folder_labels(source["folders"], kind, where))
+    if source["users"] != "none":
+        _check_users(source["users"], kind, config["model"]["kind"], where)
     for path, label in labels.items():
         _check_label(label, path, source["labels"], multiclass, where)
+
+
+def _check_users(users: str, kind: str, model: str, where: str) -> None:
+    """``source.users`` names each message's user by its directory: a maildir's, for personal models."""
+    if model != PERSONAL:
+        raise ConfigError(
+            f"{where}: source.users: {users}: users are for personal models (model.kind {PERSONAL}, e.g."
+            f" --config {PERSONAL}), not model.kind {model}"
+        )
+    if kind != "maildir":
+        raise ConfigError(
+            f"{where}: source.users: {users} names each message's user by the directory it is in: only for a"
+            f" maildir (source.type maildir, or --input DIR), not source.type {kind}"
+        )
 
 
 def _settle_format(given: dict, source: dict, where: str) -> str:
@@ -1014,7 +1031,7 @@ _RUN_SECTIONS = ("run", "metrics", "publish", "cluster")
 
 #: The keys of ``source`` that say which input a run reads and how that input is laid out and labelled, not what
 #: the job learns: left out of `config_hash` (a source position says which input it was taken from).
-INPUT_KEYS = ("type", "path", "topics", "client", "format", "fields", "label", "folders")
+INPUT_KEYS = ("type", "path", "topics", "client", "format", "fields", "label", "folders", "users")
 
 #: The keys of ``checkpoint`` that say where the key that signs checkpoints is: left out of `config_hash` (signing a
 #: job's checkpoints, or moving its key, leaves it the same job).

@@ -108,6 +108,7 @@ class SourceSettings(KafkaConnection):
     labels: LabelValues
     label: Label
     folders: Mapping[str, Label] | None
+    users: str
     max_bytes: int
     client: str
     topics: tuple[str, ...]

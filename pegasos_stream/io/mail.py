@@ -23,6 +23,7 @@ from .records import RecordBatch
 from .sources import BATCH_BYTES, MAX_READ_BYTES, READ_BUFFER, Source, StdinReader, open_input
 
 __all__ = [
+    "NO_USER",
     "MaildirSource",
     "MboxSplitter",
     "Message",
@@ -30,6 +31,7 @@ __all__ = [
     "MessageStdinSource",
     "Splitter",
     "WholeInput",
+    "is_maildir",
     "maildir_folders",
     "splitter",
 ]
@@ -406,12 +408,17 @@ class MessageStdinSource(Source):
 
 class _Entry(NamedTuple):
     """A message file of a tree (or a directory that cannot be listed, with the reason): its place
-    in the order, its path relative to the top directory ("/" between names), its folder."""
+    in the order, its path relative to the top directory ("/" between names), its folder, its user."""
 
     key: tuple[str, str]
     path: str
     folder: str
     error: str | None = None
+    user: str | None = None
+
+
+#: Why a file of the top directory of a tree of users' mail is not taken.
+NO_USER = "not in a user's directory (source.users: directories takes each directory of the top one for a user's mail)"
 
 
 def _key(path: str) -> tuple[str, str]:
@@ -420,20 +427,41 @@ def _key(path: str) -> tuple[str, str]:
     return path.rsplit("/", 1)[-1].split(":", 1)[0], path
 
 
-def _walk(root: Path) -> Iterator[_Entry]:
-    """The message files under ``root``, and the directories that cannot be listed."""
-    stack = [("", "")]  # (path relative to root, folder name)
+def _walk(root: Path, users: bool = False) -> Iterator[_Entry]:
+    """The message files under ``root``, and the directories that cannot be listed. With ``users``, each directory
+    of ``root`` (not hidden, not a symbolic link) is a user's tree, named by it, its folders named from it; a file
+    of ``root`` itself is in no user's tree, a record with the reason."""
+    stack: list[tuple[str, str, str | None]] = [("", "", None)]  # (path relative to root, folder name, user)
     while stack:
-        relative, folder = stack.pop()
+        relative, folder, user = stack.pop()
         try:
             with os.scandir(root / relative) as listing:
                 entries = list(listing)
         except OSError as error:
-            yield _Entry(_key(relative), relative, folder or INBOX, f"cannot list the directory: {error.strerror}")
+            why = f"cannot list the directory: {error.strerror}"
+            yield _Entry(_key(relative), relative, folder or INBOX, why, user)
+            continue
+        if users and not relative:
+            stack.extend(_user_trees(entries))
+            yield from (_Entry(_key(e.name), e.name, INBOX, NO_USER) for e in entries if _loose_file(e))
             continue
         files, directories = _contents(relative, folder, entries)
-        yield from files
-        stack.extend(directories)
+        yield from (entry._replace(user=user) for entry in files)
+        stack.extend((path, inner, user) for path, inner in directories)
+
+
+def _user_trees(entries: list[os.DirEntry]) -> list[tuple[str, str, str | None]]:
+    """The users' trees among the ``entries`` of the top directory: (path, folder, user) to walk."""
+    return [
+        (entry.name, "", entry.name)
+        for entry in entries
+        if _is_directory(entry) and not entry.is_symlink() and not entry.name.startswith(".")
+    ]
+
+
+def _loose_file(entry: os.DirEntry) -> bool:
+    """Whether an entry of the top directory of users' trees is a file that would be a message elsewhere."""
+    return not _is_directory(entry) and not entry.name.startswith(".")
 
 
 def _contents(relative: str, folder: str, entries: list[os.DirEntry]) -> tuple[list[_Entry], list[tuple[str, str]]]:
@@ -462,9 +490,15 @@ def _inner_folder(directory: os.DirEntry, folder: str, maildir: bool) -> str | N
     return folder if maildir and directory.name in _MESSAGE_DIRS else _folder(folder, directory.name)
 
 
-def maildir_folders(root: str | Path) -> list[str]:
-    """The folders of the tree at ``root`` that hold a message file, sorted (named as `MaildirSource` names them)."""
-    return sorted({entry.folder for entry in _walk(Path(root)) if entry.error is None})
+def maildir_folders(root: str | Path, users: bool = False) -> list[str]:
+    """The folders of the tree at ``root`` that hold a message file, sorted (named as `MaildirSource` names them;
+    with ``users``, in each user's tree)."""
+    return sorted({entry.folder for entry in _walk(Path(root), users) if entry.error is None})
+
+
+def is_maildir(path: str | Path) -> bool:
+    """Whether the directory ``path`` is a Maildir itself (it holds cur or new)."""
+    return any(os.path.isdir(os.path.join(path, name)) for name in _MESSAGE_DIRS)
 
 
 def _is_directory(entry: os.DirEntry) -> bool:
@@ -506,7 +540,10 @@ class MaildirSource(Source):
     directory (its indexes and lists), and directories reached through a symbolic link. The folder
     of a message is the path of its directory in the tree, less a final ``cur`` or ``new`` and the
     leading "." of Maildir++ names ("Spam", "Lists.python", "Archive/2024"); the top directory is
-    INBOX. A message is labelled with its folder's label in ``folders``, else with ``label``.
+    INBOX. A message is labelled with its folder's label in ``folders``, else with ``label``. With
+    ``users``, the top directory holds users' trees: each directory of it is one user's Maildir (or
+    tree), the user named by the directory, and folders are named from it (``ann/.Junk/`` is ann's
+    Junk); a file of the top directory itself is a record with the reason (`NO_USER`).
 
     A record is named by the file's path, and its cursor is its place in the order. A file that
     cannot be read (or a directory that cannot be listed) is a record with the reason, which the
@@ -521,6 +558,7 @@ class MaildirSource(Source):
         label: object = None,
         max_bytes: int | None = None,
         after: str | None = None,
+        users: bool = False,
     ) -> None:
         self.root = Path(root)
         self.name = str(root)
@@ -529,7 +567,7 @@ class MaildirSource(Source):
         self.folders = dict(folders or {})
         self.label = label
         self._limit = -1 if max_bytes is None else max_bytes + 1
-        entries = sorted(_walk(self.root))
+        entries = sorted(_walk(self.root, users))
         for folder in sorted(self.folders.keys() - {entry.folder for entry in entries}):
             _log.warning("%s: no message in folder %r of source.folders", root, folder)
         if after is not None:
@@ -543,6 +581,7 @@ class MaildirSource(Source):
         self._read_from = self._next
         values: list[bytes] = []
         labels: list[object] = []
+        users: list[str | None] = []
         errors: dict[int, str] = {}
         size = 0
         while self._next < len(self._entries) and len(values) < n and size < BATCH_BYTES:
@@ -552,11 +591,12 @@ class MaildirSource(Source):
                 errors[len(values)] = error
             values.append(value)
             labels.append(self.folders.get(entry.folder, self.label))
+            users.append(entry.user)
             size += len(value)
             self._next += 1
         if not values:
             return None
-        return RecordBatch(values, range(self._read_from, self._next), self._position, labels, errors)
+        return RecordBatch(values, range(self._read_from, self._next), self._position, labels, errors, users)
 
     def unclaim(self, batch: RecordBatch, done: int) -> None:
         """Back to record ``done`` of ``batch`` (the last read): the next read starts with it."""

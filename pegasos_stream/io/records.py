@@ -19,7 +19,8 @@ class Record(NamedTuple):
     ``topic/partition/offset``, or a message's ``path:number`` or file path); ``cursor`` is the
     source's own note of it, for resuming. A mail source gives each message the ``label`` configured
     for it (None: none), and an ``error`` when it could not read the record (the reason, e.g. a file
-    that cannot be opened): such a record is rejected like a malformed one.
+    that cannot be opened): such a record is rejected like a malformed one. A maildir of users' mail
+    gives each message its ``user`` (None: none).
     """
 
     value: bytes
@@ -27,6 +28,7 @@ class Record(NamedTuple):
     cursor: object = None
     label: object = None
     error: str | None = None
+    user: str | None = None
 
 
 class Cursors(Sequence):
@@ -93,10 +95,10 @@ class Lines(Sequence[bytes]):
 class RecordBatch:
     """Records read together: their raw ``values``, the source's ``cursors``, and each one as a
     ``Record`` on demand (``batch[i]``), so that a batch of good records costs no position texts.
-    ``name`` makes a position text from a cursor of the source's own type; ``labels`` (one per
-    record) and ``errors`` ({index: reason}) are what a mail source says of its records."""
+    ``name`` makes a position text from a cursor of the source's own type; ``labels`` and ``users``
+    (one per record) and ``errors`` ({index: reason}) are what a mail source says of its records."""
 
-    __slots__ = ("_name", "cursors", "errors", "labels", "values")
+    __slots__ = ("_name", "cursors", "errors", "labels", "users", "values")
 
     def __init__(
         self,
@@ -105,19 +107,22 @@ class RecordBatch:
         name: Callable[[Any], str],
         labels: Sequence | None = None,
         errors: dict[int, str] | None = None,
+        users: Sequence[str | None] | None = None,
     ) -> None:
         self.values = values
         self.cursors = cursors
         self._name = name
         self.labels = labels
         self.errors = errors or {}
+        self.users = users
 
     def __len__(self) -> int:
         return len(self.values)
 
     def __getitem__(self, i: int) -> Record:
         label = None if self.labels is None else self.labels[i]
-        return Record(self.values[i], self.position(i), self.cursors[i], label, self.errors.get(i))
+        user = None if self.users is None else self.users[i]
+        return Record(self.values[i], self.position(i), self.cursors[i], label, self.errors.get(i), user)
 
     def __iter__(self) -> Iterator[Record]:
         return map(self.__getitem__, range(len(self.values)))
@@ -140,6 +145,7 @@ class RecordBatch:
             self._name,
             None if self.labels is None else self.labels[start:stop],
             {i - start: error for i, error in self.errors.items() if start <= i < stop},
+            None if self.users is None else self.users[start:stop],
         )
 
     def keep(self, indices: Sequence[int]) -> RecordBatch:
@@ -150,4 +156,5 @@ class RecordBatch:
             self._name,
             None if self.labels is None else [self.labels[i] for i in indices],
             {new: self.errors[old] for new, old in enumerate(indices) if old in self.errors} if self.errors else None,
+            None if self.users is None else [self.users[i] for i in indices],
         )

@@ -195,7 +195,8 @@ class EventParser:
         """A mail message: its bytes as the text, named by its position, labelled as its source says. The first
         lines of a taught message (`taught_record`), ``X-Pegasos-Label: LABEL`` and ``X-Pegasos-User: NAME``, are
         taken away: the label is the event's when the records are taught ones and the source gives none (a
-        folder's or ``source.label`` stands), and the user names the event's user when the parser reads users."""
+        folder's or ``source.label`` stands), and the user names the event's user when the parser reads users and
+        the source names none (a maildir of users' mail names each message's)."""
         text, taught = record.value, {}
         for line_start in (LABEL_LINE, USER_LINE):
             if text.startswith(line_start):
@@ -205,7 +206,7 @@ class EventParser:
             raise BadRecord(record.position, "empty message")
         given = taught.get(LABEL_LINE) if record.label is None and self.taught else record.label
         label = None if given is None else self._label(given, record.position)
-        user = taught.get(USER_LINE) if self.users else None
+        user = (record.user or taught.get(USER_LINE)) if self.users else None
         return Event(id=record.position, position=record.position, text=text, label=label, user=user or None)
 
     def _svmlight(self, text: str, position: str) -> Event | None:
