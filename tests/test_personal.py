@@ -62,7 +62,7 @@ class DenseReference:
         d = self.d.get(user, np.zeros(DIM))
         return float(sum(d[c] * v for c, v in x.items()))
 
-    def learn(self, x: dict, y: bool, user: str, shared_margin: float) -> None:
+    def learn(self, x: dict, y: bool, user: str, shared_margin: float, shared_t: int) -> None:
         d = self.d.setdefault(user, np.zeros(DIM))
         order = self.order.setdefault(user, [])
         sign = 1.0 if y else -1.0
@@ -92,19 +92,21 @@ class DenseReference:
 
 
 class DenseAdaGradReference(DenseReference):
-    """AdaGrad's steps on the logistic loss, as the class docstring states them, on dense vectors."""
+    """AdaGrad's steps on the logistic loss, as the class docstring states them, on dense vectors: the decay by
+    the user's share of the shared learner's labels, then the step."""
 
-    def __init__(self, rate: float, max_weights: int) -> None:
+    def __init__(self, rate: float, max_weights: int, share_decay: float) -> None:
         super().__init__(1.0, 1.0, max_weights)
-        self.rate = rate
+        self.rate, self.share_decay = rate, share_decay
         self.sums: dict[str, np.ndarray] = {}
 
-    def learn(self, x: dict, y: bool, user: str, shared_margin: float) -> None:
+    def learn(self, x: dict, y: bool, user: str, shared_margin: float, shared_t: int) -> None:
         d, sums = self.d.setdefault(user, np.zeros(DIM)), self.sums.setdefault(user, np.zeros(DIM))
         order = self.order.setdefault(user, [])
         sign = 1.0 if y else -1.0
         c = -sign / (1.0 + np.exp(sign * (shared_margin + self.margin(x, user))))
         self.t[user] = self.t.get(user, 0) + 1
+        d *= 1.0 - self.share_decay * min(1.0, self.t[user] / (shared_t + 1)) ** 3
         for j, value in x.items():
             sums[j] += (c * value) ** 2
             d[j] -= self.rate * c * value / np.sqrt(sums[j] + 1e-6)
@@ -115,7 +117,11 @@ class DenseAdaGradReference(DenseReference):
 
 STEPS = {
     "pegasos": (dict(step="pegasos", lambda_=0.05, t0=3.0), lambda most: DenseReference(0.05, 3.0, most)),
-    "adagrad": (dict(step="adagrad", learning_rate=0.4), lambda most: DenseAdaGradReference(0.4, most)),
+    "adagrad": (dict(step="adagrad", learning_rate=0.4), lambda most: DenseAdaGradReference(0.4, most, 0.01)),
+    "adagrad, strong share decay": (
+        dict(step="adagrad", learning_rate=0.4, share_decay=0.5),
+        lambda most: DenseAdaGradReference(0.4, most, 0.5),
+    ),
 }
 
 
@@ -130,9 +136,10 @@ def test_the_offsets_follow_the_dense_reference_step_by_step(step, max_weights):
         shared_margin = shared.decision_function_one(x)
         expected = shared_margin + reference.margin(x, user)
         assert model.decision_function_one(x, user) == pytest.approx(expected, abs=1e-9)
+        shared_t = shared.t
         model.learn_one(x, y, user=user)
         shared.learn_one(x, y)
-        reference.learn(x, y, user, shared_margin)
+        reference.learn(x, y, user, shared_margin, shared_t)
     for user, d in reference.d.items():
         offset = model.offset(user)
         dense = np.zeros(DIM)
@@ -244,6 +251,20 @@ def test_an_offset_checkpointed_by_feature_key_loads_as_today():
     expected = PersonalOffset.of(3, {2: -0.5, 5: 1.0, "a": 2.0}, {2: 0.25, 5: 1.0, "a": 4.0})
     assert offset.to_bytes() == expected.to_bytes() and offset.weights()[column("a")] == 2.0
     offset._check_state()
+
+
+def test_a_decayed_offset_multiplies_its_weights_out_before_its_scale_underflows():
+    offset = PersonalOffset.of(5, {1: 2.0, 7: -4.0}, {1: 1.0, 7: 1.0})
+    expected = {1: 2.0, 7: -4.0}
+    for _ in range(700):  # 0.5 ** 700 is far below 1e-100, above the smallest float
+        offset.decay(0.5)
+        expected = {k: 0.5 * v for k, v in expected.items()}
+        assert 1e-100 <= offset.s <= 1.0
+        assert {k: offset.s * v for k, v in offset.weights().items()} == pytest.approx(expected, rel=1e-12, abs=0)
+    assert offset.dot({1: 1.0, 7: 1.0}, 1.0) == pytest.approx(-2.0 * 0.5**700, rel=1e-12)
+    back = PersonalOffset.from_bytes(offset.to_bytes())
+    assert back.s == offset.s and back.weights() == offset.weights()
+    back._check_state()
 
 
 def test_feature_keys_of_every_kind_have_columns():

@@ -54,15 +54,18 @@ def _events(count: int = EVENTS) -> list[dict]:
     return [{**event, "user": f"{event['user']}-{i % 3}"} for i, event in enumerate(events)]
 
 
-def _reference(events: list[dict]) -> tuple[list[float], dict[str, float], dict[tuple[str, int], str]]:
-    """One PersonalPegasos on ``events``: the shared learner's f(x) of each event before it learned it, the score
-    of each event (by id) and the digest of each user's offset after each of its labels (by user and t)."""
+def _reference(
+    events: list[dict],
+) -> tuple[list[tuple[float, int]], dict[str, float], dict[tuple[str, int], str]]:
+    """One PersonalPegasos on ``events``: the shared learner's f(x) of each event before it learned it and the
+    examples it had learned then, the score of each event (by id) and the digest of each user's offset after each
+    of its labels (by user and t)."""
     config = load_config(config_file("personal"))
     model, features = build_model(config), build_features(config)
     shared, scores, digests = [], {}, {}
     for event in events:
         x = features.transform_one(event["text"])
-        shared.append(model.shared.decision_function_one(x))
+        shared.append((model.shared.decision_function_one(x), model.shared.t))
         scores[event["id"]] = model.decision_function_one(x, event["user"])
         model.learn_one(x, event["label"] == "spam", user=event["user"])
         offset = model.offset(event["user"])
@@ -70,9 +73,9 @@ def _reference(events: list[dict]) -> tuple[list[float], dict[str, float], dict[
     return shared, scores, digests
 
 
-def _forwarded(event: dict, shared_score: float) -> bytes:
+def _forwarded(event: dict, shared: tuple[float, int]) -> bytes:
     record = {"id": event["id"], "user": event["user"], "text": event["text"], "label": event["label"] == "spam"}
-    return json.dumps({**record, "shared_score": shared_score}).encode()
+    return json.dumps({**record, "shared_score": shared[0], "shared_t": shared[1]}).encode()
 
 
 def _instance(**kwargs) -> UserInstance:
@@ -150,6 +153,9 @@ def test_mail_without_a_shared_score_is_scored_with_the_newest_shared_model_and_
         (b'{"user": "ann", "text": "hi", "label": "spam", "shared_score": 1}', b"ann", "label: expected bool"),
         (b'{"user": "ann", "text": "hi", "shared_score": "1"}', b"ann", "shared_score: expected a number"),
         (b'{"user": "ann", "text": "hi", "shared_score": 1e999}', b"ann", "a finite number"),
+        (b'{"user": "ann", "text": "hi", "shared_score": 1, "shared_t": -1}', b"ann", "shared_t: expected a count"),
+        (b'{"user": "ann", "text": "hi", "shared_score": 1, "shared_t": true}', b"ann", "shared_t: expected a count"),
+        (b'{"user": "ann", "text": "hi", "shared_score": 1, "shared_t": 2.5}', b"ann", "shared_t: expected int"),
     ],
 )
 def test_a_bad_users_record_is_refused_naming_where_it_is(value, key, reason):
@@ -170,7 +176,8 @@ def test_run_forwards_each_event_with_the_shared_learners_score(tmp_path):
     assert status == 0
     forwarded = [json.loads(line) for line in out.read_text().splitlines()]
     shared, _, _ = _reference(events)
-    assert [record["shared_score"] for record in forwarded] == shared
+    assert [(record["shared_score"], record["shared_t"]) for record in forwarded] == shared
+    assert [record["shared_t"] for record in forwarded] == list(range(len(events)))
     assert [(r["id"], r["user"], r["text"], r["label"]) for r in forwarded] == [
         (e["id"], e["user"], e["text"], e["label"] == "spam") for e in events
     ]

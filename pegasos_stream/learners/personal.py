@@ -35,6 +35,12 @@ def _check_settings(
             raise ValueError(f"{name}={count!r}: expected an int >= 1")
 
 
+def _check_share_decay(share_decay: object) -> None:
+    """Refuse a ``share_decay`` out of [0, 1)."""
+    if isinstance(share_decay, bool) or not (isinstance(share_decay, (int, float)) and 0.0 <= share_decay < 1.0):
+        raise ValueError(f"share_decay={share_decay!r}: expected a number in [0, 1)")
+
+
 def _logistic(z: float) -> float:
     """σ(z) = 1/(1 + e^−z), without overflow."""
     if z >= 0.0:
@@ -63,7 +69,13 @@ class PersonalPegasos(base.Classifier):
       start, d_u = 0, and each feature's steps shrink as its gradients add up (λ_u and t0 are not used). A
       feature seen in few of the user's messages keeps large steps: the first labels of a user correct the shared
       model quickly where it is wrong for them, as a model of the user's own would, without losing what the
-      shared model knows elsewhere (`scripts/bench_personal.py`).
+      shared model knows elsewhere (`scripts/bench_personal.py`). Before the step, d_u ← (1 − ρ·s³)·d_u, s the
+      user's share of the shared learner's labels (the user's t over the shared learner's, this example counted
+      in both) and ρ ``share_decay``: the pull toward the shared model grows with how much of the shared model is
+      the user's own. A user with every label (s = 1) keeps about the corrections of their last 1/ρ labels; one
+      of a sixth of them is pulled 216 times less, and one of a few labels hardly at all. Without it, a user whose
+      mail the shared model mostly learned from keeps the corrections of its first labels long after the shared
+      model has learned them too, counted twice.
 
     The shared model moves under the user: each step sees today's f, so the user's objective is that of the shared
     model of the moment, and d_u corrects it where it keeps being wrong for the user, and stays near 0 (the shared
@@ -87,6 +99,8 @@ class PersonalPegasos(base.Classifier):
         The step counter offset of every offset (≥ 1): the first step is η = 1/(λ_u·(1 + t0)) (Pegasos's steps).
     learning_rate
         AdaGrad's η (> 0; AdaGrad's steps).
+    share_decay
+        ρ, the decay of an offset at a step of a user with every label (in [0, 1); AdaGrad's steps; 0: none).
     max_weights
         The most weights an offset keeps.
     max_users
@@ -117,16 +131,19 @@ class PersonalPegasos(base.Classifier):
         lambda_: float = 1e-3,
         t0: float = 1000.0,
         learning_rate: float = 0.3,
+        share_decay: float = 0.01,
         max_weights: int = 100_000,
         max_users: int = 100_000,
         store: MutableMapping[str, bytes] | None = None,
     ) -> None:
         _check_settings(shared, step, lambda_, t0, learning_rate, max_weights, max_users)
+        _check_share_decay(share_decay)
         self.shared = shared
         self.step = step
         self.lambda_ = lambda_
         self.t0 = t0
         self.learning_rate = learning_rate
+        self.share_decay = share_decay
         self.max_weights = max_weights
         self.max_users = max_users
         self.store = store
@@ -136,7 +153,7 @@ class PersonalPegasos(base.Classifier):
         return {k: v for k, v in self.__dict__.items() if k != "store"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
+        self.__dict__.update({"share_decay": 0.0, **state})  # (a model saved before share_decay: none)
         self.store = None
 
     def _check_state(self) -> None:
@@ -144,6 +161,7 @@ class PersonalPegasos(base.Classifier):
             _check_settings(
                 self.shared, self.step, self.lambda_, self.t0, self.learning_rate, self.max_weights, self.max_users
             )
+            _check_share_decay(self.share_decay)
         except ValueError as error:
             raise InvalidState(f"PersonalPegasos: settings refused: {error}") from None
         offsets = check_instance(self, "_offsets", dict)
@@ -238,9 +256,10 @@ class PersonalPegasos(base.Classifier):
             self._learn_shared(x, y, w)
             return
         offset = self.offset(user)
-        shared_score = self.shared.decision_function_one(x)
+        shared_score, shared_t = self.shared.decision_function_one(x), self.shared.t
         self._learn_shared(x, y, w)  # refused with nothing learned, or learned
-        self.learn_offset(offset or self._new_offset(user), x, sign > 0, shared_score, weight)
+        offset = self._new_offset(user) if offset is None else offset
+        self.learn_offset(offset, x, sign > 0, shared_score, weight, shared_t=shared_t)
 
     def learn_offset(
         self,
@@ -250,11 +269,13 @@ class PersonalPegasos(base.Classifier):
         shared_score: float,
         w: float = 1.0,
         personal_score: float | None = None,
+        shared_t: int | None = None,
     ) -> None:
         """The step of a user's ``offset`` for (x, ``positive``) of weight ``w`` (see the class), ``shared_score``
-        the shared learner's f(x) before it learned x: what `learn_one` takes after the shared learner's step, and
-        what an instance that holds only some users' offsets takes with the f(x) of the shared learner's process.
-        ``personal_score``: ⟨d_u, x⟩, when the caller has it already."""
+        the shared learner's f(x) before it learned x and ``shared_t`` the examples it had learned then (None: no
+        share decay): what `learn_one` takes after the shared learner's step, and what an instance that holds only
+        some users' offsets takes from the shared learner's process. ``personal_score``: ⟨d_u, x⟩, when the caller
+        has it already."""
         sign = 1.0 if positive else -1.0
         columns, values = feature_columns(x)
         if personal_score is None:
@@ -266,6 +287,9 @@ class PersonalPegasos(base.Classifier):
                 eta = 1.0 / (self.lambda_ * (offset.t + self.t0))
                 offset.pegasos_step(columns, values, eta * (sign * w) / offset.scale(self.t0))
         else:
+            if self.share_decay and shared_t is not None:
+                share = min(1.0, offset.t / (shared_t + 1))
+                offset.decay(1.0 - self.share_decay * share**3)
             offset.adagrad_step(columns, values, -sign * w * _logistic(-sign * margin), self.learning_rate)
         offset.keep(self.max_weights)
 

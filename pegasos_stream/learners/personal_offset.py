@@ -19,8 +19,12 @@ ADAGRAD_EPSILON = 1e-6
 
 _INT64 = (-(2**63), 2**63 - 1)
 #: The head of an offset's bytes: its form, whether it has AdaGrad's sums, t, the number of weights. Form ``c``:
-#: columns, weights, sums; the forms ``i`` and ``s`` (weights, sums, then int or str keys) are read too.
+#: then the scale of AdaGrad's weights, columns, weights, sums; the forms ``i`` and ``s`` (weights, sums, then
+#: int or str keys; the scale 1) are read too.
 _HEAD = "<c?qq"
+_SCALE = "<d"
+#: A scale below which AdaGrad's weights are multiplied out (the scale back to 1), far above the smallest float.
+_SMALLEST_SCALE = 1e-100
 
 
 def column(key: Hashable) -> int:
@@ -57,20 +61,26 @@ class PersonalOffset:
 
     With Pegasos's steps s = t0/(t + t0), the product of the shrinks (1 − η_s λ) = (s − 1 + t0)/(s + t0) of steps
     1..t in closed form: ``v`` holds the weights of d divided by it, so that a shrink touches no weight. With
-    AdaGrad's, nothing shrinks and s = 1. A feature is a column by `column`. Each weight's step is the same
-    floating-point operations as on a dict of weights, the dot product's terms are added in x's order, and the
-    arrays are their own bytes: a step costs a search of x's columns and a store costs a copy.
+    AdaGrad's, s is ``s``, the product of the decays (`decay`) so far. A feature is a column by `column`. Each
+    weight's step is the same floating-point operations as on a dict of weights, the dot product's terms are added
+    in x's order, and the arrays are their own bytes: a step costs a search of x's columns and a store a copy.
     """
 
-    __slots__ = ("columns", "g", "t", "v")
+    __slots__ = ("columns", "g", "s", "t", "v")
 
     def __init__(
-        self, t: int = 0, columns: np.ndarray | None = None, v: np.ndarray | None = None, g: np.ndarray | None = None
+        self,
+        t: int = 0,
+        columns: np.ndarray | None = None,
+        v: np.ndarray | None = None,
+        g: np.ndarray | None = None,
+        s: float = 1.0,
     ) -> None:
         self.t = t
         self.columns = np.empty(0, np.int64) if columns is None else columns
         self.v = np.empty(0, np.float64) if v is None else v
         self.g = g
+        self.s = s
 
     @classmethod
     def of(cls, t: int, weights: Mapping, sums: Mapping | None = None) -> PersonalOffset:
@@ -90,12 +100,12 @@ class PersonalOffset:
         return len(self.columns)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"t": self.t, "columns": self.columns, "v": self.v, "g": self.g}
+        return {"t": self.t, "columns": self.columns, "v": self.v, "g": self.g, "s": self.s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         if isinstance(state["v"], dict):  # the form of weights by feature key
             state = PersonalOffset.of(state["t"], state["v"], state.get("g")).__getstate__()
-        self.t, self.columns, self.v, self.g = state["t"], state["columns"], state["v"], state["g"]
+        self.t, self.columns, self.v, self.g, self.s = (state[key] for key in ("t", "columns", "v", "g", "s"))
 
     def _check_state(self) -> None:
         check_count(self, "t")
@@ -106,10 +116,21 @@ class PersonalOffset:
             raise InvalidState("PersonalOffset: expected columns in ascending order and finite weights")
         if g is not None and not (_array_of(g, np.float64) and len(g) == len(v) and (g >= 0.0).all()):
             raise InvalidState("PersonalOffset.g: expected a float >= 0 for each weight")
+        if not (type(self.s) is float and _SMALLEST_SCALE <= self.s <= 1.0) or (g is None and self.s != 1.0):
+            raise InvalidState(f"PersonalOffset.s: expected a float in [1e-100, 1] (1 with Pegasos's), got {self.s!r}")
 
     def scale(self, t0: float) -> float:
-        """s: d = s·v (t0/(t + t0) with Pegasos's steps, 1 with AdaGrad's)."""
-        return 1.0 if self.g is not None else t0 / (self.t + t0)
+        """s: d = s·v (t0/(t + t0) with Pegasos's steps, ``s`` with AdaGrad's)."""
+        return self.s if self.g is not None else t0 / (self.t + t0)
+
+    def decay(self, factor: float) -> None:
+        """d ← ``factor``·d (AdaGrad's steps; 0 < factor <= 1), in the scale: no weight is touched until the scale
+        falls below 1e-100, when the weights are multiplied out."""
+        s = self.s * factor
+        if s < _SMALLEST_SCALE:
+            self.v *= s
+            s = 1.0
+        self.s = s
 
     def _find(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each of ``columns``: where it is or would go in ``self.columns``, and whether it is there."""
@@ -142,7 +163,8 @@ class PersonalOffset:
         self._insert(at[new], columns[new], 0.0 + add * values[new], None)
 
     def adagrad_step(self, columns: np.ndarray, values: np.ndarray, gradient: float, rate: float) -> None:
-        """G_j += (c·x_j)² and v_j −= ``rate``·c·x_j/√(G_j + ε) for each feature j of x, c = ``gradient``."""
+        """G_j += (c·x_j)² and d_j −= ``rate``·c·x_j/√(G_j + ε) for each feature j of x, c = ``gradient`` (v_j by
+        that over the scale)."""
         g = self.g
         if g is None:
             raise ValueError("an offset of Pegasos's steps takes no AdaGrad step")
@@ -150,11 +172,11 @@ class PersonalOffset:
         at, found = self._find(columns)
         old, part = at[found], parts[found]
         g[old] += part * part
-        self.v[old] -= rate * part / np.sqrt(g[old] + ADAGRAD_EPSILON)
+        self.v[old] -= rate * part / np.sqrt(g[old] + ADAGRAD_EPSILON) / self.s
         new = ~found
         part = parts[new]
         sums = 0.0 + part * part
-        self._insert(at[new], columns[new], 0.0 - rate * part / np.sqrt(sums + ADAGRAD_EPSILON), sums)
+        self._insert(at[new], columns[new], 0.0 - rate * part / np.sqrt(sums + ADAGRAD_EPSILON) / self.s, sums)
 
     def _insert(self, at: np.ndarray, columns: np.ndarray, v: np.ndarray, g: np.ndarray | None) -> None:
         """Add the weights ``v`` (and sums ``g``) of new ``columns``, each at its place ``at``."""
@@ -177,8 +199,8 @@ class PersonalOffset:
                 self.g = self.g[kept]
 
     def to_bytes(self) -> bytes:
-        """t, then the columns, the weights and, with AdaGrad's steps, the sums."""
-        head = struct.pack(_HEAD, b"c", self.g is not None, self.t, len(self.v))
+        """t, then the scale, the columns, the weights and, with AdaGrad's steps, the sums."""
+        head = struct.pack(_HEAD, b"c", self.g is not None, self.t, len(self.v)) + struct.pack(_SCALE, self.s)
         arrays = (self.columns, self.v) if self.g is None else (self.columns, self.v, self.g)
         return b"".join((head, *(array.data for array in arrays)))
 
@@ -189,10 +211,12 @@ class PersonalOffset:
         if form not in (b"c", b"i", b"s"):
             raise ValueError(f"an offset's bytes of form {form!r}: expected c, i or s")
         start, columns = struct.calcsize(_HEAD), form == b"c"
+        scale = struct.unpack_from(_SCALE, data, start)[0] if columns else 1.0
+        start += struct.calcsize(_SCALE) if columns else 0
         dtypes = ([np.int64] if columns else []) + [np.float64] * (2 if adagrad else 1)
         arrays = [np.frombuffer(data, dtype, n, start + 8 * n * i).copy() for i, dtype in enumerate(dtypes)]
         if columns:
-            return cls(t, arrays[0], arrays[1], arrays[2] if adagrad else None)
+            return cls(t, arrays[0], arrays[1], arrays[2] if adagrad else None, scale)
         body = data[start + 8 * n * len(arrays) :]
         keys = np.frombuffer(body, np.int64, n).tolist() if form == b"i" else json.loads(body)
         weights = dict(zip(keys, arrays[0].tolist(), strict=True))

@@ -44,12 +44,18 @@ def prediction_output(event_id: Hashable, predicted: object, score: float, proba
 
 
 def forwarded_event(
-    record: bytes | str, fields: Mapping[str, str], event_id: Hashable, shared_score: float, label: bool | None
+    record: bytes | str,
+    fields: Mapping[str, str],
+    event_id: Hashable,
+    shared_score: float,
+    label: bool | None,
+    shared_t: int,
 ) -> dict:
     """The event of a JSON ``record`` as ``run`` forwards it (``output.forward``) to the instances that learn the
     users' offsets: its ``id``, ``user`` (the string of ``fields["user"]``, else null), input (``text``, or the
     features ``x``, as the record has them), ``label`` (true for the positive class, false for the negative one;
-    absent without a label) and ``shared_score``, the shared learner's f(x) before it learned the event."""
+    absent without a label), ``shared_score``, the shared learner's f(x) before it learned the event, and
+    ``shared_t``, the examples it had learned then."""
     obj = json.loads(record)
     user = obj.get(fields["user"])
     forwarded: dict[str, Any] = {"id": event_id, "user": user if isinstance(user, str) else None}
@@ -61,6 +67,7 @@ def forwarded_event(
     if label is not None:
         forwarded["label"] = label
     forwarded["shared_score"] = shared_score
+    forwarded["shared_t"] = shared_t
     return forwarded
 
 

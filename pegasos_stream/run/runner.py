@@ -372,7 +372,8 @@ class Runner:
         score, proba, predicted, prediction = self.predictor.predict(x, event.user)
         if self._forwarding:
             label = None if event.label is None else binary_sign(event.label) > 0
-            self.sink.emit(forwarded_event(record.value, self.parser.fields, event.id, score, label))
+            shared_t = cast(BinaryLearner, self.predictor.model).t
+            self.sink.emit(forwarded_event(record.value, self.parser.fields, event.id, score, label, shared_t))
         else:
             self.sink.emit(prediction_output(event.id, predicted, score, proba))
         self.stats.predicted += 1
@@ -390,10 +391,11 @@ class Runner:
             self._learn(waiting.x, event.label, waiting.score, waiting.user)
             return
         # forwarding: the event goes out again, with its label and the shared learner's f(x) before it learns it
-        shared_score = cast(BinaryLearner, self.predictor.model).decision_function_one(waiting.x)
+        shared = cast(BinaryLearner, self.predictor.model)
+        shared_score, shared_t = shared.decision_function_one(waiting.x), shared.t
         self._learn(waiting.x, event.label, waiting.score, waiting.user)
         positive = binary_sign(event.label) > 0
-        self.sink.emit(forwarded_event(waiting.record, self.parser.fields, event.id, shared_score, positive))
+        self.sink.emit(forwarded_event(waiting.record, self.parser.fields, event.id, shared_score, positive, shared_t))
 
     def _learn(self, x: dict, label: object, prediction: object, user: str | None) -> None:
         self._task.learn(x, label, prediction, user)
@@ -455,7 +457,9 @@ class Runner:
             self.stats.predicted += predicted - first
             if self._emits:
                 self._learned_unemitted = True
-                self._emit_rows(batch, start + first, decisions[first:predicted], probas[first:predicted])
+                learned_t = cast(BinaryLearner, self.predictor.model).t if self._forwarding else 0
+                first_t = learned_t - (end - first)  # (the examples learned before row ``first``)
+                self._emit_rows(batch, start + first, decisions[first:predicted], probas[first:predicted], first_t)
                 self._learned_unemitted = False
             if end > first:
                 self.stats.events = counted + batch.indices[start + end - 1] + 1
@@ -464,17 +468,20 @@ class Runner:
                 self.stats.events = counted + batch.indices[start + end] + 1
             first = end + 1
 
-    def _emit_rows(self, batch: ParsedBatch, start: int, decisions: np.ndarray, probas: np.ndarray) -> None:
+    def _emit_rows(
+        self, batch: ParsedBatch, start: int, decisions: np.ndarray, probas: np.ndarray, first_t: int
+    ) -> None:
         """Emit the predictions of the rows from ``start`` on, or forwarding, their events (an event without an id
-        is named by its position)."""
+        is named by its position), ``first_t`` the examples the learner had learned before the first of them."""
         emit, position = self.sink.emit, batch.records.position
         stop = start + len(decisions)
         indices, ids = batch.indices[start:stop], cast(list, batch.ids)[start:stop]
         if self._forwarding:
             records, fields = batch.records, self.parser.fields
-            for index, event_id, score, sign in zip(indices, ids, decisions.tolist(), batch.signs[start:stop].tolist()):
+            signs = batch.signs[start:stop].tolist()
+            for row, (index, event_id, score, sign) in enumerate(zip(indices, ids, decisions.tolist(), signs)):
                 event_id = position(index) if event_id is None else event_id
-                emit(forwarded_event(records[index].value, fields, event_id, score, sign > 0))
+                emit(forwarded_event(records[index].value, fields, event_id, score, sign > 0, first_t + row))
             return
         negative, positive = self.predictor.classes
         for index, event_id, score, proba in zip(indices, ids, decisions.tolist(), probas.tolist()):

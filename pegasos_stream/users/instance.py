@@ -1,9 +1,11 @@
 """What an instance does with each record of the users topic, its user's personal offset its keyed state.
 
 The users topic holds JSON events keyed by user: those ``run`` forwards (``output.forward``: ``id``, ``user``,
-``text`` or ``x``, ``label`` when labelled, and ``shared_score``, the shared learner's f(x) before it learned the
-event), and mail to score written by anyone (``id``, ``user``, ``text`` or ``x``). An event is scored
-f(x) + ⟨d_u, x⟩; a labelled one then takes the offset's step with that f(x) (`PersonalPegasos.learn_offset`). So
+``text`` or ``x``, ``label`` when labelled, ``shared_score``, the shared learner's f(x) before it learned the
+event, and ``shared_t``, the examples it had learned then), and mail to score written by anyone (``id``, ``user``,
+``text`` or ``x``). An event is scored f(x) + ⟨d_u, x⟩; a labelled one then takes the offset's step with that f(x)
+and that t (`PersonalPegasos.learn_offset`; a record without ``shared_t``, from an earlier forwarder, without the
+share decay). So
 the offsets an instance learns equal those of one `PersonalPegasos` learning the same stream, bit for bit, however
 the users are spread over instances. An event without ``shared_score`` is scored with the newest shared model the
 model topic gave.
@@ -38,10 +40,11 @@ class SharedModel:
 
 @dataclass(frozen=True, slots=True)
 class UserEvent:
-    """One record of the users topic: the event, and the shared learner's f(x) when ``run`` forwarded it."""
+    """One record of the users topic: the event, and the shared learner's f(x) and t when ``run`` forwarded it."""
 
     event: Event
     shared_score: float | None
+    shared_t: int | None = None
 
 
 def offset_digest(offset: PersonalOffset) -> str:
@@ -97,8 +100,11 @@ def parse_user_event(value: bytes, key: bytes | None, where: str) -> UserEvent:
     shared, label = _shared_score(obj, where), _field(obj, "label", (bool,), where)
     if label is not None and shared is None:
         raise BadRecord(where, "a label without shared_score: labels reach the users topic through run's forward")
+    shared_t = _field(obj, "shared_t", (int,), where)
+    if isinstance(shared_t, bool) or (shared_t is not None and shared_t < 0):
+        raise BadRecord(where, f"shared_t: expected a count (an integer >= 0), got {shared_t!r:.40}")
     event_id: Hashable = obj.get("id") if isinstance(obj.get("id"), (str, int)) else where
-    return UserEvent(Event(event_id, where, x, text, label, user), shared)
+    return UserEvent(Event(event_id, where, x, text, label, user), shared, shared_t)
 
 
 class DecodedOffsets:
@@ -185,7 +191,9 @@ class UserInstance:
                 self._decoded.keep(user, cast(bytes, stored), offset)
             return output, None
         offset = self.personal.new_offset() if offset is None else offset
-        self.personal.learn_offset(offset, x, bool(event.label), shared_score, personal_score=personal_score)
+        self.personal.learn_offset(
+            offset, x, bool(event.label), shared_score, personal_score=personal_score, shared_t=user_event.shared_t
+        )
         output["t"] = offset.t
         if self.digests:
             output["digest"] = offset_digest(offset)
