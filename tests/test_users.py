@@ -243,6 +243,19 @@ def test_an_instance_needs_a_personal_configuration(capsys):
     assert "users: model.kind: expected personal" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("producer", "refusal"),
+    [
+        ("message.max.bytes=1000000", "a user's offset (model.max_weights=100000) takes up to 2,404,122 bytes"),
+        ("message.max.bytes=lots", "message.max.bytes=lots: expected a number of bytes"),
+    ],
+)
+def test_an_instance_refuses_a_producer_whose_records_cannot_hold_an_offset(producer, refusal, capsys):
+    flags = ["--input-topic", "a", "--output-topic", "b", "--state-dir", "s", "--producer", producer]
+    assert cli.main(["users", "--config", "personal", *flags]) == 2
+    assert refusal in capsys.readouterr().err
+
+
 def test_an_instance_connects_as_the_kafka_section_says_tls_and_sasl_included():
     sets = ["kafka.security_protocol=SASL_SSL", "kafka.sasl_mechanism=SCRAM-SHA-512"]
     sets += ["kafka.sasl_plain_username=pegasos", "kafka.sasl_plain_password=secret", "kafka.ssl_cafile=ca.pem"]
@@ -411,3 +424,44 @@ def test_an_instance_scores_mail_with_the_shared_model_of_the_model_topic(tmp_pa
     assert outputs[0]["score"] == reference.decision_function_one(features.transform_one(text), user)
     assert outputs[0]["model_version"] >= 1 and "t" not in outputs[0]
     assert errors[0]["position"].startswith(f"{users_topic}[") and "not JSON" in errors[0]["error"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(USERS_BIN is None, reason="no environment with the users extra (Quix Streams): .ci/run makes one")
+def test_an_offset_larger_than_a_default_kafka_record_is_kept_and_recovered(tmp_path, kafka_broker, kafka_topic):
+    """The sample's first 260 events, its three users whole: one offset passes 1,000,000 bytes, librdkafka's
+    default record. An instance takes the first 200 and stops; another, with no state of its own, recovers the
+    offsets from the changelog and takes the rest: every offset after each label equals one PersonalPegasos's."""
+    with gzip.open(resources.files("pegasos_stream") / "data" / "personal-sample.jsonl.gz", "rt") as lines:
+        events = [json.loads(line) for _, line in zip(range(260), lines, strict=False)]
+    source, forwarded_file = tmp_path / "events.jsonl", tmp_path / "forwarded.jsonl"
+    source.write_text("".join(json.dumps(event) + "\n" for event in events))
+    forward = ["--input", str(source), "--output", str(forwarded_file), "--set", "output.forward=true"]
+    subprocess.run([BIN, "run", "--config", "personal", *forward], check=True, capture_output=True)
+    forwarded = forwarded_file.read_bytes().splitlines()
+    config = load_config(config_file("personal"))
+    model, features = build_model(config), build_features(config)
+    digests, largest = {}, 0
+    for event in events:
+        model.learn_one(features.transform_one(event["text"]), event["label"] == "spam", user=event["user"])
+        offset = model.offset(event["user"])
+        digests[event["user"], offset.t] = offset_digest(offset)
+        largest = max(largest, len(offset.to_bytes()))
+    assert largest > 1_000_000
+    users_topic, scores_topic = kafka_topic(1), kafka_topic(1)
+    topics, group = (users_topic, scores_topic), f"{users_topic}-instances"
+    producer = KafkaProducer(bootstrap_servers=kafka_broker)
+    for part, state, count in ((forwarded[:200], "a", 200), (forwarded[200:], "b", 260)):
+        for record in part:
+            producer.send(users_topic, record, key=json.loads(record)["user"].encode())
+        producer.flush(timeout=10)
+        instance = _users_instance(kafka_broker, topics, tmp_path / state, group, "exactly-once")
+        try:
+            _until(lambda count=count: len(_read_outputs(kafka_broker, scores_topic)) >= count)
+        finally:
+            instance.send_signal(signal.SIGTERM)
+            assert instance.wait(30) == 0, (tmp_path / state / "err.log").read_text()
+    producer.close(timeout=10)
+    outputs = _read_outputs(kafka_broker, scores_topic)
+    assert len(outputs) == 260
+    assert all(output["digest"] == digests[output["user"], output["t"]] for output in outputs)

@@ -7,13 +7,14 @@ import contextlib
 import json
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 
 from ..learners.personal import PersonalPegasos
+from ..learners.personal_offset import largest_bytes
 from ..learners.protocols import BinaryLearner
 from ..run.predictions import binary_classes
-from ..users.instance import SharedModel, UserInstance
+from ..users.instance import InstanceStopped, SharedModel, UserInstance
 from . import options
 from .assemble import build_features, build_model
 from .checks import StartupError
@@ -79,12 +80,43 @@ def _client_settings(texts: list[str], client: str) -> dict[str, str]:
     return settings
 
 
+#: What an instance that stopped on an error leaves, and what to do.
+STOPPED = (
+    "nothing after its last commit was committed: started again, it recovers its users' offsets from the changelog"
+    " and takes the records after its last commit"
+)
+#: What a changelog record holds besides the offset's bytes (its key, Quix's headers, the record's own), at most.
+RECORD_OVERHEAD = 4096
+
+
+def _largest_record(personal: PersonalPegasos, producer: Mapping[str, str]) -> int:
+    """The largest changelog record of a user's offset (``max_weights`` weights); a StartupError when ``--producer
+    message.max.bytes`` is set below it."""
+    largest = largest_bytes(personal.max_weights, personal.step != "pegasos") + RECORD_OVERHEAD
+    text = producer.get("message.max.bytes")
+    if text is None:
+        return largest
+    try:
+        limit = int(text)
+    except ValueError:
+        raise ConfigError(f"--producer message.max.bytes={text}: expected a number of bytes") from None
+    if limit < largest:
+        raise StartupError(
+            f"--producer message.max.bytes={limit}: a user's offset (model.max_weights={personal.max_weights}) takes"
+            f" up to {largest:,} bytes in one record of the state's changelog: leave message.max.bytes out, or set it"
+            " at least that"
+        )
+    return limit
+
+
 def command_users(args: argparse.Namespace) -> int:
     """Run one instance until a signal or ``--idle-stop``; 0, or 1 when it took records and rejected every one."""
     sets = options.overrides(args)
     config = load_config(config_file(args.config), [text for text, _ in sets], [flag for _, flag in sets])
     settings = settings_of(config)
     personal = _personal(settings, config)
+    producer = _client_settings(args.producer, "producer")
+    largest = _largest_record(personal, producer)
     try:
         from ..users.quix_app import InstanceSettings, run_instance
     except ImportError as error:
@@ -100,8 +132,9 @@ def command_users(args: argparse.Namespace) -> int:
         commit_interval=args.commit_interval,
         idle_stop=args.idle_stop,
         consumer=_client_settings(args.consumer, "consumer"),
-        producer=_client_settings(args.producer, "producer"),
+        producer=producer,
         connection=connection_properties(settings.kafka),
+        max_record_bytes=largest,
     )
     with _followed(args) as provider:
 
@@ -115,7 +148,11 @@ def command_users(args: argparse.Namespace) -> int:
 
         classes = binary_classes(settings.source.labels.mapping)
         instance = UserInstance(personal, build_features(config), classes, shared, args.digests)
-        stats = run_instance(instance, instance_settings)
+        try:
+            stats = run_instance(instance, instance_settings)
+        except InstanceStopped as error:
+            print(f"error: the instance stopped: {error}; {STOPPED}", file=sys.stderr)
+            return 1
     print(json.dumps(asdict(stats)), file=sys.stderr)  # (the summary line, as run's)
     return 1 if stats.records and stats.rejected == stats.records else 0
 

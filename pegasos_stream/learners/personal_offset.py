@@ -12,7 +12,7 @@ import numpy as np
 
 from .state import InvalidState, check_count
 
-__all__ = ["ADAGRAD_EPSILON", "PersonalOffset", "column", "feature_columns", "kept_after"]
+__all__ = ["ADAGRAD_EPSILON", "PersonalOffset", "column", "feature_columns", "kept_after", "largest_bytes"]
 
 #: AdaGrad's ε, under the square root of each feature's sum of squared gradients.
 ADAGRAD_EPSILON = 1e-6
@@ -47,6 +47,11 @@ def feature_columns(x: Mapping) -> tuple[np.ndarray, np.ndarray]:
         return np.fromiter(keys, np.int64, n), np.fromiter(x.values(), np.float64, n)
     except OverflowError:  # an int key beyond int64
         return np.fromiter(map(column, x), np.int64, n), np.fromiter(x.values(), np.float64, n)
+
+
+def largest_bytes(max_weights: int, adagrad: bool) -> int:
+    """The most bytes `PersonalOffset.to_bytes` gives for an offset of at most ``max_weights`` weights."""
+    return struct.calcsize(_HEAD) + struct.calcsize(_SCALE) + max_weights * (24 if adagrad else 16)
 
 
 def kept_after(most: int) -> int:

@@ -27,7 +27,15 @@ from ..learners.protocols import BinaryLearner
 from ..parse.parsing import BadRecord, Event
 from ..run.predictions import Predictor
 
-__all__ = ["DecodedOffsets", "SharedModel", "UserEvent", "UserInstance", "offset_digest", "parse_user_event"]
+__all__ = [
+    "DecodedOffsets",
+    "InstanceStopped",
+    "SharedModel",
+    "UserEvent",
+    "UserInstance",
+    "offset_digest",
+    "parse_user_event",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +44,11 @@ class SharedModel:
 
     model: BinaryLearner
     version: int
+
+
+class InstanceStopped(RuntimeError):
+    """An instance stopped on an error of Kafka or of its state store; nothing after its last commit was committed,
+    and an instance started again recovers its partitions' offsets from the changelog."""
 
 
 @dataclass(frozen=True, slots=True)

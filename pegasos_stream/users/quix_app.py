@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..parse.parsing import BadRecord
-from .instance import UserInstance, parse_user_event
+from .instance import InstanceStopped, UserInstance, parse_user_event
 
 __all__ = ["InstanceSettings", "InstanceStats", "run_instance"]
 
@@ -27,6 +27,8 @@ _log = logging.getLogger(__name__)
 
 #: Kafka's default retention (7 days, and no size bound), for a broker that does not report a topic's own.
 _KAFKA_RETENTION = {"retention.ms": "604800000", "retention.bytes": "-1"}
+#: Kafka's default ``max.message.bytes`` of a topic (the broker's ``message.max.bytes``).
+_KAFKA_MAX_MESSAGE_BYTES = 1_048_588
 #: The key of a user's offset in the user's state (the store's keys and values are bytes, as they are).
 _STATE_KEY = b"offset"
 
@@ -50,6 +52,10 @@ class InstanceSettings:
     #: librdkafka's connection and security properties (``security.protocol``, ``sasl.username``, ...) of every
     #: client of the instance: consumer, producer and topic admin.
     connection: Mapping[str, Any] = field(default_factory=dict)
+    #: The largest record the instance produces (a user's largest offset in the changelog): the producer's
+    #: ``message.max.bytes`` unless ``producer`` sets it, and the ``max.message.bytes`` of the changelog topics it
+    #: creates.
+    max_record_bytes: int = 1_000_000
 
 
 @dataclass(slots=True)
@@ -67,8 +73,12 @@ class InstanceStats:
 
 def _topic_manager(settings: InstanceSettings) -> Any:
     """Quix's topic manager, which derives a changelog topic's retention from its input topic's, taking Kafka's
-    default retention for a broker that reports no topic configuration (DescribeConfigs answered empty)."""
-    from quixstreams.models.topics import Topic, TopicAdmin, TopicManager
+    default retention for a broker that reports no topic configuration (DescribeConfigs answered empty), and
+    creates changelog topics that take a user's largest offset in one record (``max.message.bytes``; a changelog
+    topic created before keeps its own)."""
+    from quixstreams.models.topics import Topic, TopicAdmin, TopicConfig, TopicManager
+
+    largest = str(max(settings.max_record_bytes, _KAFKA_MAX_MESSAGE_BYTES))
 
     class ReportedRetention(TopicManager):
         def _fetch_topic(self, topic: Topic) -> Topic:
@@ -76,6 +86,10 @@ def _topic_manager(settings: InstanceSettings) -> Any:
             for key, value in _KAFKA_RETENTION.items():
                 fetched.broker_config.extra_config.setdefault(key, value)
             return fetched
+
+        def changelog_topic(self, stream_id: str | None, store_name: str, config: TopicConfig) -> Topic:
+            config.extra_config["max.message.bytes"] = largest
+            return super().changelog_topic(stream_id, store_name, config)
 
     return ReportedRetention(TopicAdmin(_broker(settings)), settings.group)
 
@@ -107,7 +121,7 @@ def run_instance(instance: UserInstance, settings: InstanceSettings) -> Instance
         processing_guarantee=settings.guarantee,
         commit_interval=settings.commit_interval,
         consumer_extra_config=dict(settings.consumer),
-        producer_extra_config=dict(settings.producer),
+        producer_extra_config={"message.max.bytes": str(settings.max_record_bytes), **settings.producer},
         rocksdb_options=RocksDBOptions(dumps=_identity, loads=_identity),
         topic_manager=_topic_manager(settings),
         loglevel=None,
@@ -137,5 +151,8 @@ def run_instance(instance: UserInstance, settings: InstanceSettings) -> Instance
         return output
 
     app.dataframe(source).apply(process, stateful=True, metadata=True).to_topic(sink)
-    app.run(timeout=settings.idle_stop)
+    try:
+        app.run(timeout=settings.idle_stop)
+    except Exception as error:  # (Quix stops on any error of the broker, the producer or RocksDB, and says so)
+        raise InstanceStopped(f"{type(error).__name__}: {error}") from error
     return stats
