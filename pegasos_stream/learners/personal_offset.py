@@ -17,6 +17,7 @@ __all__ = ["ADAGRAD_EPSILON", "PersonalOffset", "column", "feature_columns", "ke
 #: AdaGrad's ε, under the square root of each feature's sum of squared gradients.
 ADAGRAD_EPSILON = 1e-6
 
+#: The ints that are their own column.
 _INT64 = (-(2**63), 2**63 - 1)
 #: The head of an offset's bytes: its form, whether it has AdaGrad's sums, t, the number of weights. Form ``c``:
 #: then the scale of AdaGrad's weights, columns, weights, sums; the forms ``i`` and ``s`` (weights, sums, then
