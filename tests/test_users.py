@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
+import yaml
 from kafka import KafkaProducer
 from test_kafka_rebalance import BIN
 
@@ -183,6 +184,34 @@ def test_run_forwards_each_event_with_the_shared_learners_score(tmp_path):
     ]
     assert _message(forwarded[0])[0] == events[0]["user"].encode()
     assert _message({"id": 3, "score": 1.0})[0] == b"3"
+
+
+@pytest.mark.parametrize("read", ["file", "stdin"])
+def test_an_event_the_shared_learner_refuses_is_forwarded_without_its_label(read, tmp_path):
+    """A labelled event whose step the shared learner refuses (values that take its norm to inf) is rejected, and
+    goes out scored but without its label: no offset learns what the shared learner refused. One at a time
+    (standard input) and in compiled batches (a file of hashed features) alike."""
+    config = tmp_path / "personal.yaml"
+    model = {"kind": "personal", "shared": {"kind": "linear", "lambda_": 0.01}}
+    config.write_text(yaml.safe_dump({"model": model, "features": {"type": "dict", "hash_bits": 10}}))
+    lines = [
+        {"id": 1, "user": "ann", "x": {"a": 1.0}, "label": 1},
+        {"id": 2, "user": "ann", "x": {"a": 1e300, "b": -1e300}, "label": 0},
+        {"id": 3, "user": "ann", "x": {"a": 1.0}, "label": 0},
+    ]
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    flags = ["--config", str(config), "--set", "output.forward=true"]
+    done = subprocess.run(
+        [BIN, "run", *flags, "--input", str(events) if read == "file" else "-"],
+        input=events.read_bytes() if read == "stdin" else None,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    forwarded = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    assert [(f["id"], f.get("label"), f["shared_t"]) for f in forwarded] == [(1, True, 0), (2, None, 1), (3, False, 1)]
+    assert "the update would take the norm of the weights to inf" in done.stderr.decode()
 
 
 def test_a_late_label_is_forwarded_with_its_event_and_the_offsets_learn_it_as_one_personal_learner_does(tmp_path):

@@ -371,17 +371,33 @@ class Runner:
         x = self.predictor.features_of(event)
         score, proba, predicted, prediction = self.predictor.predict(x, event.user)
         if self._forwarding:
-            label = None if event.label is None else binary_sign(event.label) > 0
-            shared_t = cast(BinaryLearner, self.predictor.model).t
-            self.sink.emit(forwarded_event(record.value, self.parser.fields, event.id, score, label, shared_t))
-        else:
-            self.sink.emit(prediction_output(event.id, predicted, score, proba))
+            self._forward_and_learn(event, record, x, score, prediction)
+            return
+        self.sink.emit(prediction_output(event.id, predicted, score, proba))
         self.stats.predicted += 1
-        if event.label is None:  # (a forwarding run keeps the record, to forward it again with its label)
-            kept = record.value.decode() if self._forwarding else None
-            self.pending.add(event.id, x, prediction, event.user, kept)
+        if event.label is None:
+            self.pending.add(event.id, x, prediction, event.user)
         else:
             self._learn(x, event.label, prediction, event.user)
+
+    def _forward_and_learn(self, event: Event, record: Record, x: dict, score: float, prediction: Any) -> None:
+        """Forwarding: the shared learner learns a labelled event, then the event goes out with its label, f(x)
+        and t before it learned it. An event it refuses goes out without its label (scored, not learned: no offset
+        learns what the shared learner refused) before its record is rejected; an event without a label waits,
+        its record kept to go out again with its label."""
+        shared_t = cast(BinaryLearner, self.predictor.model).t
+        self.stats.predicted += 1
+        emit, fields = self.sink.emit, self.parser.fields
+        if event.label is None:
+            emit(forwarded_event(record.value, fields, event.id, score, None, shared_t))
+            self.pending.add(event.id, x, prediction, event.user, record.value.decode())
+            return
+        try:
+            self._learn(x, event.label, prediction, event.user)
+        except Exception:
+            emit(forwarded_event(record.value, fields, event.id, score, None, shared_t))
+            raise
+        emit(forwarded_event(record.value, fields, event.id, score, binary_sign(event.label) > 0, shared_t))
 
     def _late_label(self, event: Event) -> None:
         waiting = self.pending.take(event.id)
@@ -459,7 +475,8 @@ class Runner:
                 self._learned_unemitted = True
                 learned_t = cast(BinaryLearner, self.predictor.model).t if self._forwarding else 0
                 first_t = learned_t - (end - first)  # (the examples learned before row ``first``)
-                self._emit_rows(batch, start + first, decisions[first:predicted], probas[first:predicted], first_t)
+                rows = (start + first, end - first, first_t)
+                self._emit_rows(batch, rows, decisions[first:predicted], probas[first:predicted])
                 self._learned_unemitted = False
             if end > first:
                 self.stats.events = counted + batch.indices[start + end - 1] + 1
@@ -469,11 +486,12 @@ class Runner:
             first = end + 1
 
     def _emit_rows(
-        self, batch: ParsedBatch, start: int, decisions: np.ndarray, probas: np.ndarray, first_t: int
+        self, batch: ParsedBatch, rows: tuple[int, int, int], decisions: np.ndarray, probas: np.ndarray
     ) -> None:
         """Emit the predictions of the rows from ``start`` on, or forwarding, their events (an event without an id
-        is named by its position), ``first_t`` the examples the learner had learned before the first of them."""
-        emit, position = self.sink.emit, batch.records.position
+        is named by its position); ``rows``: (``start``, how many of them the learner learned, the examples it had
+        learned before the first). Forwarded, a row it refused goes out without its label: no offset learns it."""
+        (start, learned, first_t), emit, position = rows, self.sink.emit, batch.records.position
         stop = start + len(decisions)
         indices, ids = batch.indices[start:stop], cast(list, batch.ids)[start:stop]
         if self._forwarding:
@@ -481,7 +499,8 @@ class Runner:
             signs = batch.signs[start:stop].tolist()
             for row, (index, event_id, score, sign) in enumerate(zip(indices, ids, decisions.tolist(), signs)):
                 event_id = position(index) if event_id is None else event_id
-                emit(forwarded_event(records[index].value, fields, event_id, score, sign > 0, first_t + row))
+                label = sign > 0 if row < learned else None
+                emit(forwarded_event(records[index].value, fields, event_id, score, label, first_t + row))
             return
         negative, positive = self.predictor.classes
         for index, event_id, score, proba in zip(indices, ids, decisions.tolist(), probas.tolist()):
