@@ -256,8 +256,9 @@ def test_an_offset_checkpointed_by_feature_key_loads_as_today():
 def test_a_decayed_offset_multiplies_its_weights_out_before_its_scale_underflows():
     offset = PersonalOffset.of(5, {1: 2.0, 7: -4.0}, {1: 1.0, 7: 1.0})
     expected = {1: 2.0, 7: -4.0}
+    nothing = np.empty(0, np.int64), np.empty(0)
     for _ in range(700):  # 0.5 ** 700 is far below 1e-100, above the smallest float
-        offset.decay(0.5)
+        offset.adagrad_step(*nothing, gradient=0.0, rate=0.3, decay=0.5)
         expected = {k: 0.5 * v for k, v in expected.items()}
         assert 1e-100 <= offset.s <= 1.0
         assert {k: offset.s * v for k, v in offset.weights().items()} == pytest.approx(expected, rel=1e-12, abs=0)
@@ -265,6 +266,20 @@ def test_a_decayed_offset_multiplies_its_weights_out_before_its_scale_underflows
     back = PersonalOffset.from_bytes(offset.to_bytes())
     assert back.s == offset.s and back.weights() == offset.weights()
     back._check_state()
+
+
+@pytest.mark.parametrize("step", ["pegasos", "adagrad"])
+def test_a_step_that_would_overflow_is_refused_and_leaves_the_offset_as_it_was(step):
+    """Values the shared learner may take but whose squares overflow: the offset's step is refused (ValueError),
+    its weights, sums, scale and t unchanged, and what it holds still loads."""
+    model = PersonalPegasos(PegasosClassifier(lambda_=0.01), step, lambda_=1e-6, t0=1.0)  # (Pegasos: η·w/s ≈ 1e6)
+    model.learn_one({1: 1.0, 2: 0.5}, True, user="ann")
+    offset = model.offset("ann")
+    before = offset.to_bytes()
+    with pytest.raises(ValueError, match="values too large for a personal offset"):
+        model.learn_offset(offset, {3: 1e305, 4: -1e305}, False, 0.0, shared_t=1)
+    assert offset.to_bytes() == before
+    offset._check_state()
 
 
 def test_feature_keys_of_every_kind_have_columns():

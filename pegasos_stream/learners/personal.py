@@ -249,7 +249,9 @@ class PersonalPegasos(base.Classifier):
         return {False: 1.0 - p, True: p}
 
     def learn_one(self, x: dict, y: object, w: float = 1.0, user: str | None = None) -> None:
-        """The shared learner learns (x, y); then the user's offset takes its step (see the class)."""
+        """The shared learner learns (x, y); then the user's offset takes its step (see the class). A step the
+        offset refuses (values whose squares overflow: a ValueError) leaves it as it was, the shared step taken, as
+        an instance of the users' offsets does with the event forwarded to it."""
         sign = binary_sign(y)
         weight = 1.0 if w == 1.0 else check_sample_weight(w)
         if user is None:
@@ -281,16 +283,18 @@ class PersonalPegasos(base.Classifier):
         if personal_score is None:
             personal_score = offset.dot_columns(columns, values, self.t0)
         margin = shared_score + personal_score
-        offset.t += 1
+        t = offset.t + 1  # (set once the step is taken: a step refused leaves the offset as it was)
         if self.step == "pegasos":
             if sign * margin < 1.0 and w:
-                eta = 1.0 / (self.lambda_ * (offset.t + self.t0))
-                offset.pegasos_step(columns, values, eta * (sign * w) / offset.scale(self.t0))
+                eta = 1.0 / (self.lambda_ * (t + self.t0))
+                offset.pegasos_step(columns, values, eta * (sign * w) / (self.t0 / (t + self.t0)))
         else:
+            decay = 1.0
             if self.share_decay and shared_t is not None:
-                share = min(1.0, offset.t / (shared_t + 1))
-                offset.decay(1.0 - self.share_decay * share**3)
-            offset.adagrad_step(columns, values, -sign * w * _logistic(-sign * margin), self.learning_rate)
+                decay -= self.share_decay * min(1.0, t / (shared_t + 1)) ** 3
+            gradient = -sign * w * _logistic(-sign * margin)
+            offset.adagrad_step(columns, values, gradient, self.learning_rate, decay)
+        offset.t = t
         offset.keep(self.max_weights)
 
     def new_offset(self) -> PersonalOffset:

@@ -67,7 +67,7 @@ class PersonalOffset:
 
     With Pegasos's steps s = t0/(t + t0), the product of the shrinks (1 − η_s λ) = (s − 1 + t0)/(s + t0) of steps
     1..t in closed form: ``v`` holds the weights of d divided by it, so that a shrink touches no weight. With
-    AdaGrad's, s is ``s``, the product of the decays (`decay`) so far. A feature is a column by `column`. Each
+    AdaGrad's, s is ``s``, the product of the decays of its steps so far. A feature is a column by `column`. Each
     weight's step is the same floating-point operations as on a dict of weights, the dot product's terms are added
     in x's order, and the arrays are their own bytes: a step costs a search of x's columns and a store a copy.
     """
@@ -111,7 +111,8 @@ class PersonalOffset:
     def __setstate__(self, state: dict[str, Any]) -> None:
         if isinstance(state["v"], dict):  # the form of weights by feature key
             state = PersonalOffset.of(state["t"], state["v"], state.get("g")).__getstate__()
-        self.t, self.columns, self.v, self.g, self.s = (state[key] for key in ("t", "columns", "v", "g", "s"))
+        self.t, self.columns, self.v, self.g = (state[key] for key in ("t", "columns", "v", "g"))
+        self.s = state.get("s", 1.0)
 
     def _check_state(self) -> None:
         check_count(self, "t")
@@ -120,8 +121,8 @@ class PersonalOffset:
             raise InvalidState("PersonalOffset: expected int64 columns and float64 weights, as many")
         if np.any(columns[1:] <= columns[:-1]) or not np.isfinite(v).all():
             raise InvalidState("PersonalOffset: expected columns in ascending order and finite weights")
-        if g is not None and not (_array_of(g, np.float64) and len(g) == len(v) and (g >= 0.0).all()):
-            raise InvalidState("PersonalOffset.g: expected a float >= 0 for each weight")
+        if g is not None and not (_array_of(g, np.float64) and len(g) == len(v) and _finite_sums(g)):
+            raise InvalidState("PersonalOffset.g: expected a finite float >= 0 for each weight")
         if not (type(self.s) is float and _SMALLEST_SCALE <= self.s <= 1.0) or (g is None and self.s != 1.0):
             raise InvalidState(f"PersonalOffset.s: expected a float in [1e-100, 1] (1 with Pegasos's), got {self.s!r}")
 
@@ -129,14 +130,11 @@ class PersonalOffset:
         """s: d = s·v (t0/(t + t0) with Pegasos's steps, ``s`` with AdaGrad's)."""
         return self.s if self.g is not None else t0 / (self.t + t0)
 
-    def decay(self, factor: float) -> None:
-        """d ← ``factor``·d (AdaGrad's steps; 0 < factor <= 1), in the scale: no weight is touched until the scale
-        falls below 1e-100, when the weights are multiplied out."""
+    def _decayed(self, factor: float) -> tuple[float, np.ndarray]:
+        """The scale and the weights of ``factor``·d (0 < factor <= 1): the scale times ``factor``, the weights as
+        they are until it falls below 1e-100, then multiplied out (a new array) and the scale 1."""
         s = self.s * factor
-        if s < _SMALLEST_SCALE:
-            self.v *= s
-            s = 1.0
-        self.s = s
+        return (s, self.v) if s >= _SMALLEST_SCALE else (1.0, self.v * s)
 
     def _find(self, columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each of ``columns``: where it is or would go in ``self.columns``, and whether it is there."""
@@ -162,27 +160,40 @@ class PersonalOffset:
         return dict(zip(keys, (scale * self.v[at[found]]).tolist(), strict=True))
 
     def pegasos_step(self, columns: np.ndarray, values: np.ndarray, add: float) -> None:
-        """v_j += ``add``·x_j for each feature j of x (``add`` = η·y·w/s)."""
+        """v_j += ``add``·x_j for each feature j of x (``add`` = η·y·w/s); a ValueError, and the offset as it was,
+        when a weight would not be finite."""
         at, found = self._find(columns)
-        self.v[at[found]] += add * values[found]
         new = ~found
-        self._insert(at[new], columns[new], 0.0 + add * values[new], None)
+        with np.errstate(over="ignore", invalid="ignore"):  # (checked below)
+            old_v, new_v = self.v[at[found]] + add * values[found], 0.0 + add * values[new]
+        _check_finite(old_v, new_v)
+        self.v[at[found]] = old_v
+        self._insert(at[new], columns[new], new_v, None)
 
-    def adagrad_step(self, columns: np.ndarray, values: np.ndarray, gradient: float, rate: float) -> None:
-        """G_j += (c·x_j)² and d_j −= ``rate``·c·x_j/√(G_j + ε) for each feature j of x, c = ``gradient`` (v_j by
-        that over the scale)."""
+    def adagrad_step(
+        self, columns: np.ndarray, values: np.ndarray, gradient: float, rate: float, decay: float = 1.0
+    ) -> None:
+        """d ← ``decay``·d, then G_j += (c·x_j)² and d_j −= ``rate``·c·x_j/√(G_j + ε) for each feature j of x,
+        c = ``gradient`` (v_j by that over the scale); a ValueError, and the offset as it was, when a sum or a
+        weight would not be finite."""
         g = self.g
         if g is None:
             raise ValueError("an offset of Pegasos's steps takes no AdaGrad step")
-        parts = gradient * values
+        scale, v = self._decayed(decay)
         at, found = self._find(columns)
-        old, part = at[found], parts[found]
-        g[old] += part * part
-        self.v[old] -= rate * part / np.sqrt(g[old] + ADAGRAD_EPSILON) / self.s
         new = ~found
-        part = parts[new]
-        sums = 0.0 + part * part
-        self._insert(at[new], columns[new], 0.0 - rate * part / np.sqrt(sums + ADAGRAD_EPSILON) / self.s, sums)
+        with np.errstate(over="ignore", invalid="ignore"):  # (checked below)
+            parts = gradient * values
+            old, part = at[found], parts[found]
+            old_g = g[old] + part * part
+            old_v = v[old] - rate * part / np.sqrt(old_g + ADAGRAD_EPSILON) / scale
+            part = parts[new]
+            new_g = 0.0 + part * part
+            new_v = 0.0 - rate * part / np.sqrt(new_g + ADAGRAD_EPSILON) / scale
+        _check_finite(old_g, old_v, new_g, new_v)
+        g[old], v[old] = old_g, old_v
+        self.s, self.v = scale, v
+        self._insert(at[new], columns[new], new_v, new_g)
 
     def _insert(self, at: np.ndarray, columns: np.ndarray, v: np.ndarray, g: np.ndarray | None) -> None:
         """Add the weights ``v`` (and sums ``g``) of new ``columns``, each at its place ``at``."""
@@ -227,6 +238,17 @@ class PersonalOffset:
         keys = np.frombuffer(body, np.int64, n).tolist() if form == b"i" else json.loads(body)
         weights = dict(zip(keys, arrays[0].tolist(), strict=True))
         return cls.of(t, weights, dict(zip(keys, arrays[1].tolist(), strict=True)) if adagrad else None)
+
+
+def _check_finite(*arrays: np.ndarray) -> None:
+    """A ValueError when a value of ``arrays`` is not finite: a step the offset refuses."""
+    if not all(np.isfinite(array).all() for array in arrays):
+        raise ValueError("x: values too large for a personal offset (a weight or a sum of squares would overflow)")
+
+
+def _finite_sums(g: np.ndarray) -> bool:
+    """Whether every sum of squared gradients is finite and >= 0."""
+    return bool(np.isfinite(g).all() and (g >= 0.0).all())
 
 
 def _array_of(array: object, dtype: type) -> bool:
