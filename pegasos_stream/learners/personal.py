@@ -10,7 +10,7 @@ import numpy as np
 from river import base
 
 from .attribution import contributions
-from .personal_offset import PersonalOffset, feature_columns
+from .personal_offset import PersonalOffset, feature_columns, pegasos_scale
 from .protocols import BinaryLearner
 from .state import InvalidState, check_instance
 from .validation import binary_sign, check_lambda, check_sample_weight
@@ -19,7 +19,14 @@ __all__ = ["PersonalPegasos"]
 
 
 def _check_settings(
-    shared: object, step: str, lambda_: float, t0: float, learning_rate: float, max_weights: int, max_users: int
+    shared: object,
+    step: str,
+    lambda_: float,
+    t0: float,
+    learning_rate: float,
+    share_decay: float,
+    max_weights: int,
+    max_users: int,
 ) -> None:
     """Refuse (ValueError, naming the setting) settings of `PersonalPegasos` out of range."""
     if not isinstance(shared, BinaryLearner) or isinstance(shared, PersonalPegasos):
@@ -30,15 +37,11 @@ def _check_settings(
     for name, value, low in (("t0", t0, 1.0), ("learning_rate", learning_rate, math.ulp(0.0))):
         if isinstance(value, bool) or not (isinstance(value, (int, float)) and low <= value < math.inf):
             raise ValueError(f"{name}={value!r}: expected a finite number >= {low:g}")
+    if isinstance(share_decay, bool) or not (isinstance(share_decay, (int, float)) and 0.0 <= share_decay < 1.0):
+        raise ValueError(f"share_decay={share_decay!r}: expected a number in [0, 1)")
     for name, count in (("max_weights", max_weights), ("max_users", max_users)):
         if not (isinstance(count, int) and not isinstance(count, bool) and count >= 1):
             raise ValueError(f"{name}={count!r}: expected an int >= 1")
-
-
-def _check_share_decay(share_decay: object) -> None:
-    """Refuse a ``share_decay`` out of [0, 1)."""
-    if isinstance(share_decay, bool) or not (isinstance(share_decay, (int, float)) and 0.0 <= share_decay < 1.0):
-        raise ValueError(f"share_decay={share_decay!r}: expected a number in [0, 1)")
 
 
 def _logistic(z: float) -> float:
@@ -136,8 +139,7 @@ class PersonalPegasos(base.Classifier):
         max_users: int = 100_000,
         store: MutableMapping[str, bytes] | None = None,
     ) -> None:
-        _check_settings(shared, step, lambda_, t0, learning_rate, max_weights, max_users)
-        _check_share_decay(share_decay)
+        _check_settings(shared, step, lambda_, t0, learning_rate, share_decay, max_weights, max_users)
         self.shared = shared
         self.step = step
         self.lambda_ = lambda_
@@ -159,9 +161,15 @@ class PersonalPegasos(base.Classifier):
     def _check_state(self) -> None:
         try:
             _check_settings(
-                self.shared, self.step, self.lambda_, self.t0, self.learning_rate, self.max_weights, self.max_users
+                self.shared,
+                self.step,
+                self.lambda_,
+                self.t0,
+                self.learning_rate,
+                self.share_decay,
+                self.max_weights,
+                self.max_users,
             )
-            _check_share_decay(self.share_decay)
         except ValueError as error:
             raise InvalidState(f"PersonalPegasos: settings refused: {error}") from None
         offsets = check_instance(self, "_offsets", dict)
@@ -287,7 +295,7 @@ class PersonalPegasos(base.Classifier):
         if self.step == "pegasos":
             if sign * margin < 1.0 and w:
                 eta = 1.0 / (self.lambda_ * (t + self.t0))
-                offset.pegasos_step(columns, values, eta * (sign * w) / (self.t0 / (t + self.t0)))
+                offset.pegasos_step(columns, values, eta * (sign * w) / pegasos_scale(t, self.t0))
         else:
             decay = 1.0
             if self.share_decay and shared_t is not None:

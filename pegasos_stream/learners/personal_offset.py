@@ -12,7 +12,15 @@ import numpy as np
 
 from .state import InvalidState, check_count
 
-__all__ = ["ADAGRAD_EPSILON", "PersonalOffset", "column", "feature_columns", "kept_after", "largest_bytes"]
+__all__ = [
+    "ADAGRAD_EPSILON",
+    "PersonalOffset",
+    "column",
+    "feature_columns",
+    "kept_after",
+    "largest_bytes",
+    "pegasos_scale",
+]
 
 #: AdaGrad's ε, under the square root of each feature's sum of squared gradients.
 ADAGRAD_EPSILON = 1e-6
@@ -53,6 +61,11 @@ def feature_columns(x: Mapping) -> tuple[np.ndarray, np.ndarray]:
 def largest_bytes(max_weights: int, adagrad: bool) -> int:
     """The most bytes `PersonalOffset.to_bytes` gives for an offset of at most ``max_weights`` weights."""
     return struct.calcsize(_HEAD) + struct.calcsize(_SCALE) + max_weights * (24 if adagrad else 16)
+
+
+def pegasos_scale(t: int, t0: float) -> float:
+    """t0/(t + t0): the product of Pegasos's shrinks (1 − η_s λ), η_s = 1/(λ(s + t0)), of steps 1..t."""
+    return t0 / (t + t0)
 
 
 def kept_after(most: int) -> int:
@@ -128,7 +141,7 @@ class PersonalOffset:
 
     def scale(self, t0: float) -> float:
         """s: d = s·v (t0/(t + t0) with Pegasos's steps, ``s`` with AdaGrad's)."""
-        return self.s if self.g is not None else t0 / (self.t + t0)
+        return self.s if self.g is not None else pegasos_scale(self.t, t0)
 
     def _decayed(self, factor: float) -> tuple[float, np.ndarray]:
         """The scale and the weights of ``factor``·d (0 < factor <= 1): the scale times ``factor``, the weights as
