@@ -23,7 +23,7 @@ from pegasos_stream import KernelPegasosClassifier, PegasosClassifier, PegasosMu
 from pegasos_stream.learners.schedule import MAX_NORM
 from pegasos_stream.learners.validation import MIN_LAMBDA
 from pegasos_stream.run import evaluation
-from pegasos_stream.run.evaluation import roc_auc
+from pegasos_stream.run.evaluation import compare_roc_auc, roc_auc
 
 # derandomize: the same examples on every run, so a CI result is reproducible.
 _COMMON = dict(
@@ -690,3 +690,58 @@ def test_roc_auc_is_the_share_of_positive_negative_pairs_ranked_right(pairs):
     with mock.patch.object(evaluation, "RANK_CHUNK", 3):  # positives ranked a few at a time
         got = roc_auc(np.array(scores), np.array(positives, dtype=bool))
     assert (math.isnan(got) and expected is None) or got == float(expected)  # one division of exact integers
+
+
+@settings(max_examples=200, **_COMMON)
+@given(
+    examples=st.lists(
+        st.tuples(st.sampled_from([-2.0, -0.5, 0.0, 0.5, 1.0]), st.sampled_from([-1.0, 0.0, 1.0, 3.0]), st.booleans()),
+        min_size=4,
+        max_size=40,
+    )
+)
+def test_compare_roc_auc_is_delongs_variance_from_the_pairs(examples):
+    """The AUCs and DeLong's standard error of their difference, from the positive-negative pairs themselves: each
+    positive's share of the negatives it outscores and each negative's of the positives above it (a tie half), and
+    the sample variance of the two runs' difference of shares over each class."""
+    positives = [y for _, _, y in examples]
+    assume(2 <= sum(positives) <= len(positives) - 2)
+    pos = [e for e in examples if e[2]]
+    neg = [e for e in examples if not e[2]]
+
+    def wins(a: float, b: float) -> Fraction:
+        return Fraction(1) if a > b else Fraction(1, 2) if a == b else Fraction(0)
+
+    def variance(values: list[Fraction]) -> Fraction:
+        mean = sum(values, Fraction(0)) / len(values)
+        return sum(((v - mean) ** 2 for v in values), Fraction(0)) / (len(values) - 1)
+
+    def shares(run: int) -> tuple[list[Fraction], list[Fraction]]:
+        of_positives = [sum((wins(p[run], n[run]) for n in neg), Fraction(0)) / len(neg) for p in pos]
+        of_negatives = [sum((wins(p[run], n[run]) for p in pos), Fraction(0)) / len(pos) for n in neg]
+        return of_positives, of_negatives
+
+    (pa, na), (pb, nb) = shares(0), shares(1)
+    se = math.sqrt(
+        variance([a - b for a, b in zip(pa, pb)]) / len(pos) + variance([a - b for a, b in zip(na, nb)]) / len(neg)
+    )
+    got = compare_roc_auc([e[0] for e in examples], [e[1] for e in examples], positives)
+    assert got.auc_a == pytest.approx(roc_auc([e[0] for e in examples], positives), abs=1e-15)
+    assert got.auc_a == pytest.approx(float(sum(pa, Fraction(0)) / len(pos)), abs=1e-15)
+    assert got.auc_b == pytest.approx(float(sum(pb, Fraction(0)) / len(pos)), abs=1e-15)
+    assert got.standard_error == pytest.approx(se, rel=1e-12, abs=1e-15)
+    low, high = got.interval()
+    assert low == pytest.approx(got.difference - 1.959963984540054 * se) and high >= low
+
+
+def test_compare_roc_auc_of_a_run_with_itself_is_zero_and_refuses_what_it_cannot_compare():
+    scores, positives = [0.1, 0.4, 0.35, 0.8, 0.2], [False, True, False, True, True]
+    same = compare_roc_auc(scores, scores, positives)
+    assert (same.difference, same.standard_error, same.auc_a) == (0.0, 0.0, roc_auc(scores, positives))
+    for a, b, y, reason in [
+        ([0.1, math.nan, 0.3, 0.4], [0.0] * 4, [True, False, True, False], "finite"),
+        ([0.1, 0.2, 0.3], [0.0] * 4, [True, False, True, False], "one score"),
+        ([0.1, 0.2, 0.3, 0.4], [0.0] * 4, [True, False, False, False], "two examples"),
+    ]:
+        with pytest.raises(ValueError, match=reason):
+            compare_roc_auc(a, b, y)

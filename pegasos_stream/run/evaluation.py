@@ -73,6 +73,67 @@ def roc_auc(scores: np.ndarray | Sequence[float], positives: np.ndarray | Sequen
     return doubled_u / (2.0 * n_pos * n_neg)
 
 
+@dataclass(frozen=True)
+class AucComparison:
+    """Two score runs' ROC AUCs on the same examples and the standard error of their difference (DeLong)."""
+
+    auc_a: float
+    auc_b: float
+    standard_error: float
+
+    @property
+    def difference(self) -> float:
+        """AUC(a) − AUC(b)."""
+        return self.auc_a - self.auc_b
+
+    def interval(self, z: float = 1.959963984540054) -> tuple[float, float]:
+        """The difference ± z standard errors (z for 95% by default)."""
+        return self.difference - z * self.standard_error, self.difference + z * self.standard_error
+
+
+def compare_roc_auc(
+    scores_a: np.ndarray | Sequence[float],
+    scores_b: np.ndarray | Sequence[float],
+    positives: np.ndarray | Sequence[bool],
+) -> AucComparison:
+    """Two runs' scores of the same examples compared by ROC AUC, with DeLong, DeLong & Clarke-Pearson's (1988)
+    paired standard error of the difference, which counts the examples as a sample and the scores as given.
+
+    Each positive's placement is the share of negatives it outscores (a tie half), each negative's the share of
+    positives that outscore it; an AUC is the mean of either. The variance of AUC(a) − AUC(b) is that of the
+    difference of the two runs' placements, over the positives ÷ their count plus over the negatives ÷ theirs.
+    Refuses (ValueError) a score that is not finite, runs of other lengths than the labels, or fewer than two
+    examples of a class.
+    """
+    is_positive = np.asarray(positives, dtype=bool)
+    runs = [np.asarray(scores, dtype=np.float64) for scores in (scores_a, scores_b)]
+    if any(run.shape != is_positive.shape for run in runs):
+        raise ValueError("compare_roc_auc: expected one score of each run per label")
+    if not all(np.isfinite(run).all() for run in runs):
+        raise ValueError("compare_roc_auc: expected finite scores")
+    if min(np.count_nonzero(is_positive), np.count_nonzero(~is_positive)) < 2:
+        raise ValueError("compare_roc_auc: expected at least two examples of each class")
+    placements = [_placements(run[is_positive], run[~is_positive]) for run in runs]
+    variance = 0.0
+    for side in (0, 1):  # the positives' placements, then the negatives'
+        difference = placements[0][side] - placements[1][side]
+        variance += float(np.var(difference, ddof=1)) / len(difference)
+    auc_a, auc_b = (float(np.mean(positive)) for positive, _ in placements)
+    return AucComparison(auc_a, auc_b, float(np.sqrt(variance)))
+
+
+def _placements(positive: np.ndarray, negative: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The share of negatives each positive outscores and of positives that outscore each negative, a tie half."""
+    negatives, positives = np.sort(negative), np.sort(positive)
+    below = np.searchsorted(negatives, positive, side="left") + np.searchsorted(negatives, positive, side="right")
+    above = (
+        2 * len(positives)
+        - np.searchsorted(positives, negative, "left")
+        - np.searchsorted(positives, negative, "right")
+    )
+    return below / (2.0 * len(negatives)), above / (2.0 * len(positives))
+
+
 class ScoreLog:
     """Scores and their labels, in order, the newest ``window`` of them (every one for None): float64 and bool
     arrays grown by doubling, 9 bytes an example (a deque of Python floats takes about 40)."""
