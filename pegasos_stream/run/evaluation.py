@@ -126,12 +126,8 @@ def _placements(positive: np.ndarray, negative: np.ndarray) -> tuple[np.ndarray,
     """The share of negatives each positive outscores and of positives that outscore each negative, a tie half."""
     negatives, positives = np.sort(negative), np.sort(positive)
     below = np.searchsorted(negatives, positive, side="left") + np.searchsorted(negatives, positive, side="right")
-    above = (
-        2 * len(positives)
-        - np.searchsorted(positives, negative, "left")
-        - np.searchsorted(positives, negative, "right")
-    )
-    return below / (2.0 * len(negatives)), above / (2.0 * len(positives))
+    not_above = np.searchsorted(positives, negative, side="left") + np.searchsorted(positives, negative, side="right")
+    return below / (2.0 * len(negatives)), 1.0 - not_above / (2.0 * len(positives))
 
 
 class ScoreLog:
