@@ -280,14 +280,15 @@ class PersonalPegasos(base.Classifier):
         w: float = 1.0,
         personal_score: float | None = None,
         shared_t: int | None = None,
+        x_columns: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """The step of a user's ``offset`` for (x, ``positive``) of weight ``w`` (see the class), ``shared_score``
         the shared learner's f(x) before it learned x and ``shared_t`` the examples it had learned then (None: no
         share decay): what `learn_one` takes after the shared learner's step, and what an instance that holds only
-        some users' offsets takes from the shared learner's process. ``personal_score``: ⟨d_u, x⟩, when the caller
-        has it already."""
+        some users' offsets takes from the shared learner's process. ``personal_score``, ⟨d_u, x⟩, and ``x_columns``,
+        x's `feature_columns`, when the caller has them already."""
         sign = 1.0 if positive else -1.0
-        columns, values = feature_columns(x)
+        columns, values = feature_columns(x) if x_columns is None else x_columns
         if personal_score is None:
             personal_score = offset.dot_columns(columns, values, self.t0)
         margin = shared_score + personal_score

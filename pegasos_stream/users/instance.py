@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from ..features import DictHasher, EmailFeatures
 from ..learners.personal import PersonalPegasos
-from ..learners.personal_offset import PersonalOffset
+from ..learners.personal_offset import PersonalOffset, feature_columns
 from ..learners.protocols import BinaryLearner
 from ..parse.parsing import BadRecord, Event
 from ..run.predictions import Predictor
@@ -196,7 +196,10 @@ class UserInstance:
                 raise BadRecord(event.position, "no shared model yet to score an event without shared_score")
             shared_score = served.model.decision_function_one(x)
             output["model_version"] = served.version
-        personal_score = 0.0 if offset is None else offset.dot(x, self.personal.t0)
+        personal_score, columns = 0.0, None
+        if offset is not None:  # (x's columns, found once for the score and the step)
+            columns = feature_columns(x)
+            personal_score = offset.dot_columns(*columns, self.personal.t0)
         score = shared_score + personal_score
         output.update(predicted=self.classes[score > 0.0], score=score)
         if event.label is None:
@@ -205,7 +208,13 @@ class UserInstance:
             return output, None
         offset = self.personal.new_offset() if offset is None else offset
         self.personal.learn_offset(
-            offset, x, bool(event.label), shared_score, personal_score=personal_score, shared_t=user_event.shared_t
+            offset,
+            x,
+            bool(event.label),
+            shared_score,
+            personal_score=personal_score,
+            shared_t=user_event.shared_t,
+            x_columns=columns,
         )
         output["t"] = offset.t
         if self.digests:
