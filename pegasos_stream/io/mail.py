@@ -441,27 +441,13 @@ def _walk(root: Path, users: bool = False) -> Iterator[_Entry]:
             why = f"cannot list the directory: {error.strerror}"
             yield _Entry(_key(relative), relative, folder or INBOX, why, user)
             continue
-        if users and not relative:
-            stack.extend(_user_trees(entries))
-            yield from (_Entry(_key(e.name), e.name, INBOX, NO_USER) for e in entries if _loose_file(e))
-            continue
         files, directories = _contents(relative, folder, entries)
+        if users and not relative:  # the top directory: its directories are users', not hidden ones
+            yield from (entry._replace(error=NO_USER) for entry in files)
+            stack.extend((path, "", path) for path, _ in directories if not path.startswith("."))
+            continue
         yield from (entry._replace(user=user) for entry in files)
         stack.extend((path, inner, user) for path, inner in directories)
-
-
-def _user_trees(entries: list[os.DirEntry]) -> list[tuple[str, str, str | None]]:
-    """The users' trees among the ``entries`` of the top directory: (path, folder, user) to walk."""
-    return [
-        (entry.name, "", entry.name)
-        for entry in entries
-        if _is_directory(entry) and not entry.is_symlink() and not entry.name.startswith(".")
-    ]
-
-
-def _loose_file(entry: os.DirEntry) -> bool:
-    """Whether an entry of the top directory of users' trees is a file that would be a message elsewhere."""
-    return not _is_directory(entry) and not entry.name.startswith(".")
 
 
 def _contents(relative: str, folder: str, entries: list[os.DirEntry]) -> tuple[list[_Entry], list[tuple[str, str]]]:
