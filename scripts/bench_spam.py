@@ -552,11 +552,13 @@ def summary_section(streams: dict[str, Stream], results: dict[str, list[Run]], n
     )
 
 
-def fixed_settings(results: dict[str, list[Run]]) -> dict[str, tuple[str, str, dict[str, float]]]:
-    """Each peer at one representation and setting for every stream, as configs/spam.yaml is: the one of least
-    geometric mean of peer ÷ ours over the streams (a diverged run counts as infinitely worse; a stream where either
-    is 0 is left out of the mean). By peer: (representation, setting, its (1−ROCA)% on each stream)."""
-    ours = {name: best_by_peer(runs)[OURS].one_minus_roca_pct for name, runs in results.items()}
+def fixed_settings(
+    results: dict[str, list[Run]], ours: dict[str, float]
+) -> dict[str, tuple[str, str, dict[str, float]]]:
+    """Each peer at one representation and setting for every stream, as configs/spam.yaml is (its (1−ROCA)% on
+    each stream ``ours``): the one of least geometric mean of peer ÷ ours over the streams (a diverged run counts as
+    infinitely worse; a stream where either is 0 is left out of the mean). By peer: (representation, setting, its
+    (1−ROCA)% on each stream)."""
     grids: dict[str, dict[tuple[str, str], dict[str, float]]] = {}
     for name, runs in results.items():
         for run in runs:
@@ -582,7 +584,7 @@ def mean_log_ratio(peer: dict[str, float], ours: dict[str, float]) -> float:
 def fixed_section(results: dict[str, list[Run]]) -> dict:
     """configs/spam.yaml against each peer at its one representation and setting best over every stream."""
     ours = {name: best_by_peer(runs)[OURS].one_minus_roca_pct for name, runs in results.items()}
-    chosen = sorted(fixed_settings(results).items(), key=lambda item: mean_log_ratio(item[1][2], ours))
+    chosen = sorted(fixed_settings(results, ours).items(), key=lambda item: mean_log_ratio(item[1][2], ours))
     rows = []
     for peer, (representation, setting, values) in chosen:
         worst = min(values, key=lambda name: values[name] / ours[name] if ours[name] > 0 else math.inf)
