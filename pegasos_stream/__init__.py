@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .learners import (
         AdaGradLogistic,
         KernelPegasosClassifier,
+        NormalizedHinge,
         PegasosClassifier,
         PegasosCommittee,
         PegasosGrid,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AdaGradLogistic",
     "KernelPegasosClassifier",
+    "NormalizedHinge",
     "PegasosClassifier",
     "PegasosCommittee",
     "PegasosGrid",
@@ -41,6 +43,7 @@ __version__ = "0.1.0"
 _WHERE = {
     "AdaGradLogistic": ".learners",
     "KernelPegasosClassifier": ".learners",
+    "NormalizedHinge": ".learners",
     "PegasosClassifier": ".learners",
     "PegasosCommittee": ".learners",
     "PegasosGrid": ".learners",

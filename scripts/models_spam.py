@@ -5,7 +5,8 @@ Prequential evaluation as in the TREC spam track: each message is scored, then l
 ``configs/spam.yaml`` (the compiled byte reader: 4-grams, words and shapes), computed once per stream, and
 learns in the compiled loop (``learn_rows``, bit for bit ``learn_one``). The models: the one
 ``configs/spam.yaml`` builds (a `PegasosMixture`); each of its members alone, by its raw margin (for each λ,
-the SVM plus each logistic regression and the SVM alone; each logistic regression alone); `PegasosClassifier`
+the SVM plus each logistic regression and the SVM alone; each logistic regression, logistic Pegasos and normalized
+hinge alone); `PegasosClassifier`
 at λ = 1e-4 without ``t0`` (exact Pegasos, the default before "auto"); ``PegasosClassifier()`` (λ chosen
 online); `PegasosGrid` at its defaults. The streams are the SpamAssassin shapes of ``scripts/_stress.py`` (as
 is, subject and sender only, subject only, body only, no blank line, list-archive tokens, spam at about 13%, 3%
@@ -28,6 +29,7 @@ from sklearn.metrics import roc_auc_score
 
 from pegasos_stream import (
     AdaGradLogistic,
+    NormalizedHinge,
     PegasosClassifier,
     PegasosCommittee,
     PegasosGrid,
@@ -44,7 +46,15 @@ SPAM_CONFIG = REPO / "configs" / "spam.yaml"
 STREAMS = [shape for shape in SHAPES if "spamassassin" in SHAPES[shape].corpora]
 
 
-Model = PegasosMixture | PegasosCommittee | PegasosClassifier | AdaGradLogistic | PegasosLogistic | PegasosGrid
+Model = (
+    PegasosMixture
+    | PegasosCommittee
+    | PegasosClassifier
+    | AdaGradLogistic
+    | PegasosLogistic
+    | NormalizedHinge
+    | PegasosGrid
+)
 
 
 def prequential(model: Model, rows: Rows, labels: np.ndarray) -> float:
@@ -60,7 +70,7 @@ def prequential(model: Model, rows: Rows, labels: np.ndarray) -> float:
 def members(mixture: PegasosMixture) -> dict[str, Callable[[], Model]]:
     """A fresh learner of each member of ``mixture``, by its name: for each λ, the SVM plus each logistic regression
     (a `PegasosCommittee`, scored by the sum of their margins) and the SVM alone; then each logistic regression
-    alone."""
+    alone, each logistic Pegasos and each normalized hinge."""
     made: dict[str, Callable[[], Model]] = {}
     for lambda_ in mixture.lambdas:
         settings = {
@@ -77,6 +87,8 @@ def members(mixture: PegasosMixture) -> dict[str, Callable[[], Model]]:
         made[f"logistic({rate:g})"] = partial(AdaGradLogistic, rate, mixture.n_features, epsilon)
     for lambda_, t0 in mixture.pegasos_logistics:
         made[f"pegasos_logistic({lambda_:g})"] = partial(PegasosLogistic, lambda_, t0, mixture.n_features)
+    for rate in mixture.normalized_hinges:
+        made[f"normalized_hinge({rate:g})"] = partial(NormalizedHinge, rate, mixture.n_features)
     assert list(made) == mixture.member_names
     return made
 

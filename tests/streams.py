@@ -58,6 +58,34 @@ def learn_in_chunks(model, xs: list[dict], ys: list[bool], ws: list[float], chun
     return decisions.tolist(), probas.tolist()
 
 
+def weighted_rows(
+    stream: list[tuple[dict, bool, float]], in_place: int | None = None
+) -> tuple[Rows, np.ndarray, np.ndarray]:
+    """(rows, signs, sample weights) of (x, y, weight) examples: columns numbered locally, or, with ``in_place``, the
+    int features themselves (keys ``range(in_place)``)."""
+    rows = Rows.from_dicts([x for x, _, _ in stream])
+    if in_place is not None:
+        rows = Rows(rows.indptr, np.array(rows.keys, dtype=np.int64)[rows.indices], rows.data, range(in_place), True)
+    signs = np.array([1.0 if y else -1.0 for _, y, _ in stream])
+    return rows, signs, np.array([weight for _, _, weight in stream])
+
+
+def learn_split(model, rows: Rows, signs: np.ndarray, weights: np.ndarray, splits: tuple[int, ...]) -> tuple:
+    """``model.learn_rows`` over the rows in batches split at ``splits``, each learned whole, the last taken from its
+    ``start`` in the whole batch. (decisions, probabilities) as lists."""
+    n = len(rows)
+    decisions, probas = np.empty(n), np.empty(n)
+    bounds = [0, *splits, n]
+    for a, b in zip(bounds, bounds[1:]):
+        if b < n:
+            part = slice(a, b)
+            batch = LearnBatch(rows.slice(a, b), signs[part], weights[part], decisions[part], probas[part])
+        else:
+            batch = LearnBatch(rows, signs, weights, decisions, probas, a)
+        assert model.learn_rows(batch) == (b - a if b < n else n, None)
+    return decisions.tolist(), probas.tolist()
+
+
 def binary_events(n: int, seed: int = 0, prefix: str = "e") -> list[dict]:
     """Linearly separable-ish sparse events {"id", "x", "label"}."""
     rng = random.Random(seed)

@@ -2,9 +2,9 @@
 code run from inside a compiled pass (a key's __eq__ or __hash__, a value's __float__) neither breaks it
 nor changes what the Python expression it stands for gives.
 
-``learn_csr`` and the raw ``_loops.learn_rows``, ``learn_logistic_rows`` and ``learn_pegasos_logistic_rows``
-entries get each malformed input in turn: each is a ValueError saying what is wrong, and the model (or every array the
-raw entry writes) is left as it was.
+``learn_csr`` and the raw ``_loops.learn_rows``, ``learn_logistic_rows``, ``learn_pegasos_logistic_rows`` and
+``learn_hinge_rows`` entries get each malformed input in turn: each is a ValueError saying what is wrong, and the model
+(or every array the raw entry writes) is left as it was.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosLogistic, _compiled
+from pegasos_stream import AdaGradLogistic, NormalizedHinge, PegasosClassifier, PegasosLogistic, _compiled
 from pegasos_stream.cli.main import HEAP_BLOCK, HEAP_SLACK
 from pegasos_stream.io import sources
 from pegasos_stream.learners import compiled, weights
@@ -550,6 +550,102 @@ def test_the_pegasos_logistic_loop_refuses_malformed_arguments_and_writes_nothin
         change,
         r"^learn_pegasos_logistic_rows: " + message,
     )
+
+
+# -- learn_hinge_rows: NormalizedHinge's loop -------------------------------------------------------
+
+HINGE_ARRAYS = (
+    "indptr", "indices", "data", "signs", "weights", "columns", "w", "g2", "scales", "present", "new", "decisions",
+)  # fmt: skip
+
+
+def _hinge_arguments() -> dict:
+    """Valid arguments of ``_loops.learn_hinge_rows``: three rows over three local columns mapped to weight columns
+    4, 0 and 2 of five, the first two stepped on before."""
+    return {
+        "indptr": np.array([0, 2, 3, 5], dtype=np.int64),
+        "indices": np.array([0, 1, 2, 0, 2], dtype=np.int64),
+        "data": np.array([1.0, -0.5, 2.0, 0.25, 1.0]),
+        "signs": np.array([1.0, -1.0, 1.0]),
+        "weights": np.array([1.0, 2.0, 0.5]),
+        "columns": np.array([4, 0, 2], dtype=np.int64),
+        "w": np.array([0.2, 0.0, 0.0, 0.0, -0.4]),
+        "g2": np.array([0.25, 0.0, 0.0, 0.0, 1.0]),
+        "scales": np.array([0.5, 0.0, 0.0, 0.0, 1.0]),
+        "present": np.array([True, False, False, False, True]),
+        "new": np.zeros(3, dtype=np.int64),
+        "decisions": np.zeros(3),
+        "learning_rate": 0.5,
+        "start": 0,
+    }
+
+
+def _hinge_call(arguments: dict, distinct: bool = False) -> tuple[int, int]:
+    return _loops.learn_hinge_rows(
+        *(arguments[name] for name in HINGE_ARRAYS), arguments["learning_rate"], weights.COMPENSATED_SUM,
+        arguments["start"], distinct,
+    )  # fmt: skip
+
+
+def _hinge_model(arguments: dict) -> NormalizedHinge:
+    """The dense NormalizedHinge whose arrays are those of ``arguments``."""
+    model = NormalizedHinge(arguments["learning_rate"], n_features=5)
+    model._w, model._g2, model._scales = (arguments[name].copy() for name in ("w", "g2", "scales"))
+    return model
+
+
+def test_the_hinge_loop_learns_the_raw_arguments_as_learn_one():
+    arguments = _hinge_arguments()
+    model = _hinge_model(arguments)
+    assert _hinge_call(arguments) == (3, 1) and arguments["new"][0] == 2  # column 2 first stepped on
+    assert arguments["present"].tolist() == [True, False, True, False, True]
+    expected = []
+    for x, y, w in (({4: 1.0, 0: -0.5}, True, 1.0), ({2: 2.0}, False, 2.0), ({4: 0.25, 2: 1.0}, True, 0.5)):
+        expected.append(model.decision_function_one(x))
+        model.learn_one(x, y, w)
+    assert arguments["decisions"].tolist() == expected
+    for name in ("w", "g2", "scales"):
+        assert arguments[name].tolist() == getattr(model, "_" + name).tolist(), name
+
+
+def test_the_hinge_loop_reads_int32_indices_and_the_rows_columns_as_the_weights():
+    mapped, narrow, direct = (_hinge_arguments() for _ in range(3))
+    narrow["indices"] = narrow["indices"].astype(np.int32)
+    direct["indices"] = mapped["columns"][mapped["indices"]]  # the weight columns themselves
+    direct["columns"], direct["new"] = None, np.zeros(5, dtype=np.int64)
+    result = _hinge_call(mapped)
+    assert _hinge_call(narrow) == _hinge_call(direct) == result
+    for name in ("w", "g2", "scales", "present", "decisions"):
+        assert np.array_equal(narrow[name], mapped[name]) and np.array_equal(direct[name], mapped[name]), name
+
+
+def test_the_hinge_loop_stops_before_the_rows_learn_one_refuses():
+    """A margin that is not finite, a square that overflows."""
+    for change, stop in [
+        (lambda a: a["data"].__setitem__(2, math.nan), 1),
+        (lambda a: a["data"].__setitem__(3, 1e200), 2),
+    ]:
+        arguments = _hinge_arguments()
+        change(arguments)
+        assert _hinge_call(arguments)[0] == stop
+        assert not arguments["decisions"][stop:].any()
+
+
+HINGE_CASES = {
+    "read-only w": (_replace("w", _read_only), r"w: expected a writable 1-d"),
+    "short scales": (_replace("scales", lambda a: a[:-1]), r"scales: 4 items, expected 5"),
+    "short new": (_replace("new", lambda a: a[:-1]), r"new: 2 items, expected 3"),
+    "column past the weights": (_set("columns", 1, 5), r"columns\[1\] = 5 is outside 0\.\.4 \(the weights\)"),
+    "repeated column": (_set("indices", 1, 0), r"row 0: column 0 appears more than once"),
+    "no learning rate": (_replace("learning_rate", lambda _: 0.0), r"learning_rate = 0\.0: expected a finite number"),
+    "start past the rows": (_replace("start", lambda _: 4), r"start = 4 is outside 0\.\.3"),
+}
+
+
+@pytest.mark.parametrize("case", HINGE_CASES, ids=list(HINGE_CASES))
+def test_the_hinge_loop_refuses_malformed_arguments_and_writes_nothing(case):
+    change, message = HINGE_CASES[case]
+    _refused_writing_nothing(_hinge_call, _hinge_arguments(), HINGE_ARRAYS, change, r"^learn_hinge_rows: " + message)
 
 
 def test_the_one_example_passes_over_weight_arrays_refuse_malformed_arrays_and_write_nothing():

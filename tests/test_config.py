@@ -96,9 +96,10 @@ def test_spam_config_points_at_the_bundled_sample():
         "kind": "mixture",
         "lambdas": [1e-5],
         "lambda_t0": 0.3,
-        "logistics": [[0.7, 1e-6], [10.0, 1.0]],
+        "logistics": [[0.7, 1e-6]],
         "share": 3.0,
         "pegasos_logistics": [[1e-5, 5623]],
+        "normalized_hinges": [0.5],
         "n_features": 2**19,
     }
     assert config["features"] == {

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from streams import learn_split, weighted_rows
 
 from pegasos_stream import PegasosLogistic, load, save
 from pegasos_stream.learners import logistic_pegasos
@@ -140,11 +141,7 @@ LAYOUTS = ["dicts", "arrays through columns", "arrays in place"]
 
 def _rows(stream: list[tuple[dict, bool, float]], layout: str) -> tuple[Rows, np.ndarray, np.ndarray]:
     """(rows, signs, sample weights): columns numbered locally, or the int features themselves (keys a range)."""
-    rows = Rows.from_dicts([x for x, _, _ in stream])
-    if layout == "arrays in place":
-        rows = Rows(rows.indptr, np.array(rows.keys, dtype=np.int64)[rows.indices], rows.data, range(N), True)
-    signs = np.array([1.0 if y else -1.0 for _, y, _ in stream])
-    return rows, signs, np.array([weight for _, _, weight in stream])
+    return weighted_rows(stream, N if layout == "arrays in place" else None)
 
 
 def _model(case: str, layout: str) -> PegasosLogistic:
@@ -168,19 +165,8 @@ def test_learn_rows_is_learn_one_bit_for_bit(layout, case, splits):
         expected.append(one.decision_function_one(x))
         expected_probas.append(one.predict_proba_one(x)[True])
         one.learn_one(x, y, weight)
-    rows, signs, weights = _rows(stream, layout)
-    decisions, probas = np.empty(300), np.empty(300)
-    bounds = [0, *splits, 300]
-    for a, b in zip(bounds, bounds[1:]):
-        if b < 300:
-            part = slice(a, b)
-            learned = batched.learn_rows(
-                LearnBatch(rows.slice(a, b), signs[part], weights[part], decisions[part], probas[part])
-            )
-            assert learned == (b - a, None)
-        else:
-            assert batched.learn_rows(LearnBatch(rows, signs, weights, decisions, probas, a)) == (300, None)
-    assert decisions.tolist() == expected and probas.tolist() == expected_probas
+    decisions, probas = learn_split(batched, *_rows(stream, layout), splits)
+    assert decisions == expected and probas == expected_probas
     assert model_digest(batched) == model_digest(one) and batched.t == one.t == 300
     if layout == "dicts":
         assert list(batched._u.v) == list(one._u.v)  # the same keys, first learned in the same order

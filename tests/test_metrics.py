@@ -237,7 +237,7 @@ def test_a_mixture_shows_its_members_weights_and_a_mail_run_its_empty_bodies(tmp
     assert _value(samples, "empty_bodies_total") == 1
     weights = {labels: value for (name, labels), value in samples.items() if name == "pegasos_stream_member_weight"}
     assert weights == {(("member", name),): weight for name, weight in runner.model.member_weights.items()}
-    assert len(weights) == 6
+    assert len(weights) == 5
 
 
 # -- the Kafka lag per partition ------------------------------------------------------------

@@ -11,7 +11,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pegasos_stream import AdaGradLogistic, PegasosClassifier, PegasosLogistic, PegasosMixture, load, save
+from pegasos_stream import (
+    AdaGradLogistic,
+    NormalizedHinge,
+    PegasosClassifier,
+    PegasosLogistic,
+    PegasosMixture,
+    load,
+    save,
+)
 from pegasos_stream.cli.assemble import build_runner, build_source
 from pegasos_stream.cli.config import load_config, shipped_configs
 from pegasos_stream.learners import hedge
@@ -27,6 +35,7 @@ PARAMS = {
     "lambda_t0": 0.5,
     "logistics": ((0.3, 1e-6), (2.0, 1.0)),
     "pegasos_logistics": ((1e-2, 100),),
+    "normalized_hinges": (0.5,),
 }
 
 
@@ -49,11 +58,12 @@ class _PlainMixture:
     """The mixture restated: each member's margin through its own Platt scaling, mixed by weights that are
     multiplied by each member's probability of the label, normalised, then shared: π ← (1 − α)π + α/M."""
 
-    def __init__(self, lambdas, lambda_t0, logistics, pegasos_logistics, share):
+    def __init__(self, lambdas, lambda_t0, logistics, pegasos_logistics, normalized_hinges, share):
         self.svms = [PegasosClassifier(lambda_=lam, t0=round(lambda_t0 / lam)) for lam in lambdas]
         self.logistics = [AdaGradLogistic(rate, None, epsilon) for rate, epsilon in logistics]
-        self.logistic_svms = [PegasosLogistic(lambda_, t0) for lambda_, t0 in pegasos_logistics]
-        members = len(lambdas) * (len(logistics) + 1) + len(logistics) + len(pegasos_logistics)
+        self.others = [PegasosLogistic(lambda_, t0) for lambda_, t0 in pegasos_logistics]
+        self.others += [NormalizedHinge(rate) for rate in normalized_hinges]
+        members = len(lambdas) * (len(logistics) + 1) + len(logistics) + len(pegasos_logistics) + len(normalized_hinges)
         self.platts = [OnlinePlatt() for _ in range(members)]
         self.losses = [0.0] * members
         self.weights = [1.0 / members] * members
@@ -65,7 +75,7 @@ class _PlainMixture:
         for svm in self.svms:
             margin = svm.decision_function_one(x)
             margins += [margin + other for other in logistic] + [margin]
-        margins += logistic + [model.decision_function_one(x) for model in self.logistic_svms]
+        margins += logistic + [model.decision_function_one(x) for model in self.others]
         return [platt.proba(m) for platt, m in zip(self.platts, margins)], margins
 
     def proba(self, x):
@@ -85,7 +95,7 @@ class _PlainMixture:
             (1 - alpha) * w * likelihood / total + alpha / len(self.weights)
             for w, likelihood in zip(self.weights, likelihoods)
         ]
-        for learner in (*self.svms, *self.logistics, *self.logistic_svms):
+        for learner in (*self.svms, *self.logistics, *self.others):
             learner.learn_one(x, y)
 
 
@@ -103,11 +113,12 @@ def test_the_mixture_weights_its_members_by_their_log_loss_and_shares(share):
         *("svm(0.001)+logistic(0.3)", "svm(0.001)+logistic(2)", "svm(0.001)"),
         *("svm(0.01)+logistic(0.3)", "svm(0.01)+logistic(2)", "svm(0.01)"),
         *("svm(0.1)+logistic(0.3)", "svm(0.1)+logistic(2)", "svm(0.1)"),
-        *("logistic(0.3)", "logistic(2)", "pegasos_logistic(0.01)"),
+        *("logistic(0.3)", "logistic(2)", "pegasos_logistic(0.01)", "normalized_hinge(0.5)"),
     ]
     assert mixture.t == 300 and model_digest(mixture.svms[0]) == model_digest(plain.svms[1])
     assert model_digest(mixture.logistic_regressions[0]) == model_digest(plain.logistics[1])
-    assert model_digest(mixture.logistic_svms[0]) == model_digest(plain.logistic_svms[0])
+    assert model_digest(mixture.logistic_svms[0]) == model_digest(plain.others[0])
+    assert model_digest(mixture.hinges[0]) == model_digest(plain.others[1])
 
 
 @settings(max_examples=40, deadline=None)
@@ -233,6 +244,9 @@ def test_a_saved_mixture_loads_bit_for_bit_and_learns_on_alike(tmp_path, n_featu
         ({"pegasos_logistics": "1e-5"}, "pegasos_logistics"),
         ({"pegasos_logistics": ((1e-5,),)}, "pegasos_logistics"),
         ({"pegasos_logistics": ((0.0, 10),)}, "lambda"),
+        ({"normalized_hinges": 0.5}, "normalized_hinges"),
+        ({"normalized_hinges": ("0.5",)}, "learning_rate"),
+        ({"normalized_hinges": (0.0,)}, "learning_rate"),
         ({"share": math.nan}, "share"),
         ({"share": True}, "share"),
     ],
@@ -266,13 +280,14 @@ def test_the_shipped_spam_configuration_runs_in_batches_as_one_at_a_time(n_featu
 
 
 def test_a_mixture_saved_before_the_share_mixes_on_by_its_losses(tmp_path):
-    plain = PegasosMixture(**{**PARAMS, "pegasos_logistics": ()}, share=0.0)
+    plain = PegasosMixture(**{**PARAMS, "pegasos_logistics": (), "normalized_hinges": ()}, share=0.0)
     stream = _stream(120, 13)
     for x, y in stream[:60]:
         plain.learn_one(x, y)
     save(plain, tmp_path / "mixture.pgs")  # (registers the learners' classes with the codec)
     tree, arrays = encode(plain)
-    for name in ("share", "_log_weights", "pegasos_logistics", "logistic_svms"):  # as saved before they existed
+    for name in ("share", "_log_weights", "pegasos_logistics", "logistic_svms", "normalized_hinges", "hinges"):
+        # (as saved before they existed)
         index = tree["attributes"]["keys"].index(name)
         del tree["attributes"]["keys"][index], tree["attributes"]["values"][index]
     old = decode(tree, arrays)

@@ -11,6 +11,7 @@ from river import checks, compose, feature_extraction, multiclass, preprocessing
 
 from pegasos_stream import (
     AdaGradLogistic,
+    NormalizedHinge,
     PegasosClassifier,
     PegasosCommittee,
     PegasosGrid,
@@ -38,10 +39,13 @@ def _variants():
         yield AdaGradLogistic(**params)
     for params in PegasosLogistic._unit_test_params():
         yield PegasosLogistic(**params)
+    for params in NormalizedHinge._unit_test_params():
+        yield NormalizedHinge(**params)
     yield preprocessing.StandardScaler() | PegasosClassifier()
     yield DictHasher(10) | PegasosCommittee(n_features=2**10)  # weights in arrays need int columns
     yield DictHasher(10) | AdaGradLogistic(n_features=2**10)
     yield DictHasher(10) | PegasosLogistic(n_features=2**10)
+    yield DictHasher(10) | NormalizedHinge(n_features=2**10)
     yield DictHasher(10) | PegasosMixture(n_features=2**10)
     yield multiclass.OneVsRestClassifier(PegasosClassifier())
 

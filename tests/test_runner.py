@@ -104,19 +104,20 @@ def _pairwise_auc(scores, positives) -> float:
 @functools.lru_cache(maxsize=1)
 def _spam_prequential():
     """A hand-written prequential loop over the bundled sample, as configs/spam.yaml describes it: Pegasos for
-    λ = 1e-5, two logistic regressions with AdaGrad's steps (η = 0.7, ε = 1e-6; η = 10, ε = 1) and Pegasos on the
-    logistic loss (λ = 1e-5, t0 = 5623) written out here; the members (the SVM plus each logistic regression, the SVM
-    alone, each logistic regression alone, the logistic Pegasos) calibrated by their Platt scaling and mixed by
-    weights multiplied by each member's probability of the label, normalised, then shared: π ← (1 − α)π + α/6 with
-    α = 3/(t + 6) after the t-th message."""
+    λ = 1e-5, a logistic regression with AdaGrad's steps (η = 0.7, ε = 1e-6), Pegasos on the logistic loss
+    (λ = 1e-5, t0 = 5623) and the hinge loss by normalized adaptive steps (η = 0.5) written out here; the members
+    (the SVM plus the logistic regression, the SVM alone, the logistic regression alone, the logistic Pegasos, the
+    normalized hinge) calibrated by their Platt scaling and mixed by weights multiplied by each member's probability
+    of the label, normalised, then shared: π ← (1 − α)π + α/5 with α = 3/(t + 6) after the t-th message."""
     features = EmailFeatures(
         reader="bytes", char_ngram=4, words=True, shapes=True, max_chars=3000, binary=True, normalize=True, hash_bits=19
     )
     svms = [PegasosClassifier(lambda_=1e-5, t0=30000)]
-    logistics = [(0.7, 1e-6, {}, {}), (10.0, 1.0, {}, {})]  # (η, ε, weights, ε plus the sum of squared gradients)
+    logistics = [(0.7, 1e-6, {}, {})]  # (η, ε, weights, ε plus the sum of squared gradients)
     scale, unscaled = 1.0, {}  # the logistic Pegasos's weights, scale·unscaled
-    platts = [OnlinePlatt() for _ in range(6)]
-    mix = [1.0 / 6] * 6
+    hinge, hinge_squares, hinge_scales = {}, {}, {}  # the normalized hinge's w, G and N
+    platts = [OnlinePlatt() for _ in range(5)]
+    mix = [1.0 / 5] * 5
     rows = []
     with gzip.open(SAMPLE, "rt", encoding="utf-8") as lines:
         for line in lines:
@@ -129,7 +130,8 @@ def _spam_prequential():
             for svm in svms:
                 margins += [svm.decision_function_one(x) + other for other in logistic] + [svm.decision_function_one(x)]
             pegasos_logistic = scale * sum(unscaled.get(key, 0.0) * value for key, value in x.items())
-            margins += [*logistic, pegasos_logistic]
+            hinge_margin = sum(hinge.get(key, 0.0) * value for key, value in x.items())
+            margins += [*logistic, pegasos_logistic, hinge_margin]
             probas = [platt.proba(margin) for platt, margin in zip(platts, margins)]
             p = sum(w * q for w, q in zip(mix, probas))
             not_p = sum(w * (1.0 - q) for w, q in zip(mix, probas))
@@ -137,7 +139,7 @@ def _spam_prequential():
             rows.append((event["id"], math.log(p) - math.log(not_p), positive))
             likelihoods = [q if positive else 1.0 - q for q in probas]
             alpha = 3.0 / (len(rows) + 6.0)
-            mix = [(1 - alpha) * w * q / (p if positive else not_p) + alpha / 6 for w, q in zip(mix, likelihoods)]
+            mix = [(1 - alpha) * w * q / (p if positive else not_p) + alpha / 5 for w, q in zip(mix, likelihoods)]
             for platt, margin in zip(platts, margins):
                 platt.update(margin, positive)
             for svm in svms:
@@ -154,6 +156,17 @@ def _spam_prequential():
             coef = sign / (1.0 + math.exp(sign * pegasos_logistic)) / (1e-5 * steps)
             for key, value in x.items():
                 unscaled[key] = unscaled.get(key, 0.0) + coef * value / scale
+            if sign * hinge_margin < 1.0 - 1e-9:  # N_j: the largest |x_j|; G_j: the sum of x_j²; a step to the margin
+                for key, value in x.items():
+                    if abs(value) > hinge_scales.get(key, 0.0):
+                        hinge[key] = hinge.get(key, 0.0) * hinge_scales.get(key, 0.0) / abs(value)
+                        hinge_scales[key] = abs(value)
+                    hinge_squares[key] = hinge_squares.get(key, 0.0) + value * value
+                rates = {key: 1.0 / (math.sqrt(hinge_squares[key]) * hinge_scales[key]) for key in x}
+                reach = sum(value * value * rates[key] for key, value in x.items())
+                step = sign * min(0.5, (1.0 - sign * hinge_margin) / reach)
+                for key, value in x.items():
+                    hinge[key] += step * value * rates[key]
     return rows, svms[0]
 
 

@@ -1,5 +1,6 @@
 """The learners: linear, multiclass and kernel Pegasos, an AdaGrad logistic regression, Pegasos on the logistic
-loss, their grid, committee and mixture, and the parts they are made of.
+loss, the hinge loss by normalized adaptive steps, their grid, committee and mixture, and the parts they are made
+of.
 
 Nothing here knows about files, streams or the command line. Each module loads on first use, so a run of
 one learner imports that learner only.
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from .logistic_pegasos import PegasosLogistic
     from .mixture import PegasosMixture
     from .multiclass import PegasosMulticlass
+    from .normalized_hinge import NormalizedHinge
     from .personal import PersonalPegasos
 
     LEARNERS: tuple[type, ...]
@@ -29,6 +31,7 @@ __all__ = [
     "STATE_CLASSES",
     "AdaGradLogistic",
     "KernelPegasosClassifier",
+    "NormalizedHinge",
     "PegasosClassifier",
     "PegasosCommittee",
     "PegasosGrid",
@@ -53,6 +56,7 @@ _WHERE = {
     "Members": ".members",
     "PegasosMixture": ".mixture",
     "PegasosMulticlass": ".multiclass",
+    "NormalizedHinge": ".normalized_hinge",
     "PersonalOffset": ".personal_offset",
     "PersonalPegasos": ".personal",
     "SupportVectorStore": ".svstore",
@@ -69,6 +73,7 @@ _LEARNERS = (
     "PegasosMixture",
     "AdaGradLogistic",
     "PegasosLogistic",
+    "NormalizedHinge",
     "PegasosMulticlass",
     "KernelPegasosClassifier",
     "PersonalPegasos",

@@ -11,6 +11,7 @@
  * learn_logistic_rows: AdaGradLogistic.learn_one over the rows of a CSR batch, bit-identical likewise;
  *     dense_dot, logistic_step: its margin and its step on one example over its weight arrays.
  * learn_pegasos_logistic_rows: PegasosLogistic.learn_one over the rows of a CSR batch, bit-identical likewise.
+ * learn_hinge_rows: NormalizedHinge.learn_one over the rows of a CSR batch, bit-identical likewise.
  * dense_axpy: the step of a PegasosClassifier with n_features on one example over its weight array;
  *     dense_dict_dot, dense_dict_axpy: its margin and step taking the example's dict as it is.
  * platt_rows: OnlinePlatt over a run of margins (a committee's sums), as learn_rows calibrates its own.
@@ -1128,6 +1129,168 @@ static PyObject *learn_pegasos_logistic_rows(PyObject *self, PyObject *args) {
     return Py_BuildValue("nndd", stop, n_new, model.scale, model.sq_norm);
 }
 
+/* -- the hinge loss by normalized adaptive steps (NormalizedHinge) ------------------------------------- */
+
+enum { H_INDPTR, H_INDICES, H_DATA, H_SIGNS, H_WEIGHTS, H_COLUMNS, H_W, H_G2, H_SCALES, H_PRESENT, H_NEW, H_DECISIONS,
+       N_HINGE };
+static const struct { const char *name; Kind kind; int writable; } HINGE_ARRAYS[N_HINGE] = {
+    {"indptr", I64, 0}, {"indices", IDX, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
+    {"columns", I64, 0}, {"w", F64, 1}, {"g2", F64, 1}, {"scales", F64, 1}, {"present", BOOL, 1}, {"new", I64, 1},
+    {"decisions", F64, 1},
+};
+
+/* NormalizedHinge's least |x_j| (2^-63) and its square. */
+#define HINGE_X_MIN 0x1p-63
+#define HINGE_X2_MIN (HINGE_X_MIN * HINGE_X_MIN)
+/* How far below 1 a margin must be to take a step (NormalizedHinge's MARGIN_SLACK). */
+#define HINGE_MARGIN_SLACK 1e-9
+
+/* x[k] as a step takes it: a value below HINGE_X_MIN in size as +-HINGE_X_MIN (0 stays 0: skipped). */
+static inline double hinge_value(double v) { return v != 0.0 && fabs(v) < HINGE_X_MIN ? copysign(HINGE_X_MIN, v) : v; }
+
+/* learn_hinge_rows' loop over the checked buffers ``b`` from row ``start`` (as logistic_loop); ``rates``: room for
+ * the rates r_j of the longest row. */
+static ALWAYS_INLINE Py_ssize_t hinge_loop(const Buf *b, Py_ssize_t start, double rate, double *rates, int comp,
+                                           Py_ssize_t *n_new, int wide) {
+    const int64_t *indptr = b[H_INDPTR].view.buf, *columns = b[H_COLUMNS].view.buf;
+    const void *idx = b[H_INDICES].view.buf;
+    const double *x = b[H_DATA].view.buf, *signs = b[H_SIGNS].view.buf, *weights = b[H_WEIGHTS].view.buf;
+    double *w = b[H_W].view.buf, *g2 = b[H_G2].view.buf, *scales = b[H_SCALES].view.buf;
+    double *decisions = b[H_DECISIONS].view.buf;
+    char *present = b[H_PRESENT].view.buf;
+    int64_t *new = b[H_NEW].view.buf;
+    Py_ssize_t i, n = length(&b[H_SIGNS]);
+    int mapped = b[H_COLUMNS].held, tracked = length(&b[H_PRESENT]) != 0;
+    int far = length(&b[H_W]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
+#define HINGE_COLUMN(k) (mapped ? columns[AT(idx, wide, (k))] : AT(idx, wide, (k)))
+    for (i = start; i < n; i++) {
+        Py_ssize_t a = indptr[i], e = indptr[i + 1];
+        Sum sum = {0.0, 0.0, comp};
+        for (Py_ssize_t k = a; k < e; k++) {
+            if (far && k + AHEAD < e) {  /* a text row's weights lie scattered over the arrays: ask early */
+                PREFETCH(&w[HINGE_COLUMN(k + AHEAD)]);
+            }
+            sum_add(&sum, w[HINGE_COLUMN(k)] * x[k]);
+        }
+        double margin = sum_result(&sum);
+        if (!isfinite(margin)) break;
+        double sign = signs[i], c = weights[i];
+        int steps = sign * margin < 1.0 - HINGE_MARGIN_SLACK && c * HINGE_X2_MIN > 0.0;
+        double largest = 0.0;
+        for (Py_ssize_t k = a; steps && k < e; k++) largest = py_max(largest, fabs(hinge_value(x[k])));
+        if (!isfinite(c * largest * largest)) break;  /* a square that overflows: refused */
+        decisions[i] = margin;
+        if (!steps) continue;
+        double reach = 0.0;
+        for (Py_ssize_t k = a; k < e; k++) {
+            if (far && k + AHEAD < e) {  /* (the margin's pass brought w in, not G and N) */
+                int64_t ahead = HINGE_COLUMN(k + AHEAD);
+                PREFETCH(&g2[ahead]);
+                PREFETCH(&scales[ahead]);
+            }
+            double v = hinge_value(x[k]), size = fabs(v);
+            if (v == 0.0) continue;
+            int64_t col = HINGE_COLUMN(k);
+            double scale = scales[col];
+            if (size > scale) {
+                if (scale > 0.0) w[col] = w[col] * (scale / size);
+                scales[col] = scale = size;
+            }
+            double acc = g2[col] + c * (v * v);
+            g2[col] = acc;
+            if (tracked && !present[col]) {
+                present[col] = 1;
+                new[(*n_new)++] = col;
+            }
+            double r = 1.0 / (sqrt(acc) * scale);
+            rates[k - a] = r;
+            reach += v * v * r;
+        }
+        double move = sign * py_min(c * rate, reach > 0.0 ? (1.0 - sign * margin) / reach : INFINITY);
+        for (Py_ssize_t k = a; k < e; k++) {
+            if (x[k] == 0.0) continue;
+            int64_t col = HINGE_COLUMN(k);
+            w[col] = w[col] + move * hinge_value(x[k]) * rates[k - a];
+        }
+    }
+#undef HINGE_COLUMN
+    return i;
+}
+
+/* learn_hinge_rows(indptr, indices, data, signs, weights, columns, w, g2, scales, present, new, decisions,
+ *                  learning_rate, compensated, start[, distinct]) -> (stop row, columns first written)
+ * NormalizedHinge.learn_one over CSR rows from ``start``, with the same floating-point operations in the same
+ * order; the arrays as learn_logistic_rows takes them, with ``scales`` (N_j) beside ``g2`` (G_j), both 0 for a
+ * column never stepped on. Each row's margin goes into decisions[i]; a row whose margin is below 1 - 1e-9 (sign*m < 1 - 1e-9) and
+ * whose sample weight c has c*2^-126 > 0 then steps (NormalizedHinge). The loop stops before a row whose margin or
+ * c*x_j^2 is not finite (learn_one refuses it). Every array is checked first; the loop runs without the GIL. */
+static PyObject *learn_hinge_rows(PyObject *self, PyObject *args) {
+    PyObject *o[N_HINGE];
+    double rate;
+    int comp, distinct = 0;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOdpn|p", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8],
+                          &o[9], &o[10], &o[11], &rate, &comp, &start, &distinct))
+        return NULL;
+    Buf b[N_HINGE];
+    memset(b, 0, sizeof b);
+    int mapped = o[H_COLUMNS] != Py_None;  /* None: the rows' columns are the weights' columns */
+    for (int a = 0; a < N_HINGE; a++)
+        if ((a != H_COLUMNS || mapped) && get_buffer(o[a], &b[a], HINGE_ARRAYS[a].writable, HINGE_ARRAYS[a].kind,
+                                                     "learn_hinge_rows", HINGE_ARRAYS[a].name) < 0) {
+            release(b, N_HINGE);
+            return NULL;
+        }
+    Py_ssize_t n = length(&b[H_SIGNS]), nnz = length(&b[H_INDICES]), M = length(&b[H_W]);
+    Py_ssize_t m = mapped ? length(&b[H_COLUMNS]) : M;
+    const Py_ssize_t want[N_HINGE] = {n + 1, nnz, nnz, n, n, m, M, M, M, M, m, n};
+    int tracked = length(&b[H_PRESENT]) != 0;  /* no presence flags: every column is present */
+    for (int a = 0; a < N_HINGE; a++) {
+        if ((a != H_COLUMNS || mapped) && length(&b[a]) != want[a] && !((a == H_PRESENT || a == H_NEW) && !tracked)) {
+            PyErr_Format(PyExc_ValueError, "learn_hinge_rows: %s: %zd items, expected %zd", HINGE_ARRAYS[a].name,
+                         length(&b[a]), want[a]);
+            release(b, N_HINGE);
+            return NULL;
+        }
+    }
+    if (!(rate > 0.0 && isfinite(rate))) {
+        PyErr_Format(PyExc_ValueError, "learn_hinge_rows: learning_rate = %R: expected a finite number > 0",
+                     PyTuple_GET_ITEM(args, 12));
+        release(b, N_HINGE);
+        return NULL;
+    }
+    Py_ssize_t longest = 0;
+    if (check_csr("learn_hinge_rows: ", b[H_INDPTR].view.buf, n, &b[H_INDICES], m, start, NULL, distinct, &longest)
+        < 0) {
+        release(b, N_HINGE);
+        return NULL;
+    }
+    double *rates = PyMem_Malloc((longest > 0 ? longest : 1) * sizeof(double));
+    if (!rates) {
+        release(b, N_HINGE);
+        return PyErr_NoMemory();
+    }
+    const int64_t *columns = mapped ? b[H_COLUMNS].view.buf : NULL;
+    for (Py_ssize_t j = 0; mapped && j < m; j++)
+        if (columns[j] < 0 || columns[j] >= M) {
+            PyErr_Format(PyExc_ValueError, "learn_hinge_rows: columns[%zd] = %lld is outside 0..%zd (the weights)", j,
+                         (long long)columns[j], M - 1);
+            PyMem_Free(rates);
+            release(b, N_HINGE);
+            return NULL;
+        }
+    Py_ssize_t stop, n_new = 0;
+    Py_BEGIN_ALLOW_THREADS
+        if (wide(&b[H_INDICES]))
+            stop = comp ? hinge_loop(b, start, rate, rates, 1, &n_new, 1) : hinge_loop(b, start, rate, rates, 0, &n_new, 1);
+        else
+            stop = comp ? hinge_loop(b, start, rate, rates, 1, &n_new, 0) : hinge_loop(b, start, rate, rates, 0, &n_new, 0);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(rates);
+    release(b, N_HINGE);
+    return Py_BuildValue("nn", stop, n_new);
+}
+
 /* -- one example at a time ------------------------------------------------------------------------ */
 
 /* A key whose hash and comparisons run no Python code (a dict of such keys is looked up in C alone, as long
@@ -1485,6 +1648,8 @@ static PyMethodDef methods[] = {
      "AdaGradLogistic.learn_one over CSR rows; returns (stop row, columns first written)."},
     {"learn_pegasos_logistic_rows", learn_pegasos_logistic_rows, METH_VARARGS,
      "PegasosLogistic.learn_one over CSR rows; returns (stop row, columns first written, scale, sq_norm)."},
+    {"learn_hinge_rows", learn_hinge_rows, METH_VARARGS,
+     "NormalizedHinge.learn_one over CSR rows; returns (stop row, columns first written)."},
     {"platt_rows", platt_rows, METH_VARARGS, "OnlinePlatt over a run of margins: probabilities, then updates."},
     {"mix_rows", mix_rows, METH_VARARGS, "Exponential weights with a fixed share over members' log-probabilities."},
     {"dense_dot", dense_dot, METH_VARARGS, "<w, x> of one example over a weight array, summed as sum() sums."},

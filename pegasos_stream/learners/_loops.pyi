@@ -77,6 +77,25 @@ def learn_pegasos_logistic_rows(
     distinct: bool = ...,
     /,
 ) -> tuple[int, int, float, float]: ...
+def learn_hinge_rows(
+    indptr: _Array,
+    indices: _Array,
+    data: _Array,
+    signs: _Array,
+    weights: _Array,
+    columns: _Array | None,
+    w: _Array,
+    g2: _Array,
+    scales: _Array,
+    present: _Array,
+    new: _Array,
+    decisions: _Array,
+    learning_rate: float,
+    compensated: bool,
+    start: int,
+    distinct: bool = ...,
+    /,
+) -> tuple[int, int]: ...
 def platt_rows(
     margins: _Array, signs: _Array, probas: _Array, state: _Array, istate: _Array, params: _Array, /
 ) -> None: ...

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
-from operator import mul
+from functools import partial
 from typing import NamedTuple, cast
 
 import numpy as np
 from river import base
 
 from .._compiled import LOOPS as _loops
-from .batch import LearnBatch
-from .calibration import LogisticMargin, squash
+from .batch import LearnBatch, learn_batch
+from .calibration import LogisticMargin
 from .compiled import Stored, gather, scatter
+from .feature_weights import FeatureWeights
 from .state import InvalidState, check_array, check_count, check_floats, check_parts, new_like
-from .validation import binary_sign, check_features, check_sample_weight, reject_features
-from .weights import COMPENSATED_SUM, check_n_features, is_column, sparse_dot, weight_columns
+from .validation import binary_sign, check_sample_weight, reject_features
+from .weights import COMPENSATED_SUM, check_n_features
 
 __all__ = ["AdaGradLogistic"]
 
@@ -36,7 +37,7 @@ class Step(NamedTuple):
 MAX_EXPONENT = 700.0
 
 
-class AdaGradLogistic(LogisticMargin, base.Classifier):
+class AdaGradLogistic(FeatureWeights, LogisticMargin, base.Classifier):
     """Binary logistic regression trained by AdaGrad, with sparse weights (dicts or arrays).
 
     The example (x, y), y ∈ {-1, +1}, with cost c (its sample weight), has the gradient g = c·k·x of its
@@ -126,61 +127,12 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
             raise InvalidState(f"AdaGradLogistic._w: a weight of {largest:.3g}, more than η·t = {bound:.3g}")
 
     @property
-    def t(self) -> int:
-        """The number of examples learned."""
-        return self._t
-
-    @property
     def weights(self) -> dict:
         """w as a dict (a copy; with ``n_features``, the columns learned so far)."""
         if isinstance(self._w, dict):
             return dict(self._w)
         learned = np.flatnonzero(self._g2 != self.initial_accumulator).tolist()
         return dict(zip(learned, self._w[learned].tolist()))
-
-    def decision_function_one(self, x: Mapping) -> float:
-        """The margin f(x) = ⟨w, x⟩."""
-        try:
-            if isinstance(self._w, dict):
-                margin = sparse_dot(self._w, x)
-            elif _loops is not None:
-                margin = _loops.dense_dot(self._w, *self._dense_example(x), COMPENSATED_SUM)
-            else:
-                self._check_columns(x)
-                margin = sum(map(mul, map(self._w.item, x), x.values()))
-        except (TypeError, OverflowError):
-            margin = math.nan
-        return self._finite(x, margin)
-
-    @staticmethod
-    def _finite(x: Mapping, margin: float) -> float:
-        """``margin``, or the ValueError naming the feature of ``x`` that made it no finite number."""
-        if not math.isfinite(margin):
-            reject_features(x)
-        return margin
-
-    def _dense_example(self, x: Mapping) -> tuple[np.ndarray, np.ndarray]:
-        """(columns, values) of ``x`` for the compiled passes over the weight arrays; a ValueError naming a
-        feature that is no column or a value that is no number."""
-        columns = self.columns_of(list(x))
-        if columns is None:
-            self._check_columns(x)
-        try:
-            values = np.fromiter(x.values(), np.float64, len(x))
-        except (TypeError, ValueError, OverflowError):
-            reject_features(x)  # names the value that is no finite number
-        return cast(np.ndarray, columns), values
-
-    def _check_columns(self, x: Mapping) -> None:
-        """With ``n_features``: a ValueError for a feature that is no int column 0..n_features − 1."""
-        for key in x:
-            if not self._is_column(key):
-                n = len(self._w)
-                raise ValueError(f"feature {key!r}: expected an int column from 0 to {n - 1} (n_features={n})")
-
-    def _is_column(self, key: object) -> bool:
-        """Whether ``key`` names a column of the weight arrays: an int from 0 to n_features − 1."""
-        return is_column(key, len(self._w))
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
         step = self._prepare(x, binary_sign(y), 1.0 if w == 1.0 else check_sample_weight(w))
@@ -228,46 +180,13 @@ class AdaGradLogistic(LogisticMargin, base.Classifier):
         margin and probability before it was learned. A row ``learn_one`` refuses stops the run unlearned: returns
         (that row, the error), or (len(rows), None) when every row is learned. ``columns``: the
         ``columns_of(rows.keys)`` the caller already has, if any."""
-        rows, start, decisions, probas = batch.rows, batch.start, batch.decisions, batch.probas
-        n = len(rows)
         if isinstance(self._w, dict):
-            rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
-            batch = replace(batch, rows=rows)
+            batch = replace(batch, rows=batch.rows.numbered_locally())  # (dict weights are gathered for its keys)
         if _loops is None:
             columns = None  # every row through learn_one
         elif columns is None:
-            columns = self.columns_of(rows.keys)
-        while start < n:
-            stop = start if columns is None else self._learn_compiled(batch.at(start), columns)
-            probas[start:stop] = [squash(margin) for margin in decisions[start:stop].tolist()]
-            if stop == n:
-                break
-            x = rows.row(stop)  # a margin or gradient that is not finite, or a column out of range: learn_one
-            decisions[stop] = probas[stop] = math.nan
-            try:
-                check_features(x)
-                decisions[stop] = margin = self.decision_function_one(x)
-                probas[stop] = squash(margin)
-                self.learn_one(x, batch.signs[stop] > 0, float(batch.weights[stop]))
-            except ValueError as error:
-                return stop, error
-            start = stop + 1
-        return n, None
-
-    def foreign_keys(self, keys: Sequence, columns: np.ndarray | range | None) -> np.ndarray | None:
-        """Which of ``keys`` are no weight column (with ``n_features``: not an int from 0 to n_features − 1),
-        given their ``columns_of(keys)``; None when none is."""
-        if isinstance(self._w, dict) or columns is not None:
-            return None
-        return np.array([not self._is_column(key) for key in keys], dtype=bool)
-
-    def columns_of(self, keys: Sequence) -> np.ndarray | range | None:
-        """The weight column of each key of a batch: its position (dicts) or the key (arrays: ``keys`` itself
-        when it is a range of columns from 0, the rows' columns then being the weights' columns); None when some
-        key is no column of the arrays (the batch then goes through ``learn_one``)."""
-        if isinstance(self._w, dict):
-            return np.arange(len(keys), dtype=np.int64)
-        return weight_columns(keys, len(self._w))
+            columns = self.columns_of(batch.rows.keys)
+        return learn_batch(self, batch, None if columns is None else partial(self._learn_compiled, columns=columns))
 
     def _learn_compiled(self, batch: LearnBatch, columns: np.ndarray | range) -> int:
         """Run the compiled loop over the batch's rows from its start (around it, gather the weights the rows touch

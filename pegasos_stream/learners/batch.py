@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
+from .calibration import squash
 from .rows import Rows
+from .validation import check_features
 
-__all__ = ["LearnBatch"]
+__all__ = ["LearnBatch", "learn_batch"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,3 +64,43 @@ class LearnBatch:
         return LearnBatch(
             rows, self.signs[:n], self.weights[:n], self.decisions[:n], self.probas[:n], self.start, margins
         )
+
+
+class _OneAtATime(Protocol):
+    """A learner's one-example margin and step."""
+
+    def decision_function_one(self, x: Mapping) -> float: ...
+
+    def learn_one(self, x: Mapping, y: bool, w: float = 1.0) -> None: ...
+
+
+def learn_batch(
+    learner: _OneAtATime, batch: LearnBatch, run: Callable[[LearnBatch], int] | None
+) -> tuple[int, ValueError | None]:
+    """``learn_one`` over the batch's rows from its start, for a learner whose probability is σ of its margin: its
+    compiled ``run`` (None: none) learns from a start up to the row it stops before, and that row (a rare branch or a
+    refusal) goes through ``learn_one``; ``decisions`` and ``probas`` (unless empty) receive each row's margin and
+    probability before it was learned. Returns (the row ``learn_one`` refused, the error) with that row unlearned, or
+    (len(rows), None) when every row is learned."""
+    rows, start, decisions, probas = batch.rows, batch.start, batch.decisions, batch.probas
+    n, wanted = len(rows), batch.wants_probas
+    while start < n:
+        stop = start if run is None else run(batch.at(start))
+        if wanted:
+            probas[start:stop] = [squash(margin) for margin in decisions[start:stop].tolist()]
+        if stop == n:
+            break
+        x = rows.row(stop)
+        decisions[stop] = math.nan
+        if wanted:
+            probas[stop] = math.nan
+        try:
+            check_features(x)
+            decisions[stop] = margin = learner.decision_function_one(x)
+            if wanted:
+                probas[stop] = squash(margin)
+            learner.learn_one(x, batch.signs[stop] > 0, float(batch.weights[stop]))
+        except ValueError as error:
+            return stop, error
+        start = stop + 1
+    return n, None

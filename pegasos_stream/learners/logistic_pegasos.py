@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 from operator import mul
 from typing import cast
 
@@ -13,12 +14,12 @@ from river import base
 
 from .._compiled import LOOPS as _loops
 from .adagrad import MAX_EXPONENT
-from .batch import LearnBatch
-from .calibration import LogisticMargin, squash
+from .batch import LearnBatch, learn_batch
+from .calibration import LogisticMargin
 from .compiled import Stored, gather, scatter
 from .schedule import MAX_NORM, refuse_overflow
 from .state import InvalidState, check_count, check_equal, check_parts, new_like
-from .validation import binary_sign, check_features, check_lambda, check_sample_weight, check_t0, reject_features
+from .validation import binary_sign, check_lambda, check_sample_weight, check_t0, reject_features
 from .weights import COMPENSATED_SUM, MIN_SCALE, DenseWeightVector, WeightVector, check_n_features, weight_columns
 
 __all__ = ["PegasosLogistic"]
@@ -150,37 +151,14 @@ class PegasosLogistic(LogisticMargin, base.Classifier):
         leaves the model bit-identical to the ``learn_one`` loop; ``decisions`` and ``probas`` (or none, empty)
         receive each row's margin and probability before it was learned. A row ``learn_one`` refuses stops the run
         unlearned: returns (that row, the error), or (len(rows), None) when every row is learned."""
-        rows, start, decisions, probas = batch.rows, batch.start, batch.decisions, batch.probas
-        n = len(rows)
         columns: np.ndarray | range | None = None  # with weight arrays: the columns the rows' keys name
         if isinstance(self._u, DenseWeightVector):
-            columns = weight_columns(rows.keys, len(self._u.v))
+            columns = weight_columns(batch.rows.keys, len(self._u.v))
             compiled = _loops is not None and columns is not None  # (None: a key that is no column: learn_one's)
         else:
-            rows = rows.numbered_locally()  # (dict weights are gathered for the keys the rows use)
+            batch = replace(batch, rows=batch.rows.numbered_locally())  # (dict weights are gathered for its keys)
             compiled = _loops is not None
-            batch = replace(batch, rows=rows)
-        wanted = batch.wants_probas
-        while start < n:
-            stop = self._learn_compiled(batch.at(start), columns) if compiled else start
-            if wanted:
-                probas[start:stop] = [squash(margin) for margin in decisions[start:stop].tolist()]
-            if stop == n:
-                break
-            x = rows.row(stop)  # a rare branch (a fold of the scale, a refusal), or not compiled: learn_one's
-            decisions[stop] = math.nan
-            if wanted:
-                probas[stop] = math.nan
-            try:
-                check_features(x)
-                decisions[stop] = margin = self.decision_function_one(x)
-                if wanted:
-                    probas[stop] = squash(margin)
-                self.learn_one(x, batch.signs[stop] > 0, float(batch.weights[stop]))
-            except ValueError as error:
-                return stop, error
-            start = stop + 1
-        return n, None
+        return learn_batch(self, batch, partial(self._learn_compiled, columns=columns) if compiled else None)
 
     def _learn_compiled(self, batch: LearnBatch, columns: np.ndarray | range | None) -> int:
         """Run the compiled loop over the batch's rows from its start: over the weight array in place (through

@@ -18,6 +18,7 @@ from .compiled import calibrate_rows
 from .hedge import initial_log_weights, mix_rows, share_cost
 from .linear import PegasosClassifier
 from .logistic_pegasos import PegasosLogistic
+from .normalized_hinge import NormalizedHinge
 from .state import InvalidState, check_list, check_parts, new_like
 from .validation import MAX_STEP_COUNT, binary_sign, check_lambdas, check_sample_weight
 
@@ -35,10 +36,13 @@ class PegasosMixture(base.Classifier):
     nearly η/√ε for every feature, a plain logistic regression with large steps. All of them read one feature pass.
     For each (λ, t0) of ``pegasos_logistics`` a `PegasosLogistic` (Pegasos's steps on the logistic loss) learns
     beside them: the loss of the SGD logistic regressions a short text favours, and a member that learns from every
-    example, where the hinge loss learns only from margin violations.
+    example, where the hinge loss learns only from margin violations. For each η of ``normalized_hinges`` a
+    `NormalizedHinge` learns too: the hinge loss by AdaGrad's per-feature steps in units of each feature's largest
+    value so far, each step stopping at the margin.
     The members are, for each λ, the SVM's margin plus each logistic regression's and the SVM's margin alone, then
-    each logistic regression's margin alone, then each logistic SVM's. Each member's margin is calibrated online
-    into a probability p_k (`OnlinePlatt`); the mixture predicts p(x) = Σ_k π_k p_k(x). After each example the
+    each logistic regression's margin alone, then each logistic SVM's, then each normalized hinge's. Each member's
+    margin is calibrated online into a probability p_k (`OnlinePlatt`); the mixture predicts p(x) = Σ_k π_k p_k(x).
+    After each example the
     weights π_k are multiplied by the probability each member gave its label (to the power of its sample weight) and
     normalised, the exponentially weighted average forecaster with η = 1 on the log loss; then a fraction
     α_s = c/(s + 2c) of them, s the examples learned so far and c = ``share``, is spread evenly over the members
@@ -52,7 +56,7 @@ class PegasosMixture(base.Classifier):
         Σ_t −log p(y_t | x_t) ≤ min_k L_k(T) + ln M + Σ_{s=1}^{T−1} −ln(1 − α_s),
 
     L_k the member's prequential log loss, M = len(lambdas)·(len(logistics) + 1) + len(logistics) +
-    len(pegasos_logistics) and the last term
+    len(pegasos_logistics) + len(normalized_hinges) and the last term
     about c·ln T (``share=0``: ln M alone). The bound holds whatever the members are; ``member_losses`` and
     ``member_weights`` show where the mixture stands.
 
@@ -74,6 +78,8 @@ class PegasosMixture(base.Classifier):
         c ≥ 0 of the share rate α_s = c/(s + 2c).
     pegasos_logistics
         The (λ, t0) of each `PegasosLogistic` (none by default).
+    normalized_hinges
+        The η of each `NormalizedHinge` (none by default).
 
     Examples
     --------
@@ -102,6 +108,8 @@ class PegasosMixture(base.Classifier):
     logistic_regressions: list[AdaGradLogistic]
     pegasos_logistics: list[tuple[float, int]]
     logistic_svms: list[PegasosLogistic]
+    normalized_hinges: list[float]
+    hinges: list[NormalizedHinge]
     _platts: list[OnlinePlatt]
     _losses: list[float]
     _log_weights: list[float]
@@ -115,8 +123,9 @@ class PegasosMixture(base.Classifier):
         n_features: int | None = None,
         share: float = 3.0,
         pegasos_logistics: Sequence[Sequence[float]] = (),
+        normalized_hinges: Sequence[float] = (),
     ):
-        checked = _check_settings(lambdas, lambda_t0, logistics, share, pegasos_logistics)
+        checked = _check_settings(lambdas, lambda_t0, logistics, share, pegasos_logistics, normalized_hinges)
         self.lambdas = checked
         self.lambda_t0 = float(lambda_t0)
         self.horizon = horizon
@@ -134,17 +143,21 @@ class PegasosMixture(base.Classifier):
         ]
         self.logistic_regressions = [AdaGradLogistic(rate, n_features, epsilon) for rate, epsilon in other_logistics]
         self.logistic_svms = [PegasosLogistic(lambda_, t0, n_features) for lambda_, t0 in self.pegasos_logistics]
-        members = len(self.lambdas) * (len(self.logistics) + 1) + len(self.logistics) + len(self.logistic_svms)
+        self.hinges = [NormalizedHinge(rate, n_features) for rate in normalized_hinges]
+        self.normalized_hinges = [hinge.learning_rate for hinge in self.hinges]
+        members = len(self.member_names)
         self._platts = [OnlinePlatt() for _ in range(members)]
         self._losses = [0.0] * members
         self._log_weights = initial_log_weights(members)
 
     def __setstate__(self, state: dict) -> None:
         """The saved state; one saved before ``share`` existed mixes on as it did, by exp(−L_k) (share 0), and one
-        saved before ``pegasos_logistics`` existed has none."""
+        saved before ``pegasos_logistics`` or ``normalized_hinges`` existed has none of them."""
         self.__dict__.update(state)
         if "pegasos_logistics" not in state:
             self.pegasos_logistics, self.logistic_svms = [], []
+        if "normalized_hinges" not in state:
+            self.normalized_hinges, self.hinges = [], []
         if "_log_weights" not in state and "_losses" in state:
             losses = np.array(self._losses)
             self.share = 0.0
@@ -155,7 +168,7 @@ class PegasosMixture(base.Classifier):
         or that took different numbers of steps, or calibrations, losses and log-weights that are not one per
         member (finite floats, the losses >= 0, the weights adding up to 1)."""
         fresh = new_like(self)
-        check_parts(self, fresh, ("committee", "svms", "logistic_regressions", "logistic_svms", "_platts"))
+        check_parts(self, fresh, ("committee", "svms", "logistic_regressions", "logistic_svms", "hinges", "_platts"))
         if len({learner.t for learner in self.learners}) > 1:
             raise InvalidState("PegasosMixture: its learners took different numbers of steps")
         members = len(fresh._losses)
@@ -173,6 +186,7 @@ class PegasosMixture(base.Classifier):
         yield {}
         yield {"lambdas": (1e-2,), "lambda_t0": 1.0, "horizon": 20, "logistics": ((0.1, 1e-6),), "share": 0.0}
         yield {"lambdas": (1e-3,), "logistics": ((0.7, 1e-6),), "pegasos_logistics": ((1e-2, 10),)}
+        yield {"lambdas": (1e-3,), "logistics": ((0.7, 1e-6),), "normalized_hinges": (0.5,)}
 
     @property
     def t(self) -> int:
@@ -180,18 +194,20 @@ class PegasosMixture(base.Classifier):
         return self.committee.t
 
     @property
-    def learners(self) -> list[PegasosClassifier | AdaGradLogistic | PegasosLogistic]:
-        """The learners whose weights make the mixture: its SVMs and its logistic regressions."""
+    def learners(self) -> list[PegasosClassifier | AdaGradLogistic | PegasosLogistic | NormalizedHinge]:
+        """The learners whose weights make the mixture: its SVMs, its logistic regressions and its hinges."""
         return [*self.committee.learners, *self._others()]
 
     @property
     def member_names(self) -> list[str]:
         """The members, in order: for each λ, "svm(λ)+logistic(η)" for each logistic regression and "svm(λ)"; then
-        "logistic(η)" for each logistic regression; then "pegasos_logistic(λ)" for each of ``pegasos_logistics``."""
+        "logistic(η)" for each logistic regression; then "pegasos_logistic(λ)" for each of ``pegasos_logistics``;
+        then "normalized_hinge(η)" for each of ``normalized_hinges``."""
         logistics = [f"logistic({rate:g})" for rate, _ in self.logistics]
         svms = [f"svm({lambda_:g})" for lambda_ in self.lambdas]
         sums = [name for svm in svms for name in (*(f"{svm}+{logistic}" for logistic in logistics), svm)]
-        return sums + logistics + [f"pegasos_logistic({lambda_:g})" for lambda_, _ in self.pegasos_logistics]
+        pegasos_logistics = [f"pegasos_logistic({lambda_:g})" for lambda_, _ in self.pegasos_logistics]
+        return sums + logistics + pegasos_logistics + [f"normalized_hinge({rate:g})" for rate in self.normalized_hinges]
 
     @property
     def regret_bound(self) -> float:
@@ -211,8 +227,8 @@ class PegasosMixture(base.Classifier):
         return dict(zip(self.member_names, (weights / weights.sum()).tolist()))
 
     def _member_margins(self, svm_margins: np.ndarray, logistic_margins: np.ndarray, others: np.ndarray) -> np.ndarray:
-        """The members' margins (one row each) from the SVMs', the logistic regressions' and the logistic SVMs' (one
-        row each)."""
+        """The members' margins (one row each) from the SVMs', the logistic regressions' and the other learners' (the
+        logistic SVMs' and the hinges', one row each)."""
         sums = [row for svm in svm_margins for row in (*(svm + logistic for logistic in logistic_margins), svm)]
         return np.stack([*sums, *logistic_margins, *others])
 
@@ -251,7 +267,8 @@ class PegasosMixture(base.Classifier):
         """The members' margins of x, one column."""
         svm_margins = [svm.decision_function_one(x) for svm in (self.committee.svm, *self.svms)]
         logistic_margins = [logistic.decision_function_one(x) for logistic in self._logistics()]
-        others = [learner.decision_function_one(x) for learner in self.logistic_svms]
+        learners: list[PegasosLogistic | NormalizedHinge] = [*self.logistic_svms, *self.hinges]
+        others = [learner.decision_function_one(x) for learner in learners]
         return self._member_margins(
             np.array(svm_margins)[:, None], np.array(logistic_margins)[:, None], np.array(others).reshape(-1, 1)
         )
@@ -259,9 +276,9 @@ class PegasosMixture(base.Classifier):
     def _logistics(self) -> list[AdaGradLogistic]:
         return [self.committee.logistic, *self.logistic_regressions]
 
-    def _others(self) -> list[PegasosClassifier | AdaGradLogistic | PegasosLogistic]:
+    def _others(self) -> list[PegasosClassifier | AdaGradLogistic | PegasosLogistic | NormalizedHinge]:
         """The learners besides the committee, in the order of their margins' rows."""
-        return [*self.svms, *self.logistic_regressions, *self.logistic_svms]
+        return [*self.svms, *self.logistic_regressions, *self.logistic_svms, *self.hinges]
 
     def learn_one(self, x: Mapping, y: base.typing.ClfTarget, w: float = 1.0) -> None:
         sign = binary_sign(y)
@@ -279,7 +296,7 @@ class PegasosMixture(base.Classifier):
         decisions, probas = batch.decisions, batch.probas
         n = len(rows)
         svm_margins, logistic_margins = np.empty((len(self.lambdas), n)), np.empty((len(self.logistics), n))
-        other_margins = np.empty((len(self.logistic_svms), n))
+        other_margins = np.empty((len(self.logistic_svms) + len(self.hinges), n))
         parts, unused = np.empty((2, n)), np.empty(n)
         stops = [self.committee.learn_rows(batch.into(unused, unused), parts=parts)]
         svm_margins[0], logistic_margins[0] = parts
@@ -335,19 +352,20 @@ def _check_settings(
     logistics: Sequence[Sequence[float]],
     share: float,
     pegasos_logistics: Sequence[Sequence[float]],
+    normalized_hinges: Sequence[float],
 ) -> tuple[float, ...]:
     """The mixture's λs as floats (`check_lambdas`), once every setting is in range (a ValueError saying which is
     not)."""
     checked = check_lambdas(lambdas)
     _check_lambda_t0(lambda_t0, checked)
-    pairs = isinstance(logistics, Sequence) and not isinstance(logistics, (str, bytes, Mapping)) and logistics
-    if not pairs or not all(map(_is_pair, logistics)):
+    if not (_is_list(logistics) and logistics and all(map(_is_pair, logistics))):
         raise ValueError(f"logistics={logistics!r}: expected a non-empty list of [learning rate, ε] pairs")
     if isinstance(share, bool) or not isinstance(share, numbers.Real) or not 0 <= share < math.inf:
         raise ValueError(f"share={share!r}: expected a finite number >= 0")
-    many = isinstance(pegasos_logistics, Sequence) and not isinstance(pegasos_logistics, (str, bytes, Mapping))
-    if not many or not all(map(_is_pair, pegasos_logistics)):
+    if not (_is_list(pegasos_logistics) and all(map(_is_pair, pegasos_logistics))):
         raise ValueError(f"pegasos_logistics={pegasos_logistics!r}: expected a list of [λ, t0] pairs")
+    if not _is_list(normalized_hinges):  # (each rate is NormalizedHinge's to check)
+        raise ValueError(f"normalized_hinges={normalized_hinges!r}: expected a list of learning rates")
     return checked
 
 
@@ -359,6 +377,11 @@ def _check_lambda_t0(lambda_t0: float, lambdas: tuple[float, ...]) -> None:
             f"lambda_t0={lambda_t0!r}: expected a finite number > 0 with lambda_t0/λ at most 2**53 for each λ of"
             " lambdas"
         )
+
+
+def _is_list(value: object) -> bool:
+    """Whether ``value`` is a sequence of items (not a string, not a mapping)."""
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, Mapping))
 
 
 def _is_pair(value: object) -> bool:
