@@ -1140,7 +1140,7 @@ static const struct { const char *name; Kind kind; int writable; } HINGE_ARRAYS[
 };
 
 /* NormalizedHinge's least |x_j| (2^-63) and its square. */
-#define HINGE_X_MIN 0x1p-63
+#define HINGE_X_MIN 1.0842021724855044e-19
 #define HINGE_X2_MIN (HINGE_X_MIN * HINGE_X_MIN)
 /* How far below 1 a margin must be to take a step (NormalizedHinge's MARGIN_SLACK). */
 #define HINGE_MARGIN_SLACK 1e-9

@@ -42,12 +42,11 @@ class PegasosMixture(base.Classifier):
     The members are, for each λ, the SVM's margin plus each logistic regression's and the SVM's margin alone, then
     each logistic regression's margin alone, then each logistic SVM's, then each normalized hinge's. Each member's
     margin is calibrated online into a probability p_k (`OnlinePlatt`); the mixture predicts p(x) = Σ_k π_k p_k(x).
-    After each example the
-    weights π_k are multiplied by the probability each member gave its label (to the power of its sample weight) and
-    normalised, the exponentially weighted average forecaster with η = 1 on the log loss; then a fraction
-    α_s = c/(s + 2c) of them, s the examples learned so far and c = ``share``, is spread evenly over the members
-    (fixed share at a decreasing rate, `hedge`), so that a member that starts badly and learns to predict best
-    takes the lead within a few hundred examples rather than never. ``share=0`` gives the plain Bayes mixture,
+    After each example the weights π_k are multiplied by the probability each member gave its label (to the power of
+    its sample weight) and normalised, the exponentially weighted average forecaster with η = 1 on the log loss; then
+    a fraction α_s = c/(s + 2c) of them, s the examples learned so far and c = ``share``, is spread evenly over the
+    members (fixed share at a decreasing rate, `hedge`), so that a member that starts badly and learns to predict
+    best takes the lead within a few hundred examples rather than never. ``share=0`` gives the plain Bayes mixture,
     π_k ∝ exp(−L_k). The decision is the log-odds log p − log(1 − p), and the probability is p.
 
     **Guarantee.** With unit sample weights, on any stream of T examples, the mixture's cumulative log loss
