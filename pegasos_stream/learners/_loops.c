@@ -721,13 +721,78 @@ static PyObject *mix_rows(PyObject *self, PyObject *args) {
 
 
 
+/* -- the arrays of a loop over CSR rows and weight columns (the logistic, logistic Pegasos and hinge loops) ---- */
+
+/* How many items an array of such a loop holds: one more than the rows (indptr), one per stored entry (indices,
+ * data), one per row, one per column of the rows (the column map, the columns first written), one per weight column. */
+typedef enum { ROWS_PLUS_ONE, ENTRIES, ROWS, KEYS, WEIGHT_COLUMNS } Size;
+/* An array such a loop takes: its name in messages, its kind, whether the loop writes it and how many items it holds. */
+typedef struct { const char *name; Kind kind; int writable; Size size; } RowArray;
+/* The arrays every such loop takes first, in this order; its weight arrays follow, the first at R_WEIGHT_ARRAY. */
+enum { R_INDPTR, R_INDICES, R_DATA, R_SIGNS, R_WEIGHTS, R_COLUMNS, R_WEIGHT_ARRAY };
+#define ROW_ARRAYS_HEAD                                                                                           \
+    {"indptr", I64, 0, ROWS_PLUS_ONE}, {"indices", IDX, 0, ENTRIES}, {"data", F64, 0, ENTRIES},                   \
+        {"signs", F64, 0, ROWS}, {"weights", F64, 0, ROWS}, {"columns", I64, 0, KEYS}
+
+/* The buffers of ``o`` as ``spec`` says (the column map only when it is not None: the rows' columns are then the
+ * weights'), each holding as many items as its size asks, except that the presence flags (index ``present``) and the
+ * columns first written (``new``) may be empty: every column present. 0, or -1 with a ValueError naming ``function``
+ * and no buffer held. */
+static int get_row_arrays(PyObject **o, Buf *b, const RowArray *spec, int count, int present, int new,
+                          const char *function) {
+    memset(b, 0, count * sizeof *b);
+    int mapped = o[R_COLUMNS] != Py_None;
+    for (int a = 0; a < count; a++)
+        if ((a != R_COLUMNS || mapped)
+            && get_buffer(o[a], &b[a], spec[a].writable, spec[a].kind, function, spec[a].name) < 0) {
+            release(b, count);
+            return -1;
+        }
+    Py_ssize_t n = length(&b[R_SIGNS]), M = length(&b[R_WEIGHT_ARRAY]);
+    const Py_ssize_t sizes[] = {n + 1, length(&b[R_INDICES]), n, mapped ? length(&b[R_COLUMNS]) : M, M};
+    int tracked = length(&b[present]) != 0;  /* no presence flags: every column is present */
+    for (int a = 0; a < count; a++) {
+        Py_ssize_t want = sizes[spec[a].size];
+        if ((a != R_COLUMNS || mapped) && length(&b[a]) != want && !((a == present || a == new) && !tracked)) {
+            PyErr_Format(PyExc_ValueError, "%s: %s: %zd items, expected %zd", function, spec[a].name, length(&b[a]),
+                         want);
+            release(b, count);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The CSR rows of the buffers ``b`` (got by get_row_arrays) from ``start`` (check_csr; ``longest``, unless NULL, gets
+ * the most features of a row) and the column map, each column within the weights. 0, or -1 with a ValueError naming
+ * ``function`` and every buffer released. */
+static int check_row_arrays(Buf *b, int count, Py_ssize_t start, int distinct, const char *function,
+                            Py_ssize_t *longest) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s: ", function);
+    int mapped = b[R_COLUMNS].held;
+    Py_ssize_t n = length(&b[R_SIGNS]), M = length(&b[R_WEIGHT_ARRAY]), m = mapped ? length(&b[R_COLUMNS]) : M;
+    if (check_csr(prefix, b[R_INDPTR].view.buf, n, &b[R_INDICES], m, start, NULL, distinct, longest) < 0) {
+        release(b, count);
+        return -1;
+    }
+    const int64_t *columns = mapped ? b[R_COLUMNS].view.buf : NULL;
+    for (Py_ssize_t j = 0; mapped && j < m; j++)
+        if (columns[j] < 0 || columns[j] >= M) {
+            PyErr_Format(PyExc_ValueError, "%s: columns[%zd] = %lld is outside 0..%zd (the weights)", function, j,
+                         (long long)columns[j], M - 1);
+            release(b, count);
+            return -1;
+        }
+    return 0;
+}
+
 /* -- AdaGrad logistic regression ------------------------------------------------------------------- */
 
-enum { L_INDPTR, L_INDICES, L_DATA, L_SIGNS, L_WEIGHTS, L_COLUMNS, L_W, L_G2, L_PRESENT, L_NEW, L_DECISIONS,
-       N_LOGISTIC };
-static const struct { const char *name; Kind kind; int writable; } LOGISTIC_ARRAYS[N_LOGISTIC] = {
-    {"indptr", I64, 0}, {"indices", IDX, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
-    {"columns", I64, 0}, {"w", F64, 1}, {"g2", F64, 1}, {"present", BOOL, 1}, {"new", I64, 1}, {"decisions", F64, 1},
+enum { L_W = R_WEIGHT_ARRAY, L_G2, L_PRESENT, L_NEW, L_DECISIONS, N_LOGISTIC };
+static const RowArray LOGISTIC_ARRAYS[N_LOGISTIC] = {
+    ROW_ARRAYS_HEAD, {"w", F64, 1, WEIGHT_COLUMNS}, {"g2", F64, 1, WEIGHT_COLUMNS},
+    {"present", BOOL, 1, WEIGHT_COLUMNS}, {"new", I64, 1, KEYS}, {"decisions", F64, 1, ROWS},
 };
 
 /* learn_logistic_rows' loop over the checked buffers ``b`` from row ``start``, for int64 (``wide``) or int32
@@ -735,14 +800,14 @@ static const struct { const char *name; Kind kind; int writable; } LOGISTIC_ARRA
  * GIL. */
 static ALWAYS_INLINE Py_ssize_t logistic_loop(const Buf *b, Py_ssize_t start, double rate, double initial, int comp,
                                               Py_ssize_t *n_new, int wide) {
-    const int64_t *indptr = b[L_INDPTR].view.buf, *columns = b[L_COLUMNS].view.buf;
-    const void *idx = b[L_INDICES].view.buf;
-    const double *x = b[L_DATA].view.buf, *signs = b[L_SIGNS].view.buf, *weights = b[L_WEIGHTS].view.buf;
+    const int64_t *indptr = b[R_INDPTR].view.buf, *columns = b[R_COLUMNS].view.buf;
+    const void *idx = b[R_INDICES].view.buf;
+    const double *x = b[R_DATA].view.buf, *signs = b[R_SIGNS].view.buf, *weights = b[R_WEIGHTS].view.buf;
     double *w = b[L_W].view.buf, *g2 = b[L_G2].view.buf, *decisions = b[L_DECISIONS].view.buf;
     char *present = b[L_PRESENT].view.buf;
     int64_t *new = b[L_NEW].view.buf;
-    Py_ssize_t i, n = length(&b[L_SIGNS]), M = length(&b[L_W]);
-    int mapped = b[L_COLUMNS].held, tracked = length(&b[L_PRESENT]) != 0;
+    Py_ssize_t i, n = length(&b[R_SIGNS]), M = length(&b[L_W]);
+    int mapped = b[R_COLUMNS].held, tracked = length(&b[L_PRESENT]) != 0;
     int far = M * (Py_ssize_t)sizeof(double) > FAR_BYTES;
     for (i = start; i < n; i++) {
         Py_ssize_t a = indptr[i], e = indptr[i + 1];
@@ -801,48 +866,17 @@ static PyObject *learn_logistic_rows(PyObject *self, PyObject *args) {
                           &o[9], &o[10], &rate, &initial, &comp, &start, &distinct))
         return NULL;
     Buf b[N_LOGISTIC];
-    memset(b, 0, sizeof b);
-    int mapped = o[L_COLUMNS] != Py_None;  /* None: the rows' columns are the weights' columns */
-    for (int a = 0; a < N_LOGISTIC; a++)
-        if ((a != L_COLUMNS || mapped) && get_buffer(o[a], &b[a], LOGISTIC_ARRAYS[a].writable, LOGISTIC_ARRAYS[a].kind,
-                                                     "learn_logistic_rows", LOGISTIC_ARRAYS[a].name) < 0) {
-            release(b, N_LOGISTIC);
-            return NULL;
-        }
-    Py_ssize_t n = length(&b[L_SIGNS]), nnz = length(&b[L_INDICES]), M = length(&b[L_W]);
-    Py_ssize_t m = mapped ? length(&b[L_COLUMNS]) : M;
-    const Py_ssize_t want[N_LOGISTIC] = {n + 1, nnz, nnz, n, n, m, M, M, M, m, n};
-    int tracked = length(&b[L_PRESENT]) != 0;  /* no presence flags: every column is present */
-    for (int a = 0; a < N_LOGISTIC; a++) {
-        if ((a != L_COLUMNS || mapped) && length(&b[a]) != want[a] && !((a == L_PRESENT || a == L_NEW) && !tracked)) {
-            PyErr_Format(PyExc_ValueError, "learn_logistic_rows: %s: %zd items, expected %zd", LOGISTIC_ARRAYS[a].name,
-                         length(&b[a]), want[a]);
-            release(b, N_LOGISTIC);
-            return NULL;
-        }
-    }
+    if (get_row_arrays(o, b, LOGISTIC_ARRAYS, N_LOGISTIC, L_PRESENT, L_NEW, "learn_logistic_rows") < 0) return NULL;
     if (!(rate > 0.0 && isfinite(rate) && initial > 0.0 && isfinite(initial))) {
         PyErr_Format(PyExc_ValueError, "learn_logistic_rows: learning_rate = %R, initial_accumulator = %R: expected "
                      "finite numbers > 0", PyTuple_GET_ITEM(args, 11), PyTuple_GET_ITEM(args, 12));
         release(b, N_LOGISTIC);
         return NULL;
     }
-    if (check_csr("learn_logistic_rows: ", b[L_INDPTR].view.buf, n, &b[L_INDICES], m, start, NULL, distinct, NULL)
-        < 0) {
-        release(b, N_LOGISTIC);
-        return NULL;
-    }
-    const int64_t *columns = mapped ? b[L_COLUMNS].view.buf : NULL;
-    for (Py_ssize_t j = 0; mapped && j < m; j++)
-        if (columns[j] < 0 || columns[j] >= M) {
-            PyErr_Format(PyExc_ValueError, "learn_logistic_rows: columns[%zd] = %lld is outside 0..%zd (the weights)",
-                         j, (long long)columns[j], M - 1);
-            release(b, N_LOGISTIC);
-            return NULL;
-        }
+    if (check_row_arrays(b, N_LOGISTIC, start, distinct, "learn_logistic_rows", NULL) < 0) return NULL;
     Py_ssize_t stop, n_new = 0;
     Py_BEGIN_ALLOW_THREADS
-        if (wide(&b[L_INDICES]))
+        if (wide(&b[R_INDICES]))
             stop = comp ? logistic_loop(b, start, rate, initial, 1, &n_new, 1)
                         : logistic_loop(b, start, rate, initial, 0, &n_new, 1);
         else
@@ -957,11 +991,10 @@ static PyObject *dense_axpy(PyObject *self, PyObject *args) {
 
 /* -- Pegasos on the logistic loss ------------------------------------------------------------------- */
 
-enum { G_INDPTR, G_INDICES, G_DATA, G_SIGNS, G_WEIGHTS, G_COLUMNS, G_V, G_PRESENT, G_NEW, G_DECISIONS,
-       N_PEGASOS_LOGISTIC };
-static const struct { const char *name; Kind kind; int writable; } PEGASOS_LOGISTIC_ARRAYS[N_PEGASOS_LOGISTIC] = {
-    {"indptr", I64, 0}, {"indices", IDX, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
-    {"columns", I64, 0}, {"v", F64, 1}, {"present", BOOL, 1}, {"new", I64, 1}, {"decisions", F64, 1},
+enum { G_V = R_WEIGHT_ARRAY, G_PRESENT, G_NEW, G_DECISIONS, N_PEGASOS_LOGISTIC };
+static const RowArray PEGASOS_LOGISTIC_ARRAYS[N_PEGASOS_LOGISTIC] = {
+    ROW_ARRAYS_HEAD, {"v", F64, 1, WEIGHT_COLUMNS}, {"present", BOOL, 1, WEIGHT_COLUMNS}, {"new", I64, 1, KEYS},
+    {"decisions", F64, 1, ROWS},
 };
 
 /* The settings of pegasos_logistic_loop, and the model's state it reads and writes: w = scale*v, sq_norm = |v|^2,
@@ -973,14 +1006,14 @@ typedef struct { double lambda, min_scale, max_norm, scale, sq_norm; int64_t t0,
  * updates ``m`` and returns the row it stopped before. Runs without the GIL. */
 static ALWAYS_INLINE Py_ssize_t pegasos_logistic_loop(const Buf *b, Py_ssize_t start, LogisticPegasos *m, int comp,
                                                       Py_ssize_t *n_new, int wide) {
-    const int64_t *indptr = b[G_INDPTR].view.buf, *columns = b[G_COLUMNS].view.buf;
-    const void *idx = b[G_INDICES].view.buf;
-    const double *x = b[G_DATA].view.buf, *signs = b[G_SIGNS].view.buf, *weights = b[G_WEIGHTS].view.buf;
+    const int64_t *indptr = b[R_INDPTR].view.buf, *columns = b[R_COLUMNS].view.buf;
+    const void *idx = b[R_INDICES].view.buf;
+    const double *x = b[R_DATA].view.buf, *signs = b[R_SIGNS].view.buf, *weights = b[R_WEIGHTS].view.buf;
     double *v = b[G_V].view.buf, *decisions = b[G_DECISIONS].view.buf;
     char *present = b[G_PRESENT].view.buf;
     int64_t *new = b[G_NEW].view.buf;
-    Py_ssize_t i, n = length(&b[G_SIGNS]);
-    int mapped = b[G_COLUMNS].held, tracked = length(&b[G_PRESENT]) != 0;
+    Py_ssize_t i, n = length(&b[R_SIGNS]);
+    int mapped = b[R_COLUMNS].held, tracked = length(&b[G_PRESENT]) != 0;
     int far = length(&b[G_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
     double scale = m->scale, sq_norm = m->sq_norm;
     int64_t t = m->t;
@@ -1060,27 +1093,7 @@ static PyObject *learn_pegasos_logistic_rows(PyObject *self, PyObject *args) {
                           &model.max_norm, &comp, &start, &distinct))
         return NULL;
     Buf b[N_PEGASOS_LOGISTIC];
-    memset(b, 0, sizeof b);
-    int mapped = o[G_COLUMNS] != Py_None;  /* None: the rows' columns are the weights' columns */
-    for (int a = 0; a < N_PEGASOS_LOGISTIC; a++)
-        if ((a != G_COLUMNS || mapped) && get_buffer(o[a], &b[a], PEGASOS_LOGISTIC_ARRAYS[a].writable,
-                                                     PEGASOS_LOGISTIC_ARRAYS[a].kind, function,
-                                                     PEGASOS_LOGISTIC_ARRAYS[a].name) < 0) {
-            release(b, N_PEGASOS_LOGISTIC);
-            return NULL;
-        }
-    Py_ssize_t n = length(&b[G_SIGNS]), nnz = length(&b[G_INDICES]), M = length(&b[G_V]);
-    Py_ssize_t m = mapped ? length(&b[G_COLUMNS]) : M;
-    const Py_ssize_t want[N_PEGASOS_LOGISTIC] = {n + 1, nnz, nnz, n, n, m, M, M, m, n};
-    int tracked = length(&b[G_PRESENT]) != 0;  /* no presence flags: every column is present */
-    for (int a = 0; a < N_PEGASOS_LOGISTIC; a++) {
-        if ((a != G_COLUMNS || mapped) && length(&b[a]) != want[a] && !((a == G_PRESENT || a == G_NEW) && !tracked)) {
-            PyErr_Format(PyExc_ValueError, "%s: %s: %zd items, expected %zd", function, PEGASOS_LOGISTIC_ARRAYS[a].name,
-                         length(&b[a]), want[a]);
-            release(b, N_PEGASOS_LOGISTIC);
-            return NULL;
-        }
-    }
+    if (get_row_arrays(o, b, PEGASOS_LOGISTIC_ARRAYS, N_PEGASOS_LOGISTIC, G_PRESENT, G_NEW, function) < 0) return NULL;
     if (!(model.lambda > 0.0 && isfinite(model.lambda) && model.min_scale >= 0.0 && isfinite(model.min_scale)
           && model.max_norm > 0.0 && isfinite(model.max_norm))) {
         PyErr_Format(PyExc_ValueError, "%s: lambda = %R, min_scale = %R, max_norm = %R: expected finite numbers, "
@@ -1103,22 +1116,10 @@ static PyObject *learn_pegasos_logistic_rows(PyObject *self, PyObject *args) {
     }
     model.t = t;
     model.t0 = t0;
-    if (check_csr("learn_pegasos_logistic_rows: ", b[G_INDPTR].view.buf, n, &b[G_INDICES], m, start, NULL, distinct,
-                  NULL) < 0) {
-        release(b, N_PEGASOS_LOGISTIC);
-        return NULL;
-    }
-    const int64_t *columns = mapped ? b[G_COLUMNS].view.buf : NULL;
-    for (Py_ssize_t j = 0; mapped && j < m; j++)
-        if (columns[j] < 0 || columns[j] >= M) {
-            PyErr_Format(PyExc_ValueError, "%s: columns[%zd] = %lld is outside 0..%zd (the weights)", function, j,
-                         (long long)columns[j], M - 1);
-            release(b, N_PEGASOS_LOGISTIC);
-            return NULL;
-        }
+    if (check_row_arrays(b, N_PEGASOS_LOGISTIC, start, distinct, function, NULL) < 0) return NULL;
     Py_ssize_t stop, n_new = 0;
     Py_BEGIN_ALLOW_THREADS
-        if (wide(&b[G_INDICES]))
+        if (wide(&b[R_INDICES]))
             stop = comp ? pegasos_logistic_loop(b, start, &model, 1, &n_new, 1)
                         : pegasos_logistic_loop(b, start, &model, 0, &n_new, 1);
         else
@@ -1131,12 +1132,10 @@ static PyObject *learn_pegasos_logistic_rows(PyObject *self, PyObject *args) {
 
 /* -- the hinge loss by normalized adaptive steps (NormalizedHinge) ------------------------------------- */
 
-enum { H_INDPTR, H_INDICES, H_DATA, H_SIGNS, H_WEIGHTS, H_COLUMNS, H_W, H_G2, H_SCALES, H_PRESENT, H_NEW, H_DECISIONS,
-       N_HINGE };
-static const struct { const char *name; Kind kind; int writable; } HINGE_ARRAYS[N_HINGE] = {
-    {"indptr", I64, 0}, {"indices", IDX, 0}, {"data", F64, 0}, {"signs", F64, 0}, {"weights", F64, 0},
-    {"columns", I64, 0}, {"w", F64, 1}, {"g2", F64, 1}, {"scales", F64, 1}, {"present", BOOL, 1}, {"new", I64, 1},
-    {"decisions", F64, 1},
+enum { H_W = R_WEIGHT_ARRAY, H_G2, H_SCALES, H_PRESENT, H_NEW, H_DECISIONS, N_HINGE };
+static const RowArray HINGE_ARRAYS[N_HINGE] = {
+    ROW_ARRAYS_HEAD, {"w", F64, 1, WEIGHT_COLUMNS}, {"g2", F64, 1, WEIGHT_COLUMNS}, {"scales", F64, 1, WEIGHT_COLUMNS},
+    {"present", BOOL, 1, WEIGHT_COLUMNS}, {"new", I64, 1, KEYS}, {"decisions", F64, 1, ROWS},
 };
 
 /* NormalizedHinge's least |x_j| (2^-63) and its square. */
@@ -1152,15 +1151,15 @@ static inline double hinge_value(double v) { return v != 0.0 && fabs(v) < HINGE_
  * the rates r_j of the longest row. */
 static ALWAYS_INLINE Py_ssize_t hinge_loop(const Buf *b, Py_ssize_t start, double rate, double *rates, int comp,
                                            Py_ssize_t *n_new, int wide) {
-    const int64_t *indptr = b[H_INDPTR].view.buf, *columns = b[H_COLUMNS].view.buf;
-    const void *idx = b[H_INDICES].view.buf;
-    const double *x = b[H_DATA].view.buf, *signs = b[H_SIGNS].view.buf, *weights = b[H_WEIGHTS].view.buf;
+    const int64_t *indptr = b[R_INDPTR].view.buf, *columns = b[R_COLUMNS].view.buf;
+    const void *idx = b[R_INDICES].view.buf;
+    const double *x = b[R_DATA].view.buf, *signs = b[R_SIGNS].view.buf, *weights = b[R_WEIGHTS].view.buf;
     double *w = b[H_W].view.buf, *g2 = b[H_G2].view.buf, *scales = b[H_SCALES].view.buf;
     double *decisions = b[H_DECISIONS].view.buf;
     char *present = b[H_PRESENT].view.buf;
     int64_t *new = b[H_NEW].view.buf;
-    Py_ssize_t i, n = length(&b[H_SIGNS]);
-    int mapped = b[H_COLUMNS].held, tracked = length(&b[H_PRESENT]) != 0;
+    Py_ssize_t i, n = length(&b[R_SIGNS]);
+    int mapped = b[R_COLUMNS].held, tracked = length(&b[H_PRESENT]) != 0;
     int far = length(&b[H_W]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
 #define HINGE_COLUMN(k) (mapped ? columns[AT(idx, wide, (k))] : AT(idx, wide, (k)))
     for (i = start; i < n; i++) {
@@ -1233,26 +1232,7 @@ static PyObject *learn_hinge_rows(PyObject *self, PyObject *args) {
                           &o[9], &o[10], &o[11], &rate, &comp, &start, &distinct))
         return NULL;
     Buf b[N_HINGE];
-    memset(b, 0, sizeof b);
-    int mapped = o[H_COLUMNS] != Py_None;  /* None: the rows' columns are the weights' columns */
-    for (int a = 0; a < N_HINGE; a++)
-        if ((a != H_COLUMNS || mapped) && get_buffer(o[a], &b[a], HINGE_ARRAYS[a].writable, HINGE_ARRAYS[a].kind,
-                                                     "learn_hinge_rows", HINGE_ARRAYS[a].name) < 0) {
-            release(b, N_HINGE);
-            return NULL;
-        }
-    Py_ssize_t n = length(&b[H_SIGNS]), nnz = length(&b[H_INDICES]), M = length(&b[H_W]);
-    Py_ssize_t m = mapped ? length(&b[H_COLUMNS]) : M;
-    const Py_ssize_t want[N_HINGE] = {n + 1, nnz, nnz, n, n, m, M, M, M, M, m, n};
-    int tracked = length(&b[H_PRESENT]) != 0;  /* no presence flags: every column is present */
-    for (int a = 0; a < N_HINGE; a++) {
-        if ((a != H_COLUMNS || mapped) && length(&b[a]) != want[a] && !((a == H_PRESENT || a == H_NEW) && !tracked)) {
-            PyErr_Format(PyExc_ValueError, "learn_hinge_rows: %s: %zd items, expected %zd", HINGE_ARRAYS[a].name,
-                         length(&b[a]), want[a]);
-            release(b, N_HINGE);
-            return NULL;
-        }
-    }
+    if (get_row_arrays(o, b, HINGE_ARRAYS, N_HINGE, H_PRESENT, H_NEW, "learn_hinge_rows") < 0) return NULL;
     if (!(rate > 0.0 && isfinite(rate))) {
         PyErr_Format(PyExc_ValueError, "learn_hinge_rows: learning_rate = %R: expected a finite number > 0",
                      PyTuple_GET_ITEM(args, 12));
@@ -1260,28 +1240,15 @@ static PyObject *learn_hinge_rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t longest = 0;
-    if (check_csr("learn_hinge_rows: ", b[H_INDPTR].view.buf, n, &b[H_INDICES], m, start, NULL, distinct, &longest)
-        < 0) {
-        release(b, N_HINGE);
-        return NULL;
-    }
+    if (check_row_arrays(b, N_HINGE, start, distinct, "learn_hinge_rows", &longest) < 0) return NULL;
     double *rates = PyMem_Malloc((longest > 0 ? longest : 1) * sizeof(double));
     if (!rates) {
         release(b, N_HINGE);
         return PyErr_NoMemory();
     }
-    const int64_t *columns = mapped ? b[H_COLUMNS].view.buf : NULL;
-    for (Py_ssize_t j = 0; mapped && j < m; j++)
-        if (columns[j] < 0 || columns[j] >= M) {
-            PyErr_Format(PyExc_ValueError, "learn_hinge_rows: columns[%zd] = %lld is outside 0..%zd (the weights)", j,
-                         (long long)columns[j], M - 1);
-            PyMem_Free(rates);
-            release(b, N_HINGE);
-            return NULL;
-        }
     Py_ssize_t stop, n_new = 0;
     Py_BEGIN_ALLOW_THREADS
-        if (wide(&b[H_INDICES]))
+        if (wide(&b[R_INDICES]))
             stop = comp ? hinge_loop(b, start, rate, rates, 1, &n_new, 1) : hinge_loop(b, start, rate, rates, 0, &n_new, 1);
         else
             stop = comp ? hinge_loop(b, start, rate, rates, 1, &n_new, 0) : hinge_loop(b, start, rate, rates, 0, &n_new, 0);

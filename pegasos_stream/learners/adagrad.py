@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
@@ -18,7 +17,7 @@ from .calibration import LogisticMargin
 from .compiled import Stored, gather, scatter
 from .feature_weights import FeatureWeights
 from .state import InvalidState, check_array, check_count, check_floats, check_parts, new_like
-from .validation import binary_sign, check_sample_weight, reject_features
+from .validation import binary_sign, check_positive, check_sample_weight, reject_features
 from .weights import COMPENSATED_SUM, check_n_features
 
 __all__ = ["AdaGradLogistic"]
@@ -91,16 +90,9 @@ class AdaGradLogistic(FeatureWeights, LogisticMargin, base.Classifier):
     _t: int
 
     def __init__(self, learning_rate: float = 0.7, n_features: int | None = None, initial_accumulator: float = 1e-6):
-        for name, value in (("learning_rate", learning_rate), ("initial_accumulator", initial_accumulator)):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, numbers.Real)
-                or not (math.isfinite(value) and value > 0)
-            ):
-                raise ValueError(f"{name}={value!r}: expected a finite number > 0")
+        self.learning_rate = check_positive("learning_rate", learning_rate)
+        self.initial_accumulator = check_positive("initial_accumulator", initial_accumulator)
         self.n_features = check_n_features(n_features)
-        self.learning_rate = float(learning_rate)
-        self.initial_accumulator = float(initial_accumulator)
         # w and G_j (ε plus the sum of feature j's squared gradients): dicts, or arrays of n_features.
         self._w: dict | np.ndarray = {} if n_features is None else np.zeros(n_features)
         self._g2: dict | np.ndarray = {} if n_features is None else np.full(n_features, self.initial_accumulator)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import partial
@@ -19,7 +18,7 @@ from .compiled import Stored, gather, scatter
 from .feature_weights import FeatureWeights
 from .rows import Rows
 from .state import InvalidState, check_array, check_count, check_floats, check_parts, new_like
-from .validation import binary_sign, check_sample_weight, reject_features
+from .validation import binary_sign, check_positive, check_sample_weight, reject_features
 from .weights import COMPENSATED_SUM, check_n_features
 
 __all__ = ["NormalizedHinge"]
@@ -85,13 +84,7 @@ class NormalizedHinge(FeatureWeights, LogisticMargin, base.Classifier):
     _scales: dict | np.ndarray
 
     def __init__(self, learning_rate: float = 0.5, n_features: int | None = None):
-        if (
-            isinstance(learning_rate, bool)
-            or not isinstance(learning_rate, numbers.Real)
-            or not (math.isfinite(learning_rate) and learning_rate > 0)
-        ):
-            raise ValueError(f"learning_rate={learning_rate!r}: expected a finite number > 0")
-        self.learning_rate = float(learning_rate)
+        self.learning_rate = check_positive("learning_rate", learning_rate)
         self.n_features = check_n_features(n_features)
         # w, G_j (the sums of c·x_j²) and N_j (the largest |x_j|, 0 for a feature never stepped on).
         self._w: dict | np.ndarray = {} if n_features is None else np.zeros(n_features)

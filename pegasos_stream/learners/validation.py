@@ -21,6 +21,7 @@ __all__ = [
     "check_horizon",
     "check_lambda",
     "check_lambdas",
+    "check_positive",
     "check_sample_weight",
     "check_t0",
     "reject_features",
@@ -68,6 +69,13 @@ def check_sample_weight(w: object) -> float:
     if isinstance(w, numbers.Real) and math.isfinite(w) and float(w) >= 0.0:
         return float(w)
     raise ValueError(f"sample weight {w!r}: expected a finite number >= 0")
+
+
+def check_positive(name: str, value: object) -> float:
+    """The setting ``name`` as a float; a ValueError unless it is a finite number > 0 (a bool is no number)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or float(value) <= 0:
+        raise ValueError(f"{name}={value!r}: expected a finite number > 0")
+    return float(value)
 
 
 #: The smallest regularisation strength accepted. The first Pegasos step is η₁ = 1/λ: it moves the
