@@ -97,7 +97,7 @@ def test_spam_config_points_at_the_bundled_sample():
         "lambdas": [1e-5],
         "lambda_t0": 0.3,
         "logistics": [[0.7, 1e-6]],
-        "share": 3.0,
+        "share": 8.0,
         "pegasos_logistics": [[1e-5, 5623]],
         "normalized_hinges": [0.5],
         "n_features": 2**19,

@@ -127,7 +127,7 @@ def test_the_mixture_weights_its_members_by_their_log_loss_and_shares(share):
     st.integers(1, 400),
     st.floats(0.0, 0.5),
     st.sampled_from([(1e-4,), (1e-3, 1e-1), (1e-5, 1e-3, 1e-1)]),
-    st.sampled_from([0.0, 0.5, 3.0, 20.0]),
+    st.sampled_from([0.0, 0.5, 3.0, 8.0, 20.0]),
 )
 def test_the_mixture_never_loses_more_than_its_regret_bound_to_its_best_member(seed, n, flip, lambdas, share):
     mixture = PegasosMixture(lambdas=lambdas, lambda_t0=0.3, logistics=((0.7, 1e-6), (5.0, 1.0)), share=share)

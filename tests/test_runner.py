@@ -108,7 +108,7 @@ def _spam_prequential():
     (λ = 1e-5, t0 = 5623) and the hinge loss by normalized adaptive steps (η = 0.5) written out here; the members
     (the SVM plus the logistic regression, the SVM alone, the logistic regression alone, the logistic Pegasos, the
     normalized hinge) calibrated by their Platt scaling and mixed by weights multiplied by each member's probability
-    of the label, normalised, then shared: π ← (1 − α)π + α/5 with α = 3/(t + 6) after the t-th message."""
+    of the label, normalised, then shared: π ← (1 − α)π + α/5 with α = 8/(t + 16) after the t-th message."""
     features = EmailFeatures(
         reader="bytes", char_ngram=4, words=True, shapes=True, max_chars=3000, binary=True, normalize=True, hash_bits=19
     )
@@ -138,7 +138,7 @@ def _spam_prequential():
             positive = event["label"] == "spam"
             rows.append((event["id"], math.log(p) - math.log(not_p), positive))
             likelihoods = [q if positive else 1.0 - q for q in probas]
-            alpha = 3.0 / (len(rows) + 6.0)
+            alpha = 8.0 / (len(rows) + 16.0)
             mix = [(1 - alpha) * w * q / (p if positive else not_p) + alpha / 5 for w, q in zip(mix, likelihoods)]
             for platt, margin in zip(platts, margins):
                 platt.update(margin, positive)
