@@ -83,6 +83,16 @@ BENCHMARKS = {
     "bench_personal": Benchmark("personal.json", {"--limit": ["1500"]}),
     "bench_personal_memory": Benchmark("personal_memory.json", {"--users": ["10000", "100000"]}),
     "bench_users": Benchmark("users.json", {"--limit": ["600"], "--rounds": ["1"]}),
+    "bench_spamd": Benchmark(
+        "spamd.json",
+        {
+            "--train": ["500"],
+            "--messages": ["200"],
+            "--spamd-messages": ["30"],
+            "--rss-messages": ["5000"],
+            "--rss-every": ["1000"],
+        },
+    ),
     "bench_abuse": Benchmark(
         "abuse.json", {"--train": ["500"], "--messages": ["200"], "--slow": ["600"], "--slow-seconds": ["10"]}
     ),
