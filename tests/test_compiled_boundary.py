@@ -506,15 +506,22 @@ def test_the_pegasos_logistic_loop_reads_int32_indices_and_the_rows_columns_as_t
 
 def test_the_pegasos_logistic_loop_stops_before_the_rows_learn_one_takes():
     """The first step of t0 = 0, a fold of the scale, a margin that is not finite, a step past the norm bound."""
-    for change, stop in [
+    changes = [
         (lambda a: a.update(t=0, t0=0), 0),
         (lambda a: a.update(scale=weights.MIN_SCALE * 1.25), 2),  # shrinks by 10/11, 11/12, 12/13: below at row 2
         (lambda a: a["data"].__setitem__(2, math.nan), 1),
         (lambda a: a["data"].__setitem__(3, 1e200), 2),
-    ]:
-        arguments = _pegasos_logistic_arguments()
+    ]
+    _assert_stops(_pegasos_logistic_arguments, _pegasos_logistic_call, changes)
+
+
+def _assert_stops(arguments_of: Callable[[], dict], call: Callable[[dict], tuple], changes: list) -> None:
+    """For each (change, stop): the loop called on fresh arguments so changed stops before row ``stop``, with no
+    decision written from it on."""
+    for change, stop in changes:
+        arguments = arguments_of()
         change(arguments)
-        assert _pegasos_logistic_call(arguments)[0] == stop
+        assert call(arguments)[0] == stop
         assert not arguments["decisions"][stop:].any()
 
 
@@ -621,14 +628,11 @@ def test_the_hinge_loop_reads_int32_indices_and_the_rows_columns_as_the_weights(
 
 def test_the_hinge_loop_stops_before_the_rows_learn_one_refuses():
     """A margin that is not finite, a square that overflows."""
-    for change, stop in [
+    changes = [
         (lambda a: a["data"].__setitem__(2, math.nan), 1),
         (lambda a: a["data"].__setitem__(3, 1e200), 2),
-    ]:
-        arguments = _hinge_arguments()
-        change(arguments)
-        assert _hinge_call(arguments)[0] == stop
-        assert not arguments["decisions"][stop:].any()
+    ]
+    _assert_stops(_hinge_arguments, _hinge_call, changes)
 
 
 HINGE_CASES = {
