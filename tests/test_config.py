@@ -99,7 +99,7 @@ def test_spam_config_points_at_the_bundled_sample():
         "logistics": [[0.7, 1e-6]],
         "share": 8.0,
         "pegasos_logistics": [[1e-5, 5623]],
-        "normalized_hinges": [0.5],
+        "normalized_hinges": [4.0],
         "n_features": 2**19,
     }
     assert config["features"] == {
