@@ -21,6 +21,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from kafka_helpers import GROUP_SETTINGS
 
 from pegasos_stream import cli
 from pegasos_stream.io.records import Record
@@ -261,6 +262,8 @@ def test_spamc_teaches_through_a_kafka_topic_which_a_killed_run_learns_exactly_o
         "source.start=earliest", broker, f"checkpoint.dir={learned}", "checkpoint.every_events=1",
     ):  # fmt: skip
         learner += ["--set", setting]
+    for name, value in GROUP_SETTINGS.items():  # (the killed run's session ends in 2 s: the second joins soon)
+        learner += ["--set", f"source.consumer.{name}={value}"]
     teach(12, "spam", ham)
     # (its first run continues the sample's model under the Kafka source: --accept-config)
     first = subprocess.Popen([*learner, "--accept-config", "--stop-when-idle", "120"], stderr=subprocess.DEVNULL)

@@ -64,9 +64,9 @@ class FeatureWeights:
 
     def _check_columns(self, x: Mapping) -> None:
         """With ``n_features``: a ValueError for a feature that is no int column 0..n_features − 1."""
+        n = len(self._w)
         for key in x:
-            if not self._is_column(key):
-                n = len(self._w)
+            if not is_column(key, n):
                 raise ValueError(f"feature {key!r}: expected an int column from 0 to {n - 1} (n_features={n})")
 
     def _is_column(self, key: object) -> bool:

@@ -47,7 +47,7 @@ def check_features(x: Mapping[Hashable, object]) -> None:
     """Raise a ValueError naming the first feature whose value is not a finite real number."""
     for key, value in x.items():
         try:
-            if isinstance(value, numbers.Real) and math.isfinite(value):
+            if (type(value) is float or isinstance(value, numbers.Real)) and math.isfinite(value):  # (float: no ABC)
                 continue
         except OverflowError:  # an int beyond the float range
             pass

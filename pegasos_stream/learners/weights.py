@@ -297,7 +297,7 @@ def widened_length(column: int, length: int, max_features: int) -> int:
 def is_column(key: object, n_features: int) -> bool:
     """Whether ``key`` names a column of weight arrays of ``n_features``: an int from 0 to n_features − 1 (False
     and True are 0 and 1, as dict keys are)."""
-    return isinstance(key, numbers.Integral) and 0 <= int(key) < n_features
+    return (type(key) is int or isinstance(key, numbers.Integral)) and 0 <= int(key) < n_features  # (int: no ABC)
 
 
 def weight_columns(keys: Sequence, n_features: int) -> np.ndarray | range | None:
