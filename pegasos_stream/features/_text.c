@@ -865,14 +865,13 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
     uint32_t start_w = crc_update(0xFFFFFFFFu, (const unsigned char *)"w:", 2);
     if (o->n == 4 && bits) { /* the usual features, binary 4-grams: crc_after_zeros unrolled, add_column inlined */
         const uint32_t *t0 = CRC_AFTER[0], *t1 = CRC_AFTER[1], *t2 = CRC_AFTER[2], *t3 = CRC_AFTER[3];
-        for (Py_ssize_t i = 0; i + 4 <= len; i++) {
+        for (Py_ssize_t i = 0; i + 4 <= len; i++) {  /* without a branch: whether a gram is new is unpredictable */
             uint32_t column = ~(o->grams_start ^ t3[t[i]] ^ t2[t[i + 1]] ^ t1[t[i + 2]] ^ t0[t[i + 3]]) & o->mask;
-            uint8_t bit = (uint8_t)(1u << (column & 7));
-            if (!(bits[column >> 3] & bit)) {
-                bits[column >> 3] |= bit;
-                cols[r.used] = column;
-                cnt[r.used++] = 1;
-            }
+            uint8_t bit = (uint8_t)(1u << (column & 7)), held = bits[column >> 3];
+            bits[column >> 3] = held | bit;
+            cols[r.used] = column;
+            cnt[r.used] = 1;
+            r.used += !(held & bit);
         }
     } else {
         for (Py_ssize_t i = 0; o->n && i + o->n <= len; i++) {
@@ -918,16 +917,17 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
         }
     }
     if (buf_reserve(&batch->indices, distinct * 8) < 0 || buf_reserve(&batch->data, distinct * 8) < 0) return -1;
+    unsigned char *indices = batch->indices.p + batch->indices.len, *data = batch->data.p + batch->data.len;
+    int as_is = o->hashed || batch->seen;  /* the column itself when hashed, or when direct (numbered once every row is in) */
     for (Py_ssize_t s = 0; s < distinct; s++) {
-        /* the column itself when hashed, or when direct (numbered once every row is in) */
-        int64_t index = o->hashed || batch->seen ? (int64_t)cols[s] : (int64_t)batch_column(batch, cols[s]);
+        int64_t index = as_is ? (int64_t)cols[s] : (int64_t)batch_column(batch, cols[s]);
         if (index < 0) return -1;
         double value = o->binary ? (o->normalize ? scale : 1.0) : (o->normalize ? (double)cnt[s] * scale : (double)cnt[s]);
-        memcpy(batch->indices.p + batch->indices.len, &index, 8);
-        memcpy(batch->data.p + batch->data.len, &value, 8);
-        batch->indices.len += 8;
-        batch->data.len += 8;
+        memcpy(indices + 8 * s, &index, 8);
+        memcpy(data + 8 * s, &value, 8);
     }
+    batch->indices.len += distinct * 8;
+    batch->data.len += distinct * 8;
     int64_t end = (int64_t)(batch->indices.len / 8);
     return buf_put(&batch->indptr, (const unsigned char *)&end, 8);
 }

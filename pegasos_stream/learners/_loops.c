@@ -80,19 +80,20 @@ static inline double sum_result(const Sum *s) {
 
 
 /* How many features ahead the loops over a row ask for the weights they are about to read and write. */
-#define AHEAD 16
+#define AHEAD 48
 
 /* Weights beyond this many bytes are asked for ahead of use (below, they sit in the processor's caches). */
 #define FAR_BYTES (1 << 20)
 
-/* sum(w[idx[k]] * x[k]) over k = a..e - 1, summed as sum() sums; ``far``: w is large, its entries are asked
- * for early (a text row's weights lie scattered over it); ``squares``, when given, receives sum(x[k] * x[k]),
- * summed likewise, from the same pass. */
+/* sum(w[idx[k]] * x[k]) over k = a..e - 1, summed as sum() sums; the entries of w up to entry ``ahead_end`` of the
+ * rows (0: none) are asked for AHEAD entries early, the next row's first ones included (a text row's weights lie
+ * scattered over a large w); ``squares``, when given, receives sum(x[k] * x[k]), summed likewise, from the same
+ * pass. */
 static ALWAYS_INLINE double dot(const double *w, const void *idx, int wide, const double *x, Py_ssize_t a,
-                                 Py_ssize_t e, int comp, int far, double *squares) {
+                                 Py_ssize_t e, int comp, Py_ssize_t ahead_end, double *squares) {
     Sum s = {0.0, 0.0, comp}, xx = {0.0, 0.0, comp};
     Py_ssize_t k = a;
-    for (; far && k + AHEAD < e; k++) {
+    for (; k < e && k + AHEAD < ahead_end; k++) {
         PREFETCH(&w[AT(idx, wide, k + AHEAD)]);
         sum_add(&s, w[AT(idx, wide, k)] * x[k]);
         if (squares) sum_add(&xx, x[k] * x[k]);
@@ -433,7 +434,8 @@ static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, dou
     int margins_wanted = length(&b[A_MARGINS]) != 0;
     /* fit_intercept: 0 no bias, 1 the unregularised one, -cap (< 0) the regularised one, its steps at most cap */
     double bias_cap = -p[P_INTERCEPT];
-    int far = length(&b[A_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
+    /* a large v's entries are asked for early, up to the last row's end */
+    Py_ssize_t ahead_end = length(&b[A_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES ? indptr[n] : 0;
     int64_t horizon = (int64_t)p[P_HORIZON], t0 = (int64_t)p[P_T0], average_from = (int64_t)p[P_AVERAGE_FROM];
     double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
     Py_ssize_t i;
@@ -446,16 +448,16 @@ static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, dou
 
         /* margins, as _margins computes them */
         int averaging = is[I_N_AVERAGED] > 0;
-        double squares, vx = dot(v, idx, wide, x, a, e, comp, far, &squares), current, predicting;
+        double squares, vx = dot(v, idx, wide, x, a, e, comp, ahead_end, &squares), current, predicting;
         if (averaging) {
             current = vx * s[S_SCALE];
-            predicting = (s[S_AVERAGE_SCALE] * vx + dot(offset, idx, wide, x, a, e, comp, far, NULL))
+            predicting = (s[S_AVERAGE_SCALE] * vx + dot(offset, idx, wide, x, a, e, comp, ahead_end, NULL))
                          / (double)is[I_N_AVERAGED];
         } else {
             current = predicting = vx * s[S_SCALE];
         }
         if (has_prior) {
-            double pr = dot(prior, idx, wide, x, a, e, comp, far, NULL);
+            double pr = dot(prior, idx, wide, x, a, e, comp, ahead_end, NULL);
             current += pr;
             predicting += pr;
         }
@@ -809,11 +811,12 @@ static ALWAYS_INLINE Py_ssize_t logistic_loop(const Buf *b, Py_ssize_t start, do
     Py_ssize_t i, n = length(&b[R_SIGNS]), M = length(&b[L_W]);
     int mapped = b[R_COLUMNS].held, tracked = length(&b[L_PRESENT]) != 0;
     int far = M * (Py_ssize_t)sizeof(double) > FAR_BYTES;
+    Py_ssize_t last = indptr[n];  /* the rows' last entry + 1 */
     for (i = start; i < n; i++) {
         Py_ssize_t a = indptr[i], e = indptr[i + 1];
         Sum sum = {0.0, 0.0, comp};
         for (Py_ssize_t k = a; k < e; k++) {
-            if (far && k + AHEAD < e) {  /* a text row's weights lie scattered over the arrays: ask early */
+            if (far && k + AHEAD < last) {  /* a text row's weights lie scattered: ask early (the next row's too) */
                 int64_t ahead = mapped ? columns[AT(idx, wide, k + AHEAD)] : AT(idx, wide, k + AHEAD);
                 PREFETCH(&w[ahead]);
                 PREFETCH(&g2[ahead]);
@@ -1015,6 +1018,7 @@ static ALWAYS_INLINE Py_ssize_t pegasos_logistic_loop(const Buf *b, Py_ssize_t s
     Py_ssize_t i, n = length(&b[R_SIGNS]);
     int mapped = b[R_COLUMNS].held, tracked = length(&b[G_PRESENT]) != 0;
     int far = length(&b[G_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
+    Py_ssize_t last = indptr[n];  /* the rows' last entry + 1 */
     double scale = m->scale, sq_norm = m->sq_norm;
     int64_t t = m->t;
 #define COLUMN(k) (mapped ? columns[AT(idx, wide, k)] : AT(idx, wide, k))
@@ -1024,7 +1028,7 @@ static ALWAYS_INLINE Py_ssize_t pegasos_logistic_loop(const Buf *b, Py_ssize_t s
         if (t_eff == 1) break;  /* the shrink clears the weights: learn_one's business */
         Sum vx = {0.0, 0.0, comp}, xx = {0.0, 0.0, comp};
         for (Py_ssize_t k = a; k < e; k++) {
-            if (far && k + AHEAD < e) PREFETCH(&v[COLUMN(k + AHEAD)]);  /* a text row's weights lie scattered */
+            if (far && k + AHEAD < last) PREFETCH(&v[COLUMN(k + AHEAD)]);  /* scattered weights (the next row's too) */
             sum_add(&vx, v[COLUMN(k)] * x[k]);
             sum_add(&xx, x[k] * x[k]);
         }
@@ -1161,12 +1165,13 @@ static ALWAYS_INLINE Py_ssize_t hinge_loop(const Buf *b, Py_ssize_t start, doubl
     Py_ssize_t i, n = length(&b[R_SIGNS]);
     int mapped = b[R_COLUMNS].held, tracked = length(&b[H_PRESENT]) != 0;
     int far = length(&b[H_W]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
+    Py_ssize_t last = indptr[n];  /* the rows' last entry + 1 */
 #define HINGE_COLUMN(k) (mapped ? columns[AT(idx, wide, (k))] : AT(idx, wide, (k)))
     for (i = start; i < n; i++) {
         Py_ssize_t a = indptr[i], e = indptr[i + 1];
         Sum sum = {0.0, 0.0, comp};
         for (Py_ssize_t k = a; k < e; k++) {
-            if (far && k + AHEAD < e) {  /* a text row's weights lie scattered over the arrays: ask early */
+            if (far && k + AHEAD < last) {  /* a text row's weights lie scattered: ask early (the next row's too) */
                 PREFETCH(&w[HINGE_COLUMN(k + AHEAD)]);
             }
             sum_add(&sum, w[HINGE_COLUMN(k)] * x[k]);

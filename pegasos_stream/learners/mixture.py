@@ -299,8 +299,8 @@ class PegasosMixture(base.Classifier):
         parts, unused = np.empty((2, n)), np.empty(n)
         stops = [self.committee.learn_rows(batch.into(unused, unused), parts=parts)]
         svm_margins[0], logistic_margins[0] = parts
-        stops += [
-            learner.learn_rows(batch.into(margins, unused))
+        stops += [  # (their probabilities are not wanted: the mixture calibrates their margins itself)
+            learner.learn_rows(batch.into(margins, np.empty(0)))
             for learner, margins in zip(self._others(), (*svm_margins[1:], *logistic_margins[1:], *other_margins))
         ]
         stop, error = stops[0]
