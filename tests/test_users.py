@@ -20,6 +20,7 @@ from typing import cast
 import pytest
 import yaml
 from kafka import KafkaProducer
+from kafka_helpers import GROUP_SETTINGS
 from test_kafka_rebalance import BIN
 
 from pegasos_stream import cli
@@ -337,7 +338,9 @@ def _users_instance(
     state.mkdir(parents=True, exist_ok=True)
     flags = ["--config", "personal", "--set", f"kafka.bootstrap_servers={json.dumps(broker)}"]
     flags += ["--input-topic", topics[0], "--output-topic", topics[1], "--state-dir", str(state), "--group", group]
-    flags += ["--digests", "--consumer", "session.timeout.ms=2000", "--consumer", "heartbeat.interval.ms=500"]
+    flags += ["--digests"]
+    for name, value in GROUP_SETTINGS.items():  # the Kafka tests' sessions, as librdkafka names them
+        flags += ["--consumer", f"{name.replace('_', '.')}={value}"]
     # The test broker (tansu) reports a partition's high watermark as its last batch's first offset + 1: a changelog
     # written in batches of several records then looks behind the offset a state store holds, and Quix Streams'
     # recovery check stops an instance a partition comes back to (InvalidStoreChangelogOffset). One record a batch

@@ -85,9 +85,15 @@ static inline double sum_result(const Sum *s) {
 /* Weights beyond this many bytes are asked for ahead of use (below, they sit in the processor's caches). */
 #define FAR_BYTES (1 << 20)
 
-/* sum(w[idx[k]] * x[k]) over k = a..e - 1, summed as sum() sums; the entries of w up to entry ``ahead_end`` of the
- * rows (0: none) are asked for AHEAD entries early, the next row's first ones included (a text row's weights lie
- * scattered over a large w); ``squares``, when given, receives sum(x[k] * x[k]), summed likewise, from the same
+/* The entry of the rows (``indptr`` of ``n`` rows) up to which a loop asks for the entries of a weight array of
+ * ``columns`` AHEAD entries early: the rows' end, so that the next row's first weights are asked for too (a text
+ * row's weights lie scattered over a large array); 0, none, for an array that sits in the caches. */
+static inline Py_ssize_t ahead_end_of(const int64_t *indptr, Py_ssize_t n, Py_ssize_t columns) {
+    return columns * (Py_ssize_t)sizeof(double) > FAR_BYTES ? indptr[n] : 0;
+}
+
+/* sum(w[idx[k]] * x[k]) over k = a..e - 1, summed as sum() sums, the entries of w up to entry ``ahead_end`` asked
+ * for early (ahead_end_of); ``squares``, when given, receives sum(x[k] * x[k]), summed likewise, from the same
  * pass. */
 static ALWAYS_INLINE double dot(const double *w, const void *idx, int wide, const double *x, Py_ssize_t a,
                                  Py_ssize_t e, int comp, Py_ssize_t ahead_end, double *squares) {
@@ -434,8 +440,7 @@ static ALWAYS_INLINE Py_ssize_t pegasos_loop(const Buf *b, Py_ssize_t start, dou
     int margins_wanted = length(&b[A_MARGINS]) != 0;
     /* fit_intercept: 0 no bias, 1 the unregularised one, -cap (< 0) the regularised one, its steps at most cap */
     double bias_cap = -p[P_INTERCEPT];
-    /* a large v's entries are asked for early, up to the last row's end */
-    Py_ssize_t ahead_end = length(&b[A_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES ? indptr[n] : 0;
+    Py_ssize_t ahead_end = ahead_end_of(indptr, n, length(&b[A_V]));
     int64_t horizon = (int64_t)p[P_HORIZON], t0 = (int64_t)p[P_T0], average_from = (int64_t)p[P_AVERAGE_FROM];
     double lambda = p[P_LAMBDA], min_scale = p[P_MIN_SCALE];
     Py_ssize_t i;
@@ -808,15 +813,13 @@ static ALWAYS_INLINE Py_ssize_t logistic_loop(const Buf *b, Py_ssize_t start, do
     double *w = b[L_W].view.buf, *g2 = b[L_G2].view.buf, *decisions = b[L_DECISIONS].view.buf;
     char *present = b[L_PRESENT].view.buf;
     int64_t *new = b[L_NEW].view.buf;
-    Py_ssize_t i, n = length(&b[R_SIGNS]), M = length(&b[L_W]);
+    Py_ssize_t i, n = length(&b[R_SIGNS]), ahead_end = ahead_end_of(indptr, n, length(&b[L_W]));
     int mapped = b[R_COLUMNS].held, tracked = length(&b[L_PRESENT]) != 0;
-    int far = M * (Py_ssize_t)sizeof(double) > FAR_BYTES;
-    Py_ssize_t last = indptr[n];  /* the rows' last entry + 1 */
     for (i = start; i < n; i++) {
         Py_ssize_t a = indptr[i], e = indptr[i + 1];
         Sum sum = {0.0, 0.0, comp};
         for (Py_ssize_t k = a; k < e; k++) {
-            if (far && k + AHEAD < last) {  /* a text row's weights lie scattered: ask early (the next row's too) */
+            if (k + AHEAD < ahead_end) {
                 int64_t ahead = mapped ? columns[AT(idx, wide, k + AHEAD)] : AT(idx, wide, k + AHEAD);
                 PREFETCH(&w[ahead]);
                 PREFETCH(&g2[ahead]);
@@ -1017,8 +1020,7 @@ static ALWAYS_INLINE Py_ssize_t pegasos_logistic_loop(const Buf *b, Py_ssize_t s
     int64_t *new = b[G_NEW].view.buf;
     Py_ssize_t i, n = length(&b[R_SIGNS]);
     int mapped = b[R_COLUMNS].held, tracked = length(&b[G_PRESENT]) != 0;
-    int far = length(&b[G_V]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
-    Py_ssize_t last = indptr[n];  /* the rows' last entry + 1 */
+    Py_ssize_t ahead_end = ahead_end_of(indptr, n, length(&b[G_V]));
     double scale = m->scale, sq_norm = m->sq_norm;
     int64_t t = m->t;
 #define COLUMN(k) (mapped ? columns[AT(idx, wide, k)] : AT(idx, wide, k))
@@ -1028,7 +1030,7 @@ static ALWAYS_INLINE Py_ssize_t pegasos_logistic_loop(const Buf *b, Py_ssize_t s
         if (t_eff == 1) break;  /* the shrink clears the weights: learn_one's business */
         Sum vx = {0.0, 0.0, comp}, xx = {0.0, 0.0, comp};
         for (Py_ssize_t k = a; k < e; k++) {
-            if (far && k + AHEAD < last) PREFETCH(&v[COLUMN(k + AHEAD)]);  /* scattered weights (the next row's too) */
+            if (k + AHEAD < ahead_end) PREFETCH(&v[COLUMN(k + AHEAD)]);
             sum_add(&vx, v[COLUMN(k)] * x[k]);
             sum_add(&xx, x[k] * x[k]);
         }
@@ -1164,14 +1166,13 @@ static ALWAYS_INLINE Py_ssize_t hinge_loop(const Buf *b, Py_ssize_t start, doubl
     int64_t *new = b[H_NEW].view.buf;
     Py_ssize_t i, n = length(&b[R_SIGNS]);
     int mapped = b[R_COLUMNS].held, tracked = length(&b[H_PRESENT]) != 0;
-    int far = length(&b[H_W]) * (Py_ssize_t)sizeof(double) > FAR_BYTES;
-    Py_ssize_t last = indptr[n];  /* the rows' last entry + 1 */
+    Py_ssize_t ahead_end = ahead_end_of(indptr, n, length(&b[H_W]));
 #define HINGE_COLUMN(k) (mapped ? columns[AT(idx, wide, (k))] : AT(idx, wide, (k)))
     for (i = start; i < n; i++) {
         Py_ssize_t a = indptr[i], e = indptr[i + 1];
         Sum sum = {0.0, 0.0, comp};
         for (Py_ssize_t k = a; k < e; k++) {
-            if (far && k + AHEAD < last) {  /* a text row's weights lie scattered: ask early (the next row's too) */
+            if (k + AHEAD < ahead_end) {
                 PREFETCH(&w[HINGE_COLUMN(k + AHEAD)]);
             }
             sum_add(&sum, w[HINGE_COLUMN(k)] * x[k]);
@@ -1187,7 +1188,7 @@ static ALWAYS_INLINE Py_ssize_t hinge_loop(const Buf *b, Py_ssize_t start, doubl
         if (!steps) continue;
         double reach = 0.0;
         for (Py_ssize_t k = a; k < e; k++) {
-            if (far && k + AHEAD < e) {  /* (the margin's pass brought w in, not G and N) */
+            if (ahead_end && k + AHEAD < e) {  /* this row's alone (the margin's pass brought w in, not G and N) */
                 int64_t ahead = HINGE_COLUMN(k + AHEAD);
                 PREFETCH(&g2[ahead]);
                 PREFETCH(&scales[ahead]);
