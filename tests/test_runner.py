@@ -20,10 +20,13 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pegasos_stream import PegasosClassifier, PegasosMulticlass, cli
 from pegasos_stream.cli.assemble import build_runner, build_source
@@ -1149,7 +1152,9 @@ def test_text_events_learned_in_batches_give_the_model_and_predictions_of_one_at
 def test_odd_text_records_among_plain_ones_give_in_batches_what_one_at_a_time_gives(tmp_path):
     """Text events the compiled JSON reader leaves to Python (a lone surrogate escape, no label, a feature event
     in a text stream), malformed records and delayed labels among plain text events: each batch size gives
-    the one-at-a-time run's model, predictions and rejections."""
+    the one-at-a-time run's model, predictions, rejections and empty bodies; so do batches read in pieces, each
+    but the first on the helper thread (`BatchParser._text_pieces`), and pieces of which one fails to be read (its
+    records and the batch's after it are parsed one at a time)."""
     with gzip.open(SAMPLE, "rb") as sample:
         plain = sample.read().splitlines()[:60]
     odd = [
@@ -1160,18 +1165,56 @@ def test_odd_text_records_among_plain_ones_give_in_batches_what_one_at_a_time_gi
         b'{"id": "f1", "x": {"a": 1.0}, "label": "spam"}',  # a feature event: "a" is no column of the arrays
         b'{"id": "m1", "text": "unterminated',  # malformed
         b'{"id": "e1", "text": "caf\\u00e9 \\ud83d\\ude00 ok", "label": "ham", "extra": [1]}',  # nested: Python
+        b'{"id": "h1", "text": "Subject: headers only\\nFrom: a@example.com\\n\\n", "label": "spam"}',  # no body
     ]
-    lines = [line for pair in zip(plain[:7], odd) for line in pair] + plain[7:]
+    lines = [line for pair in zip(plain[:8], odd) for line in pair] + plain[8:]
     path = tmp_path / "mixed.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
+    unreadable = json.loads(plain[30])["text"].encode("utf-8", "surrogatepass")
+    read_texts, failures = EmailFeatures.read_texts, []
+
+    def failing_read(features, texts, hashed_columns=False):
+        if unreadable in texts:
+            failures.append(len(texts))
+            raise MemoryError
+        return read_texts(features, texts, hashed_columns)
+
     results = []
-    for batch_size in (0, 5, 4096):
-        output = tmp_path / f"predictions-{batch_size}.jsonl"
+    helper = ThreadPoolExecutor(1)
+    variants = [(0, ""), (5, ""), (4096, ""), (5, "pieces"), (16, "pieces"), (4096, "pieces"), (16, "failing")]
+    for batch_size, pieces in variants:  # (the batches with "f1" are parsed one record at a time: a feature event)
+        output = tmp_path / f"predictions-{batch_size}-{pieces}.jsonl"
         overrides = [f"source.path={path}", f"run.batch_size={batch_size}", "output.type=file", f"output.path={output}"]
-        runner = _in_process(load_config(Path(__file__).parents[1] / "configs" / "spam.yaml", overrides))
-        results.append((model_digest(runner.model), output.read_text(encoding="utf-8"), runner.stats.rejected))
+        with pytest.MonkeyPatch.context() as patch:
+            if pieces:
+                patch.setattr(batches, "helper_thread", lambda name: helper)
+                patch.setattr(batches, "TEXT_PIECE_BYTES", 1)  # the most pieces of a batch: MAX_TEXT_PIECES
+            if pieces == "failing":
+                patch.setattr(EmailFeatures, "read_texts", failing_read)
+            runner = _in_process(load_config(Path(__file__).parents[1] / "configs" / "spam.yaml", overrides))
+        outcome = (model_digest(runner.model), output.read_text(encoding="utf-8"), runner.stats.rejected)
+        results.append((*outcome, runner.empty_bodies))
+    helper.shutdown()
     assert results[0][2] == 3 and results[0][1].count("\n") == len(lines) - 4  # three rejected, one label-only
-    assert results[1] == results[0] and results[2] == results[0]
+    assert results[0][3] == 4  # s1 and u1 (a subject alone), h1 and the sample's 45th message (headers only)
+    assert failures or not batches.COMPILED  # the failing run read a piece in Python (pieces are compiled only)
+    assert all(result == results[0] for result in results[1:])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 1 << 18), max_size=40), st.integers(1, 1 << 17), st.integers(1, 6))
+def test_a_batch_of_texts_is_cut_into_consecutive_pieces_of_about_equal_text(lengths, piece_bytes, most):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(batches, "TEXT_PIECE_BYTES", piece_bytes)
+        patch.setattr(batches, "MAX_TEXT_PIECES", most)
+        cuts = batches._text_cuts(lengths)
+    assert cuts[0][0] == 0 and cuts[-1][1] == len(lengths)
+    assert all(end == next_first for (_, end), (next_first, _) in zip(cuts, cuts[1:]))
+    assert all(end > first for first, end in cuts) or cuts == [(0, 0)]
+    total = sum(lengths)
+    assert len(cuts) <= max(1, min(most, total // piece_bytes))
+    share = total / len(cuts) + 1  # a piece's text after its first is within its share of the bytes
+    assert all(sum(lengths[first + 1 : end]) <= share for first, end in cuts)
 
 
 def test_python_dash_m_runs_the_command_line():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -199,6 +200,32 @@ def test_a_batch_of_one_and_an_empty_batch():
     assert indptr.tolist() == [0] and not len(indices) and not len(data) and keys == []
     indptr, indices, data, keys = features.transform_texts([], hashed_columns=True)
     assert indptr.tolist() == [0] and not len(indices) and not len(data) and keys == range(2**20)
+
+
+def test_texts_read_on_several_threads_at_once_are_the_rows_of_one_thread():
+    """The compiled reader runs without the GIL (`EmailFeatures.read_texts`): four threads reading batches at once,
+    of texts whose rows outgrow the room first set aside for them (the GIL is taken back to grow it), give the rows
+    one thread gives, and change nothing on the features."""
+    rng = np.random.default_rng(3)
+    words = [bytes(rng.integers(97, 123, size=int(rng.integers(2, 4))).tolist()) for _ in range(3000)]
+    texts = [b"Subject: s%d\n\n" % i + b" ".join(rng.choice(words, size=int(rng.integers(1, 900)))) for i in range(64)]
+    batches = [texts[i::4] for i in range(4)] * 4
+    features = EmailFeatures(reader="bytes", words=True, shapes=True, max_chars=3000, hash_bits=20)
+    alone = [features.read_texts(batch, hashed_columns=True) for batch in batches]
+    with ThreadPoolExecutor(4) as threads:
+        together = list(threads.map(lambda batch: features.read_texts(batch, hashed_columns=True), batches))
+    for (rows, _), batch in zip(alone, batches[:4]):  # more entries than the room set aside: about one a byte
+        assert len(rows.indices) > sum(min(len(text) + 64, features.max_chars) for text in batch)
+    for (rows, empty), (want, want_empty) in zip(together, alone, strict=True):
+        assert empty == want_empty and rows.indptr.tolist() == want.indptr.tolist()
+        assert rows.indices.tolist() == want.indices.tolist() and rows.data.tobytes() == want.data.tobytes()
+    assert features.empty_bodies == 0
+    _assert_hashed_rows(features, texts[:8])
+
+
+def test_read_texts_needs_the_compiled_reader():
+    with pytest.raises(ValueError, match="reader='bytes' and hash_bits"):
+        EmailFeatures(reader="bytes").read_texts([b"text"])
 
 
 @pytest.mark.slow

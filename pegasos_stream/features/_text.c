@@ -21,31 +21,43 @@
 
 /* -- growable byte buffers, and the writer of the reader's output ------------------------------ */
 
-/* A buffer that doubles as it fills: PyMem memory, or the inside of a bytes object (``bytes``), which buf_take
- * then hands over without a copy (nor the page faults of a second big buffer). */
+/* A buffer that doubles as it fills: raw memory (PyMem_Raw*, which needs no GIL), or the inside of a bytes object
+ * (``bytes``), which buf_take then hands over without a copy (nor the page faults of a second big buffer). A bytes
+ * object is resized with the GIL: when ``released`` points to the state of a thread that gave it up, the GIL is taken
+ * back for the resize (rare: the first room is about what a batch needs). A failure returns -1, the exception set
+ * only by a resize of a bytes object; otherwise the caller raises MemoryError once it holds the GIL. */
 typedef struct {
     unsigned char *p;
     Py_ssize_t len, cap;
     PyObject *bytes;
+    PyThreadState **released;
 } Buf;
+
+static int bytes_resize(Buf *b, Py_ssize_t cap) {
+    PyThreadState *state = b->released ? *b->released : NULL;
+    if (state) PyEval_RestoreThread(state);
+    int r = _PyBytes_Resize(&b->bytes, cap);  /* frees the object on failure */
+    if (state) *b->released = PyEval_SaveThread();
+    return r;
+}
 
 static int buf_reserve(Buf *b, Py_ssize_t extra) {
     if (b->len + extra <= b->cap) return 0;
     Py_ssize_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra) {
-        if (cap > PY_SSIZE_T_MAX / 2) { PyErr_NoMemory(); return -1; }
+        if (cap > PY_SSIZE_T_MAX / 2) return -1;
         cap *= 2;
     }
     if (b->bytes) {
-        if (_PyBytes_Resize(&b->bytes, cap) < 0) {  /* frees the object on failure */
+        if (bytes_resize(b, cap) < 0) {
             b->p = NULL;
             b->len = b->cap = 0;
             return -1;
         }
         b->p = (unsigned char *)PyBytes_AS_STRING(b->bytes);
     } else {
-        unsigned char *p = PyMem_Realloc(b->p, (size_t)cap);
-        if (!p) { PyErr_NoMemory(); return -1; }
+        unsigned char *p = PyMem_RawRealloc(b->p, (size_t)cap);
+        if (!p) return -1;
         b->p = p;
     }
     b->cap = cap;
@@ -83,7 +95,7 @@ static int buf_byte(Buf *b, unsigned char c) { return buf_put(b, &c, 1); }
 
 static void buf_free(Buf *b) {
     if (b->bytes) Py_CLEAR(b->bytes);
-    else PyMem_Free(b->p);
+    else PyMem_RawFree(b->p);
     b->p = NULL;
     b->len = b->cap = 0;
 }
@@ -637,19 +649,18 @@ typedef struct {
 static int map_init(Map *m, Py_ssize_t want) {
     Py_ssize_t size = 16;
     while (size < 2 * want + 2) size *= 2;
-    m->keys = PyMem_Calloc((size_t)size, sizeof(uint64_t));
-    m->slots = PyMem_Malloc((size_t)size * sizeof(Py_ssize_t));
-    m->where = PyMem_Malloc((size_t)size * sizeof(Py_ssize_t));
+    m->keys = PyMem_RawCalloc((size_t)size, sizeof(uint64_t));
+    m->slots = PyMem_RawMalloc((size_t)size * sizeof(Py_ssize_t));
+    m->where = PyMem_RawMalloc((size_t)size * sizeof(Py_ssize_t));
     m->size = size;
     m->used = 0;
-    if (!m->keys || !m->slots || !m->where) { PyErr_NoMemory(); return -1; }
-    return 0;
+    return m->keys && m->slots && m->where ? 0 : -1;
 }
 
 static void map_free(Map *m) {
-    PyMem_Free(m->keys);
-    PyMem_Free(m->slots);
-    PyMem_Free(m->where);
+    PyMem_RawFree(m->keys);
+    PyMem_RawFree(m->slots);
+    PyMem_RawFree(m->where);
     m->keys = NULL;
     m->slots = NULL;
     m->where = NULL;
@@ -850,11 +861,11 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
     Py_ssize_t tokens = (o->n && len >= o->n ? len - o->n + 1 : 0) + (o->words ? len / 2 + 1 : 0)
                         + (o->shapes ? len / 2 + 1 : 0);
     if (tokens > *capacity) {
-        uint64_t *c = PyMem_Realloc(*columns, (size_t)tokens * sizeof(uint64_t));
+        uint64_t *c = PyMem_RawRealloc(*columns, (size_t)tokens * sizeof(uint64_t));
         if (c) *columns = c;
-        Py_ssize_t *k = c ? PyMem_Realloc(*counts, (size_t)tokens * sizeof(Py_ssize_t)) : NULL;
+        Py_ssize_t *k = c ? PyMem_RawRealloc(*counts, (size_t)tokens * sizeof(Py_ssize_t)) : NULL;
         if (k) *counts = k;
-        if (!c || !k) { PyErr_NoMemory(); return -1; }
+        if (!c || !k) return -1;
         *capacity = tokens;
     }
     if (!bits && map_reset(row, tokens) < 0) return -1;
@@ -932,6 +943,39 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
     return buf_put(&batch->indptr, (const unsigned char *)&end, 8);
 }
 
+/* A text of the batch: its bytes, read without the GIL. */
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t len;
+} Text;
+
+/* Every row of the batch, its texts read as ``rows`` reads them; -1 on no memory. Runs without the GIL when the
+ * batch numbers no column on the way (hashed, or direct: numbered once every row is in). */
+static int read_rows(Batch *batch, const Options *o, const Text *texts, Py_ssize_t count, unsigned char *out,
+                     uint8_t *row_bits, Py_ssize_t *empty_bodies) {
+    Map row = {0};
+    uint64_t *columns = NULL;
+    Py_ssize_t *counts = NULL, capacity = 0;
+    int r = 0;
+    for (Py_ssize_t i = 0; i < count && r == 0; i++) {
+        Writer w = {out, 0, o->max_bytes, 0, 0, 0};
+        if (o->parse) {
+            r = read_message(texts[i].p, texts[i].len, &w);
+        } else {
+            w.len = texts[i].len < o->max_bytes ? texts[i].len : o->max_bytes;
+            memcpy(out, texts[i].p, (size_t)w.len);
+        }
+        if (r == 0) {
+            *empty_bodies += !has_text(out + w.body, w.len - w.body);
+            r = add_row(batch, o, out, w.len, &row, row_bits, &columns, &counts, &capacity);
+        }
+    }
+    PyMem_RawFree(columns);
+    PyMem_RawFree(counts);
+    map_free(&row);
+    return r;
+}
+
 static PyObject *rows(PyObject *self, PyObject *args) {
     PyObject *texts;
     Options o;
@@ -951,18 +995,26 @@ static PyObject *rows(PyObject *self, PyObject *args) {
         o.words_start[k] = crc_update(crc_update(0xFFFFFFFFu, (const unsigned char *)"w:", 2), zeros, k);
         o.shapes_start[k] = crc_update(crc_update(0xFFFFFFFFu, (const unsigned char *)"s:", 2), zeros, k);
     }
+    PyThreadState *released = NULL;
     Batch batch = {{0}, {0}, {0}, NULL, NULL, {0}, NULL};
-    Map row = {0};
-    uint64_t *columns = NULL;
-    Py_ssize_t *counts = NULL, capacity = 0;
-    unsigned char *out = PyMem_Malloc((size_t)o.max_bytes);
+    batch.indices.released = batch.data.released = &released;
+    PyObject *held = PyList_AsTuple(texts);  /* the texts, alive while they are read without the GIL */
+    Py_ssize_t count = held ? PyTuple_GET_SIZE(held) : 0, entries = 0, empty_bodies = 0;
+    Text *text_of = PyMem_RawMalloc((size_t)(count ? count : 1) * sizeof(Text));
+    unsigned char *out = PyMem_RawMalloc((size_t)o.max_bytes);
+    uint8_t *row_bits = NULL;
     PyObject *result = NULL;
     int64_t zero = 0;
-    Py_ssize_t count = PyList_GET_SIZE(texts), entries = 0, empty_bodies = 0;
-    for (Py_ssize_t i = 0; i < count; i++) {  /* room for about every entry at once */
-        PyObject *text = PyList_GET_ITEM(texts, i);
-        Py_ssize_t len = PyBytes_Check(text) ? PyBytes_GET_SIZE(text) + 64 : 0;
-        entries += len < o.max_bytes ? len : o.max_bytes;
+    if (!held) goto done;
+    if (!text_of || !out) goto no_memory;
+    for (Py_ssize_t i = 0; i < count; i++) {  /* the texts, and room for about every entry at once */
+        PyObject *text = PyTuple_GET_ITEM(held, i);
+        if (!PyBytes_Check(text)) {
+            PyErr_Format(PyExc_TypeError, "rows: texts[%zd] is a %.80s, not bytes", i, Py_TYPE(text)->tp_name);
+            goto done;
+        }
+        text_of[i] = (Text){(const unsigned char *)PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text)};
+        entries += text_of[i].len + 64 < o.max_bytes ? text_of[i].len + 64 : o.max_bytes;
     }
     /* the local numbering: a table of every column for a batch large enough to pay for it, a map
      * otherwise; none when hashed */
@@ -970,38 +1022,26 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     /* a row's binary features: a bit per column when the batch pays for the table anyway (direct) or
      * when hashed, else the row's map */
     int bits = o.binary && hash_bits <= DIRECT_BITS && (direct || o.hashed);
-    uint8_t *row_bits = bits ? PyMem_Calloc(((size_t)1 << hash_bits) / 8 + 1, 1) : NULL;
+    row_bits = bits ? PyMem_RawCalloc(((size_t)1 << hash_bits) / 8 + 1, 1) : NULL;
     if (direct) {
-        batch.seen = PyMem_Calloc(((size_t)1 << hash_bits) / 8 + 1, 1);
-        batch.local = PyMem_Malloc(((size_t)1 << hash_bits) * sizeof(uint32_t));
+        batch.seen = PyMem_RawCalloc(((size_t)1 << hash_bits) / 8 + 1, 1);
+        batch.local = PyMem_RawMalloc(((size_t)1 << hash_bits) * sizeof(uint32_t));
     }
-    if (!out || (bits && !row_bits) || (direct && (!batch.seen || !batch.local))) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    if ((bits && !row_bits) || (direct && (!batch.seen || !batch.local))) goto no_memory;
     if ((!o.hashed && (!(batch.keys = PyList_New(0)) || map_init(&batch.batch, 16) < 0)) ||
         buf_in_bytes(&batch.indices, entries * 8) < 0 || buf_in_bytes(&batch.data, entries * 8) < 0 ||
         buf_put(&batch.indptr, (const unsigned char *)&zero, 8) < 0)
-        goto done;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *text = PyList_GET_ITEM(texts, i);
-        if (!PyBytes_Check(text)) {
-            PyErr_Format(PyExc_TypeError, "rows: texts[%zd] is a %.80s, not bytes", i, Py_TYPE(text)->tp_name);
-            goto done;
-        }
-        const unsigned char *raw = (const unsigned char *)PyBytes_AS_STRING(text);
-        Py_ssize_t len = PyBytes_GET_SIZE(text);
-        Writer w = {out, 0, o.max_bytes, 0, 0, 0};
-        if (o.parse) {
-            if (read_message(raw, len, &w) < 0) goto done;
-        } else {
-            w.len = len < o.max_bytes ? len : o.max_bytes;
-            memcpy(out, raw, (size_t)w.len);
-        }
-        empty_bodies += !has_text(out + w.body, w.len - w.body);
-        if (add_row(&batch, &o, out, w.len, &row, row_bits, &columns, &counts, &capacity) < 0) goto done;
+        goto no_memory;
+    int read;
+    if (o.hashed || direct) {  /* the texts are read on while other threads run */
+        released = PyEval_SaveThread();
+        read = read_rows(&batch, &o, text_of, count, out, row_bits, &empty_bodies);
+        PyEval_RestoreThread(released);
+        released = NULL;
+    } else {
+        read = read_rows(&batch, &o, text_of, count, out, row_bits, &empty_bodies);
     }
-    if (direct && number_columns(&batch) < 0) goto done;
+    if (read < 0 || (direct && number_columns(&batch) < 0)) goto no_memory;
     PyObject *indices = buf_take(&batch.indices), *data = indices ? buf_take(&batch.data) : NULL;
     if (!indices || !data) {
         Py_XDECREF(indices);
@@ -1009,14 +1049,16 @@ static PyObject *rows(PyObject *self, PyObject *args) {
     }
     result = Py_BuildValue("(y#NNOn)", batch.indptr.p, batch.indptr.len, indices, data,
                            o.hashed ? Py_None : batch.keys, empty_bodies);
+    goto done;
+no_memory:
+    if (!PyErr_Occurred()) PyErr_NoMemory();
 done:
-    PyMem_Free(out);
-    PyMem_Free(batch.local);
-    PyMem_Free(batch.seen);
-    PyMem_Free(row_bits);
-    PyMem_Free(columns);
-    PyMem_Free(counts);
-    map_free(&row);
+    Py_XDECREF(held);
+    PyMem_RawFree(text_of);
+    PyMem_RawFree(out);
+    PyMem_RawFree(batch.local);
+    PyMem_RawFree(batch.seen);
+    PyMem_RawFree(row_bits);
     map_free(&batch.batch);
     buf_free(&batch.indptr);
     buf_free(&batch.indices);
@@ -1034,11 +1076,11 @@ static PyObject *message(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "message: max_bytes >= 1");
         return NULL;
     }
-    unsigned char *out = PyMem_Malloc((size_t)max_bytes);
+    unsigned char *out = PyMem_RawMalloc((size_t)max_bytes);
     if (!out) return PyErr_NoMemory();
     Writer w = {out, 0, max_bytes, 0, 0, 0};
-    PyObject *result = read_message(raw, len, &w) < 0 ? NULL : Py_BuildValue("(y#n)", out, w.len, w.body);
-    PyMem_Free(out);
+    PyObject *result = read_message(raw, len, &w) < 0 ? PyErr_NoMemory() : Py_BuildValue("(y#n)", out, w.len, w.body);
+    PyMem_RawFree(out);
     return result;
 }
 

@@ -308,30 +308,40 @@ class EmailFeatures(base.Transformer):
         the columns are the hashed columns themselves, not numbered per batch."""
         if hashed_columns and self.hash_bits is None:
             raise ValueError("hashed_columns=True: the columns are hashed only with hash_bits")
-        columns = range(2**self.hash_bits) if hashed_columns and self.hash_bits is not None else None
-        if self.compiled and self.hash_bits is not None:
-            data = [text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text) for text in texts]
-            indptr, indices, values, keys, empty_bodies = _text.rows(
-                data,
-                self.parse,
-                self.char_ngram,
-                self.words,
-                self.shapes,
-                self.max_chars,
-                self.hash_bits,
-                self.binary,
-                self.normalize,
-                hashed_columns,
-            )
+        if self.compiled:
+            rows, empty_bodies = self.read_texts(texts, hashed_columns)
             self.empty_bodies += empty_bodies
-            int64 = np.dtype(np.int64)
-            return TextRows(
-                np.frombuffer(indptr, int64),
-                np.frombuffer(indices, int64),
-                np.frombuffer(values, np.float64),
-                cast("list[int]", keys) if columns is None else columns,  # (keys: None when hashed in place)
-            )
+            return rows
+        columns = range(2**self.hash_bits) if hashed_columns and self.hash_bits is not None else None
         return rows_of([self.python_transform_one(text) for text in texts], columns)
+
+    def read_texts(self, texts: Sequence[str | bytes], hashed_columns: bool = False) -> tuple[TextRows, int]:
+        """`transform_texts` by the compiled reader (only when `compiled`), not counted: the rows, and how many of the
+        texts kept no body text. It changes nothing, and reads the texts without the GIL (when it numbers no
+        column, as with ``hashed_columns``): another thread may run it while this one works."""
+        if not self.compiled or self.hash_bits is None:
+            raise ValueError("read_texts: the compiled reader reads only with reader='bytes' and hash_bits")
+        data = [text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text) for text in texts]
+        indptr, indices, values, keys, empty_bodies = _text.rows(
+            data,
+            self.parse,
+            self.char_ngram,
+            self.words,
+            self.shapes,
+            self.max_chars,
+            self.hash_bits,
+            self.binary,
+            self.normalize,
+            hashed_columns,
+        )
+        int64 = np.dtype(np.int64)
+        rows = TextRows(
+            np.frombuffer(indptr, int64),
+            np.frombuffer(indices, int64),
+            np.frombuffer(values, np.float64),
+            range(2**self.hash_bits) if hashed_columns else cast("list[int]", keys),  # (keys: None when hashed)
+        )
+        return rows, empty_bodies
 
     def _columns(self, names: Iterable[str | bytes]) -> Iterable[str | int]:
         """The columns of feature names: ``feature_hash(name)`` (CRC-32 of a name's bytes, for the

@@ -8,14 +8,17 @@ a time, which gives the same event or the same error.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeAlias, cast
 
 import numpy as np
 
 from ..features import DictHasher, EmailFeatures, feature_hash
+from ..features.email import TextRows
 from ..io.records import Record, RecordBatch
+from ..io.threads import helper_thread
 from ..learners.rows import Rows
 from ..learners.validation import binary_sign
 from .fastparse import (
@@ -36,6 +39,11 @@ Parsed: TypeAlias = Event | BadRecord | None
 #: The svmlight feature names whose hashed columns a run keeps at most; past this many, it starts again from none,
 #: so that months of new names take bounded memory (the compiled JSON parser keeps no hashed name).
 MAX_HASHED_NAMES = 1 << 20
+#: A batch of JSON text events is read in pieces of about equal text, of this many bytes at least and at most
+#: `MAX_TEXT_PIECES` of them, when the process may run on more than one core: each piece but the first is read on
+#: a helper thread (the compiled reader runs without the GIL) while the runner learns the piece before.
+TEXT_PIECE_BYTES = 1 << 17
+MAX_TEXT_PIECES = 4
 
 
 def parse_record(parser: EventParser, record: Record) -> Parsed:
@@ -98,6 +106,33 @@ class ParsedBatch:
     others: dict[int, Parsed]
 
 
+@dataclass
+class _TextEvents:
+    """The labelled text events of a batch, in record order (each event's index in the batch, text, id and label
+    sign), and the parse of every other record, by index."""
+
+    indices: list[int]
+    texts: list[bytes]
+    ids: list[Hashable | None]
+    signs: np.ndarray
+    others: dict[int, Parsed]
+
+    def piece(self, records: RecordBatch, rows: tuple[int, int], parsed: TextRows) -> tuple[int, ParsedBatch]:
+        """The records of the events ``rows`` (from the first's record, or the batch's first for rows from 0, to
+        the next event's, or the batch's end), parsed, their texts' rows ``parsed``; with the index of the first."""
+        first, end = rows
+        start = self.indices[first] if first else 0
+        stop = self.indices[end] if end < len(self.indices) else len(records)
+        return start, ParsedBatch(
+            records if (start, stop) == (0, len(records)) else records.slice(start, stop),
+            Rows(*parsed, distinct=True),
+            self.signs[first:end],
+            [index - start for index in self.indices[first:end]],
+            self.ids[first:end],
+            {index - start: parse for index, parse in self.others.items() if start <= index < stop},
+        )
+
+
 #: A labelled event of a batch: its index in the batch, the event, the sign of its label.
 _Labelled = tuple[int, Event, float]
 
@@ -123,11 +158,14 @@ class BatchParser:
         self._hashed = HashedNames()  # the hashed column of each svmlight feature name met (with a DictHasher)
         self._label_signs = parser.label_signs()
 
-    def pieces(self, records: RecordBatch) -> list[tuple[int, ParsedBatch]]:
+    def pieces(self, records: RecordBatch) -> Iterable[tuple[int, ParsedBatch]]:
         """``parse`` of consecutive pieces of ``records`` (`RecordBatch.slice`), each with the index of its first
-        record: svmlight lines with int columns come in the parts `svmlight_parts` parsed them in (not joined), any
-        other batch in one piece."""
+        record: svmlight lines with int columns come in the parts `svmlight_parts` parsed them in (not joined), JSON
+        text events in the pieces `_text_pieces` reads them in (on more than one core), any other batch in one
+        piece."""
         parser = self.parser
+        if (helper := self._text_helper()) is not None:
+            return self._text_pieces(records, cast(EmailFeatures, self.features), helper)
         plain = parser.format == "svmlight" and not (parser.labels or parser.classes)
         if not (COMPILED and plain and self.features is None and parser.columns is not None):
             return [(0, self.parse(records))]
@@ -138,6 +176,13 @@ class BatchParser:
             ]
         except Exception:  # a C parse that failed (a MemoryError, say): each record in Python
             return [(0, self._events(records))]
+
+    def _text_helper(self) -> ThreadPoolExecutor | None:
+        """The thread that reads the texts of `_text_pieces`, when the C parsers take JSON text events and the
+        process may run on more than one core; else None."""
+        features, parser = self.features, self.parser
+        compiled = COMPILED and isinstance(features, EmailFeatures) and features.compiled
+        return helper_thread("text-read") if compiled and parser.format == "json" and not parser.users else None
 
     def parse(self, records: RecordBatch) -> ParsedBatch:
         """The rows of ``records``' labelled feature events with a binary label, and the rest."""
@@ -228,6 +273,15 @@ class BatchParser:
         """The batch through the C JSON text parser, the other records through `EventParser`; None when
         a label is not a binary class or a record is a labelled feature event (rare: `_events` then takes
         the whole batch, as one record at a time would)."""
+        events = self._text_events(records)
+        if events is None:
+            return None
+        parsed = features.transform_texts(events.texts, self.hashed_columns)
+        return events.piece(records, (0, len(events.indices)), parsed)[1]
+
+    def _text_events(self, records: RecordBatch) -> _TextEvents | None:
+        """The labelled text events of the batch by the C JSON text parser, the other records through `EventParser`;
+        None as for `_texts`."""
         parser = self.parser
         status, texts, ids, labels = parse_json_texts(list(records.values), parser.fields, parser.max_bytes)
         table = self._label_signs
@@ -250,15 +304,47 @@ class BatchParser:
             else:
                 others[index] = parsed
         order = sorted(range(len(indices)), key=indices.__getitem__)
-        rows = Rows(*features.transform_texts([texts[k] for k in order], self.hashed_columns), distinct=True)
-        return ParsedBatch(
-            records,
-            rows,
-            np.array([signs[k] for k in order], dtype=np.float64),
+        return _TextEvents(
             [indices[k] for k in order],
+            [texts[k] for k in order],
             [ids[k] for k in order],
+            np.array([signs[k] for k in order], dtype=np.float64),
             others,
         )
+
+    def _text_pieces(
+        self, records: RecordBatch, features: EmailFeatures, helper: ThreadPoolExecutor
+    ) -> Iterator[tuple[int, ParsedBatch]]:
+        """``pieces`` of a batch of JSON text events: its events cut into pieces of about equal text
+        (`TEXT_PIECE_BYTES` at least, `MAX_TEXT_PIECES` at most), each read on the ``helper`` thread but the first,
+        which this thread reads meanwhile; a piece's empty bodies are counted as it is handed out. What the C
+        parsers do not take, or a read that failed (a MemoryError, say), is parsed one record at a time from there
+        on, as ``parse`` would."""
+        try:
+            events = self._text_events(records)
+        except Exception:
+            events = None
+        if events is None:
+            yield 0, self._events(records)
+            return
+        cuts = _text_cuts([len(text) for text in events.texts])
+        hashed, texts = self.hashed_columns, events.texts
+        reading: list[Future[tuple[TextRows, int]]] = [
+            helper.submit(features.read_texts, texts[first:end], hashed) for first, end in cuts[1:]
+        ]
+        try:
+            for k, (first, end) in enumerate(cuts):
+                try:
+                    parsed, empty_bodies = reading[k - 1].result() if k else features.read_texts(texts[:end], hashed)
+                except Exception:
+                    start = events.indices[first] if first else 0
+                    yield start, self._events(records.slice(start, len(records)))
+                    return
+                features.empty_bodies += empty_bodies
+                yield events.piece(records, (first, end), parsed)
+        finally:
+            for future in reading:
+                future.cancel()
 
     def _events(self, records: RecordBatch) -> ParsedBatch:
         """The batch through `EventParser`, one record at a time. The labelled feature events become
@@ -317,6 +403,17 @@ class BatchParser:
         if isinstance(features, DictHasher):
             return Rows.from_dicts(hashed)
         return Rows.from_dicts([event.x or {} for _, event, _ in rows])
+
+
+def _text_cuts(lengths: list[int]) -> list[tuple[int, int]]:
+    """The pieces (first, end) of texts of these ``lengths`` that `BatchParser._text_pieces` reads: consecutive,
+    of about equal bytes, `TEXT_PIECE_BYTES` at least (one piece for a short batch), `MAX_TEXT_PIECES` at most."""
+    ends = np.cumsum(lengths, dtype=np.int64)
+    total = int(ends[-1]) if len(ends) else 0
+    count = max(1, min(MAX_TEXT_PIECES, total // TEXT_PIECE_BYTES, len(lengths)))
+    cuts = [0] + [int(np.searchsorted(ends, total * k // count, side="right")) for k in range(1, count)]
+    cuts.append(len(lengths))
+    return [(first, end) for first, end in zip(cuts, cuts[1:]) if end > first] or [(0, len(lengths))]
 
 
 def _sign(label: object) -> float | None:
