@@ -372,6 +372,9 @@ def test_instances_hold_every_users_offset_exactly_across_a_sigkill(guarantee, t
     second = _users_instance(kafka_broker, topics, tmp_path / "b", group, guarantee)
     processes = [shared, first, second]
     try:
+        # both instances own partitions (an instance makes its state's folder of a partition when it is given it)
+        # before any event comes, so that the first one's kill takes partitions away mid-stream
+        _until(lambda: all(any((tmp_path / name / group / "default").glob("*/*")) for name in "ab"))
         half = len(events) // 2
         shared.stdin.write(b"".join(json.dumps(event).encode() + b"\n" for event in events[:half]))
         shared.stdin.flush()
