@@ -12,6 +12,8 @@ Every pass is timed on the wall clock from its start to its end (CPU time is rec
   runner learns the piece before (``BatchParser._text_pieces``).
 * **ours, one core**: the same call with the process's thread bound to one CPU (``os.sched_setaffinity``, as
   ``taskset -c 0`` would): no helper thread, everything on one core, as Vowpal Wabbit's pyvw runs here.
+* **Pegasos alone, one core**: the same call on one core with ``--set model=...``: the configuration's first
+  Pegasos SVM alone (``kind: linear``, its λ, t0 and columns), as the stress tables' "Pegasos alone" column has it.
 * **Vowpal Wabbit**: one pyvw ``Workspace("--loss_function LOSS -l LR -b 20 --quiet")``, created and finished in
   the clock, reading the same gzip file (through the same 1 MiB buffered reader as ours) and parsing each JSON line
   in the loop; each raw message becomes a VW text example ``±1 |m TOKENS``, its lowercased whitespace tokens
@@ -386,12 +388,15 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
     argv = ["eval", "--config", str(SPAM_CONFIG), "--input", str(args.data), "--json"]
     if args.limit is not None:
         argv += ["--max-events", str(args.limit)]
+    linear = {"kind": "linear", **first_svm(config["model"]), "n_features": config["model"].get("n_features")}
+    pegasos_argv = [*argv, "--set", f"model={json.dumps(linear)}"]
     print(f"{len(messages):,} SpamAssassin messages; Vowpal Wabbit grid ...", file=sys.stderr)
     grid, chosen = vw_grid(args.data, args.limit, positives)
 
     runs = {
         "ours": with_cpu(lambda: eval_pass(argv)),
         "ours, one core": with_cpu(on_one_core(lambda: eval_pass(argv))),
+        "Pegasos alone, one core": with_cpu(on_one_core(lambda: eval_pass(pegasos_argv))),
         **{
             f"VW {loss}": with_cpu(lambda s=setting: vw_pass(args.data, args.limit, s))
             for loss, setting in chosen.items()
@@ -418,6 +423,12 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
         timings["ours, one core"],
     )
     one_core.extra["cpu"] = timings["ours, one core"][2]["cpu_seconds"]
+    pegasos = eval_row(
+        "pegasos-stream eval, Pegasos alone (--set model={kind: linear, ...}), one core",
+        "the same command, the model its first Pegasos alone (λ, t0, columns), its thread bound to one CPU",
+        timings["Pegasos alone, one core"],
+    )
+    pegasos.extra["cpu"] = timings["Pegasos alone, one core"][2]["cpu_seconds"]
     vw_rows = {
         loss: scored(
             setting.label,
@@ -466,12 +477,13 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
     ]
     explicit = {loss: vw_pass(args.data, args.limit, setting, predict_first=True) for loss, setting in chosen.items()}
     same_margins = {loss: explicit[loss][1]["scores"] == timings[f"VW {loss}"][2]["scores"] for loss in chosen}
-    rows = [ours, one_core, *vw_rows.values(), bare, *peers]
+    rows = [ours, one_core, pegasos, *vw_rows.values(), bare, *peers]
     for row in rows:
         print(f"  {row.system}: fastest {max(rates(row)):,.0f}/s", file=sys.stderr)
 
     ratios = {loss: paired_ratios(ours, row) for loss, row in vw_rows.items()}
     one_core_ratios = {loss: paired_ratios(one_core, vw_rows[loss]) for loss in chosen}
+    pegasos_ratios = {loss: paired_ratios(pegasos, vw_rows[loss]) for loss in chosen}
     ratio_table = section(
         f"Paired ratios, ours / Vowpal Wabbit, over {args.repeat} rounds",
         ["ours", "Vowpal Wabbit", ">smallest", ">median", ">largest", ">rounds ours faster"],
@@ -484,7 +496,11 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
                 f"{max(r):.2f}",
                 f"{sum(x > 1.0 for x in r)} of {len(r)}",
             ]
-            for name, by_loss in (("default", ratios), ("one core", one_core_ratios))
+            for name, by_loss in (
+                ("default", ratios),
+                ("one core", one_core_ratios),
+                ("Pegasos alone, one core", pegasos_ratios),
+            )
             for loss, r in by_loss.items()
         ],
     )
@@ -503,10 +519,10 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
         f"Runner overhead 1 − eval on one core/bare (fastest passes) = {100 * overhead:.1f}% (eval also reads gzip and "
         f"JSON). Bare learning reproduces the eval's accuracy and AUC: {yes(same)}; so does eval on one core: "
         f"{yes(same_cores)}.",
-        f"One untimed warm-up pass of each, then {args.repeat} rounds of (ours, ours on one core, VW hinge, VW "
-        f"logistic, the two VW pipes, bare) back to back; river and scikit-learn: fastest of {args.peer_repeat} after "
-        "them. Native thread pools limited to one thread. CPU s / wall s near 1 means one core busy (a pipe's CPU "
-        "counts its converter's).",
+        f"One untimed warm-up pass of each, then {args.repeat} rounds of (ours, ours on one core, Pegasos alone on "
+        "one core, VW hinge, VW logistic, the two VW pipes, bare) back to back; river and scikit-learn: fastest of "
+        f"{args.peer_repeat} after them. Native thread pools limited to one thread. CPU s / wall s near 1 means one "
+        "core busy (a pipe's CPU counts its converter's).",
         "VW's pipe gives the margins of pyvw in-process, to the 6 digits `-r` writes: "
         + ", ".join(f"{loss} {yes(same)}" for loss, same in piped_margins.items())
         + ".",
@@ -529,6 +545,7 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
         "vw_chosen": {loss: setting._asdict() for loss, setting in chosen.items()},
         "paired_ratios_ours_over_vw": ratios,
         "paired_ratios_one_core_over_vw": one_core_ratios,
+        "paired_ratios_pegasos_one_core_over_vw": pegasos_ratios,
         "overhead": overhead,
         "bare_reproduces_eval_metrics": same,
         "meets_target_rate": meets,
@@ -542,11 +559,12 @@ def measure(args: argparse.Namespace) -> tuple[list[dict], dict, list[list[str]]
     if args.profile:
         raw["profile"] = profile_cli(argv, args.profile_top)
     best_loss = next(loss for loss, row in vw_rows.items() if row is best_vw)
-    paired, paired_one_core = ratios[best_loss], one_core_ratios[best_loss.removesuffix(", pipe")]
+    in_process = best_loss.removesuffix(", pipe")
+    paired, paired_one_core, paired_pegasos = ratios[best_loss], one_core_ratios[in_process], pegasos_ratios[in_process]
     headline = [
         f"spam path end to end, SpamAssassin raw emails (emails/s, fastest of {args.repeat} paired passes; ours ÷ "
-        f"VW per round: {min_median(paired)}; ours on one core {max(rates(one_core)):,.0f}/s, ÷ VW in-process "
-        f"{min_median(paired_one_core)})",
+        f"VW per round: {min_median(paired)}; on one core, ÷ VW in-process: ours {max(rates(one_core)):,.0f}/s, "
+        f"{min_median(paired_one_core)}; Pegasos alone {max(rates(pegasos)):,.0f}/s, {min_median(paired_pegasos)})",
         f"{max(rates(ours)):,.0f}",
         best_vw.system,
         f"{max(rates(best_vw)):,.0f}",
