@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 import yaml
 from kafka_helpers import GROUP_SETTINGS, kafka_source_config
 
 from pegasos_stream import cli
+from pegasos_stream.cli.config import load_config, shipped_configs
+from pegasos_stream.parse import batches
 from pegasos_stream.persist.checkpoint import latest_valid
 from pegasos_stream.testing.kafka_broker import committed_offset, consume
+
+SAMPLE = Path(__file__).resolve().parents[1] / "pegasos_stream" / "data" / "spam-sample.jsonl.gz"
 
 
 def _config(tmp_path: Path, broker: str, topic: str, group: str, client: str) -> Path:
@@ -100,3 +107,38 @@ def test_one_kafka_section_connects_the_source_the_output_and_the_dead_letter_to
     assert committed_offset(kafka_broker, group, mail) == 11  # committed once the checkpoint covered it
     found = latest_valid(tmp_path / "checkpoints")
     assert found is not None and found[2]["source"] == {"offsets": [[mail, 0, 11]]}
+
+
+def test_text_events_read_in_pieces_give_what_one_at_a_time_gives(
+    tmp_path, kafka_client, kafka_broker, kafka_topic, produce, capsys, monkeypatch
+):
+    """Messages of the bundled spam sample from Kafka, with a malformed record and an unlabelled message among them:
+    batches read in pieces on a helper thread (`BatchParser._text_pieces`, the most pieces) predict and learn what
+    one record at a time does."""
+    with gzip.open(SAMPLE, "rb") as sample:
+        lines = sample.read().splitlines()[:90]
+    lines[30] = b'{"id": "m1", "text": "unterminated'
+    lines[50] = json.dumps({"id": "u1", "text": json.loads(lines[50])["text"]}).encode()  # its label never comes
+    topic = kafka_topic(1)
+    produce(kafka_broker, topic, lines)
+    helper = ThreadPoolExecutor(1)
+    outputs = []
+    for batch_size, group in ((0, "one-at-a-time"), (4096, "pieces")):
+        with pytest.MonkeyPatch.context() as patch:
+            if group == "pieces":
+                patch.setattr(batches, "helper_thread", lambda name: helper)
+                patch.setattr(batches, "TEXT_PIECE_BYTES", 1)
+            config = load_config(shipped_configs()["spam"], [f"run.batch_size={batch_size}"])
+            kafka = kafka_source_config(kafka_broker, topic, group, kafka_client)
+            fields = {key: config["source"][key] for key in ("format", "fields", "labels")}  # the sample's JSON
+            config["source"] = {**kafka, **fields, "commit_without_checkpoint": True}
+            path = tmp_path / f"{group}.yaml"
+            path.write_text(yaml.safe_dump(config), encoding="utf-8")
+            summary = _run(path, tmp_path / f"{group}.jsonl", capsys)
+        outputs.append(((tmp_path / f"{group}.jsonl").read_text(encoding="utf-8"), summary))
+    helper.shutdown()
+    (one, one_summary), (pieces, pieces_summary) = outputs
+    assert one.count("\n") == 89 and one_summary["learned"] == 88 and one_summary["rejected"] == 1
+    assert pieces == one
+    same = ("events", "learned", "rejected", "empty_bodies", "accuracy", "roc_auc")
+    assert {key: pieces_summary[key] for key in same} == {key: one_summary[key] for key in same}
