@@ -5,8 +5,8 @@ Every pass is timed on the wall clock from its start to its end (CPU time is rec
 * **ours**: ``pegasos-stream eval --config configs/spam.yaml --input SPAMASSASSIN --json`` called in-process
   (``pegasos_stream.cli.main``), from the call to its return: configuration, gzip, the compiled JSON text reader,
   the compiled MIME reader and byte 4-gram hashing of a batch of texts (``EmailFeatures.transform_texts``), the
-  compiled loops of the configured learner (``learn_rows``: Pegasos and the AdaGrad logistic regression of
-  ``PegasosCommittee``), the exact prequential metrics and the JSON summary (captured). Without ``--output`` eval writes
+  compiled loops of the configured learner (``learn_rows``: each member of the ``PegasosMixture``), the exact
+  prequential metrics and the JSON summary (captured). Without ``--output`` eval writes
   no predictions; its scores stay in memory for the AUC. On more than one core (the default path), the next gzip
   block is read on one helper thread and the texts of a batch in pieces, each but the first on another, while the
   runner learns the piece before (``BatchParser._text_pieces``).
@@ -31,10 +31,11 @@ Every pass is timed on the wall clock from its start to its end (CPU time is rec
   parsed from JSON before the clock starts, ``transform_texts`` + ``learn_rows`` per batch of the runner's size
   (``run.batch_size`` texts, about ``run.batch_bytes`` of them). Runner overhead = 1 − eval rate / bare rate.
 
-Pairing: after one untimed warm-up pass of each, ``--repeat`` rounds of (ours, ours on one core, VW hinge, VW
-logistic, bare), back to back, so that a slow spell of the machine hits them all. Each system's fastest, median and
-slowest rate is reported, and, per VW variant, the smallest, median and largest of the per-round ratios ours/VW, for
-ours and for ours on one core. For context, one
+Pairing: after one untimed warm-up pass of each, ``--repeat`` rounds of (ours, ours on one core, Pegasos alone on
+one core, VW hinge, VW logistic, VW hinge and logistic with their reader, bare), back to back, so that a slow spell of
+the machine hits them all. Each system's fastest, median and slowest rate is reported, and the smallest, median and
+largest of the per-round ratios ours/VW: ours against every VW pass, ours on one core and Pegasos alone on one core
+against pyvw's (one core each). For context, one
 pass each (``--peer-repeat``), gzip + JSON in the clock: river ``BagOfWords() | LogisticRegression()``
 (``predict_proba_one`` + ``learn_one`` on the raw message) and scikit-learn ``HashingVectorizer`` (binary
 character 4-grams of the first 3,000 raw characters) + ``SGDClassifier(loss="hinge", alpha=λ)``
@@ -234,13 +235,19 @@ def vw_pipe_pass(path: Path, limit: int | None, setting: VWSetting) -> Pass:
         os.mkfifo(fifo)
         argv = [str(path), str(fifo), str(setting.prefix or ""), str(limit or "")]
         converter = subprocess.Popen([sys.executable, "-c", VW_CONVERTER, *argv], stdout=subprocess.PIPE, text=True)
-        assert converter.stdout is not None and converter.stdout.readline() == "ready\n"
-        children, cpu, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.process_time(), time.perf_counter()
-        workspace = pyvw.Workspace(f"{setting.arguments} -d {fifo} -r {margins}")
-        workspace.finish()
-        seconds = time.perf_counter() - start
-        if converter.wait() != 0:
-            raise RuntimeError(f"the VW converter failed (exit status {converter.returncode})")
+        try:
+            assert converter.stdout is not None and converter.stdout.readline() == "ready\n"
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu, start = time.process_time(), time.perf_counter()
+            workspace = pyvw.Workspace(f"{setting.arguments} -d {fifo} -r {margins}")
+            workspace.finish()
+            seconds = time.perf_counter() - start
+            if converter.wait() != 0:
+                raise RuntimeError(f"the VW converter failed (exit status {converter.returncode})")
+        finally:  # (a converter still waiting for its reader would wait for ever)
+            if converter.poll() is None:
+                converter.kill()
+                converter.wait()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         converter_cpu = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
         scores = [float(line.split()[0]) for line in margins.read_text().splitlines()]

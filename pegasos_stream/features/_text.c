@@ -784,7 +784,8 @@ static int count(Map *row, uint64_t column, uint64_t *cols, Py_ssize_t *cnt) {
 }
 
 /* The distinct columns of the row being read, in first-appearance order (cols, with their counts
- * cnt): a bit per column when the features are binary and the columns few enough, else the map. */
+ * cnt): a bit per column when the features are binary and the columns few enough (no counts then: a binary
+ * feature's value is not its count), else the map. */
 typedef struct {
     Map *map;
     uint8_t *bits;
@@ -798,8 +799,7 @@ static inline int add_column(RowState *r, uint64_t column) {
         uint8_t bit = (uint8_t)(1u << (column & 7));
         if (!(r->bits[column >> 3] & bit)) {
             r->bits[column >> 3] |= bit;
-            r->cols[r->used] = column;
-            r->cnt[r->used++] = 1;
+            r->cols[r->used++] = column;  /* (binary: no count) */
         }
         return 0;
     }
@@ -881,7 +881,6 @@ static int add_row(Batch *batch, const Options *o, const unsigned char *t, Py_ss
             uint8_t bit = (uint8_t)(1u << (column & 7)), held = bits[column >> 3];
             bits[column >> 3] = held | bit;
             cols[r.used] = column;
-            cnt[r.used] = 1;
             r.used += !(held & bit);
         }
     } else {
