@@ -1134,7 +1134,7 @@ def test_the_report_state_keeps_the_layout_of_earlier_checkpoints(tmp_path, kind
 def test_text_events_learned_in_batches_give_the_model_and_predictions_of_one_at_a_time(tmp_path, reader):
     """The bundled spam sample through the shipped spam configuration: a batch's texts become rows
     at once (compiled for the "bytes" reader), and the run is bit-for-bit the one-at-a-time run; so is a run of
-    batches of one record (a live stream's), which go through the batch path too (`_batches_of_one`)."""
+    batches of one record (a live stream's), which go through the batch path too (`_single_records_batched`)."""
     results = []
     for batch_size in (0, 1, 7, 4096):
         output = tmp_path / f"predictions-{batch_size}.jsonl"

@@ -429,7 +429,7 @@ class Runner:
     # -- many records: the compiled loop ------------------------------------------------------
 
     @property
-    def _batches_of_one(self) -> bool:
+    def _single_records_batched(self) -> bool:
         """Whether a batch of one record goes through `process_many`, as a live stream's often is: with text features,
         whose compiled reader and loop learn a message two to three times as fast as ``learn_one`` over its dict; not
         one record at a time (``batch_size`` 0), which is ``learn_one``'s path."""
@@ -636,7 +636,7 @@ class Runner:
             records = source.claim(records)
             counted = self.stats.events
             try:
-                if len(records) == 1 and not self._batches_of_one:
+                if len(records) == 1 and not self._single_records_batched:
                     self.process(records[0])
                 elif records:
                     self.process_many(records)
