@@ -110,7 +110,7 @@ def test_one_kafka_section_connects_the_source_the_output_and_the_dead_letter_to
 
 
 def test_text_events_read_in_pieces_give_what_one_at_a_time_gives(
-    tmp_path, kafka_client, kafka_broker, kafka_topic, produce, capsys, monkeypatch
+    tmp_path, kafka_client, kafka_broker, kafka_topic, produce, capsys
 ):
     """Messages of the bundled spam sample from Kafka, with a malformed record and an unlabelled message among them:
     batches read in pieces on a helper thread (`BatchParser._text_pieces`, the most pieces) predict and learn what
