@@ -52,8 +52,6 @@ Usage: ``python scripts/bench_stream_spam.py [--data PATH] [--limit N] [--repeat
 from __future__ import annotations
 
 import argparse
-import gzip
-import io
 import itertools
 import json
 import os
@@ -63,7 +61,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -90,6 +88,7 @@ from _harness import (
     write_results,
     yes,
 )
+from _vw_input import json_events, vw_example
 from river import feature_extraction, linear_model
 from sklearn.linear_model import SGDClassifier
 from vowpalwabbit import pyvw
@@ -108,10 +107,6 @@ TARGET_RATE = 10_000
 VW_LOSSES = ("hinge", "logistic")
 VW_PREFIXES = (3000, None)
 VW_RATES = (0.1, 0.5, 2.0)
-#: VW's text format reads ':' as a feature's value and '|' as a namespace: both become spaces.
-VW_SEPARATORS = str.maketrans(":|", "  ")
-#: The read buffer of the gzip stream, as pegasos_stream's FileSource has it.
-READ_BUFFER = 1 << 20
 
 #: Columns of the table of systems.
 SPEED_COLUMNS = [
@@ -147,13 +142,6 @@ class VWSetting(NamedTuple):
         return f"Vowpal Wabbit (its reader, from a converter process, {self.loss}, -l {self.rate:g}, {self.form})"
 
 
-def json_events(path: Path) -> Iterator[dict]:
-    """The JSON objects of a gzipped JSON-lines file, through a buffered reader, parsed one line at a time."""
-    with io.BufferedReader(gzip.GzipFile(path, "rb"), buffer_size=READ_BUFFER) as lines:
-        for line in lines:
-            yield json.loads(line)
-
-
 def on_one_core(run: Callable[[], Pass]) -> Callable[[], Pass]:
     """``run`` with this thread bound to one CPU of those it may use (the process then starts no helper thread)."""
 
@@ -183,16 +171,11 @@ def vw_pass(path: Path, limit: int | None, setting: VWSetting, predict_first: bo
     """One pyvw workspace over the file (its first ``limit`` messages): parse JSON, make the example, learn. VW's
     ``learn`` predicts before it updates, and the example then holds that raw margin; with ``predict_first``, the
     margin comes from an explicit ``predict`` before ``learn`` (the same margins, the features read once more)."""
-    prefix = setting.prefix
     scores, positives = [], []
     start = time.perf_counter()
     workspace = pyvw.Workspace(setting.arguments)
     for event in itertools.islice(json_events(path), limit):
-        y = event["label"] == "spam"
-        text = event["text"] if prefix is None else event["text"][:prefix]
-        example = workspace.parse(
-            ("1 |m " if y else "-1 |m ") + " ".join(text.lower().translate(VW_SEPARATORS).split())
-        )
+        example = workspace.parse(vw_example(event, setting.prefix))
         if predict_first:
             workspace.predict(example)
             scores.append(example.get_partial_prediction())
@@ -201,27 +184,24 @@ def vw_pass(path: Path, limit: int | None, setting: VWSetting, predict_first: bo
             workspace.learn(example)
             scores.append(example.get_partial_prediction())
         workspace.finish_example(example)
-        positives.append(y)
+        positives.append(event["label"] == "spam")
     workspace.finish()
     return time.perf_counter() - start, {"scores": scores, "positives": positives}
 
 
 #: The converter of `vw_pipe_pass`, a process of its own: it imports, says so on its standard output, then writes
-#: VW's text examples of the gzip file's JSON messages (argv: path, FIFO, characters kept or "", messages or "") into
-#: the FIFO, made as `vw_pass` makes them.
+#: VW's text examples of the gzip file's JSON messages (argv: path, FIFO, characters kept or "", messages or "", the
+#: directory of ``_vw_input``) into the FIFO, made by the functions `vw_pass` uses.
 VW_CONVERTER = """
-import gzip, io, itertools, json, sys
+import itertools, sys
 path, fifo, prefix, limit = sys.argv[1], sys.argv[2], int(sys.argv[3] or 0) or None, int(sys.argv[4] or 0) or None
-separators = str.maketrans(":|", "  ")
+sys.path.insert(0, sys.argv[5])
+from _vw_input import READ_BUFFER, json_events, vw_example
 sys.stdout.write("ready\\n")
 sys.stdout.flush()
-with open(fifo, "w", buffering=1 << 20) as sink:
-    with io.BufferedReader(gzip.GzipFile(path, "rb"), buffer_size=1 << 20) as lines:
-        for line in itertools.islice(lines, limit):
-            event = json.loads(line)
-            text = event["text"][:prefix]
-            tokens = " ".join(text.lower().translate(separators).split())
-            sink.write(("1 |m " if event["label"] == "spam" else "-1 |m ") + tokens + "\\n")
+with open(fifo, "w", buffering=READ_BUFFER) as sink:
+    for event in itertools.islice(json_events(path), limit):
+        sink.write(vw_example(event, prefix) + "\\n")
 """
 
 
@@ -233,7 +213,7 @@ def vw_pipe_pass(path: Path, limit: int | None, setting: VWSetting) -> Pass:
     with tempfile.TemporaryDirectory() as directory:
         fifo, margins = Path(directory) / "examples", Path(directory) / "margins"
         os.mkfifo(fifo)
-        argv = [str(path), str(fifo), str(setting.prefix or ""), str(limit or "")]
+        argv = [str(path), str(fifo), str(setting.prefix or ""), str(limit or ""), str(Path(__file__).parent)]
         converter = subprocess.Popen([sys.executable, "-c", VW_CONVERTER, *argv], stdout=subprocess.PIPE, text=True)
         try:
             assert converter.stdout is not None and converter.stdout.readline() == "ready\n"
