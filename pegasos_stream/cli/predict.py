@@ -20,7 +20,7 @@ from typing import Any
 from ..features import EmailFeatures
 from ..io.records import Record
 from ..io.sinks import JsonLinesSink
-from ..io.sources import FileSource, Source, StdinSource
+from ..io.sources import FileSource, Source, SourceError, StdinSource
 from ..parse.parsing import Event, EventParser
 from ..persist.checkpoint import CheckpointError, latest_valid, read_checkpoint
 from ..run.predictions import Predictor, prediction_output, record_features
@@ -121,16 +121,19 @@ class _Scoring:
 
     def events(self, source: Source) -> None:
         """Score the events of ``source`` (label-only events and comments have nothing to score)."""
-        for record in source:
-            if record is None:  # standard input is idle: show what is scored
-                self.out.flush()
-                continue
-            try:
-                found = record_features(self.parser, self.predictor, record)
-                if found is not None:
-                    self._score(*found)
-            except (ValueError, TypeError, OverflowError) as error:
-                self._reject(rejection_reason(record, error))
+        try:
+            for record in source:
+                if record is None:  # standard input is idle: show what is scored
+                    self.out.flush()
+                    continue
+                try:
+                    found = record_features(self.parser, self.predictor, record)
+                    if found is not None:
+                        self._score(*found)
+                except (ValueError, TypeError, OverflowError) as error:
+                    self._reject(rejection_reason(record, error))
+        except SourceError as error:  # a damaged gzip file, its records before the damage scored
+            self._reject(str(error))
 
     def _score(self, event: Event, x: dict) -> None:
         """Emit the prediction of ``event`` (its features ``x``), with its explanation when asked for."""

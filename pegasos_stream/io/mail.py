@@ -20,7 +20,7 @@ from typing import BinaryIO, NamedTuple, Protocol
 
 from .inputs import FileHead
 from .records import RecordBatch
-from .sources import BATCH_BYTES, MAX_READ_BYTES, READ_BUFFER, Source, StdinReader, open_input
+from .sources import BATCH_BYTES, MAX_READ_BYTES, READ_BUFFER, Source, StdinReader, check_whole, open_input
 
 __all__ = [
     "NO_USER",
@@ -291,7 +291,10 @@ class MessageFileSource(Source):
         messages = _take(self._ready, n)
         self.ready = bool(messages) or self._ended
         if not messages:
-            return None if self._ended else RecordBatch([], (), self._position)
+            if not self._ended:
+                return RecordBatch([], (), self._position)
+            check_whole(self._file, self.name, f"message {self.message:,}" if self.message else "none")
+            return None
         self._held -= sum(len(message.value) for message in messages)
         self.offset, self.message = messages[-1].end, messages[-1].number
         return _batch(messages, [(message.end, message.number) for message in messages], self._position, self.label)
