@@ -161,6 +161,33 @@ def test_json_with_other_field_names_names_the_fields_seen(sample, tmp_path, cap
     )
 
 
+def test_json_whose_text_is_under_another_name_is_not_read_as_labels_in_silence(sample, tmp_path, capsys):
+    """Objects with an id and a label but their text under another name are labels alone, for no event: the run
+    stops and names the fields, where it used to end in success with nothing learned."""
+    renamed = [{"id": row["id"], "body": row["text"], "label": row["label"]} for row in sample]
+    status, lines, out = _eval_spam(capsys, "--input", str(_json_lines(tmp_path / "mail.jsonl", renamed)))
+    assert _refusal(status, lines) == (
+        "each of the first 100 records was a label with no event before it: the input holds JSON objects with the"
+        " fields 'id', 'body', 'label', none of them where source.fields expects an event's features, 'x' or 'text':"
+        " set source.fields.text (or .x) to the field that holds them"
+    )
+    assert out == ""
+    status, lines, out = _eval_spam(capsys, "--input", str(tmp_path / "mail.jsonl"), "--set", "source.fields.text=body")
+    assert status == 0, lines[-3:]
+    assert json.loads(out)["learned"] == len(sample)
+
+
+def test_late_labels_of_events_seen_before_them_disarm_the_watch(tmp_path, capsys):
+    """A label for an event the run predicted is a label learned: the watch ends, however many labels follow for
+    ids it never saw."""
+    events = [{"id": "e", "x": {"a": 1.0}}, {"id": "e", "label": True}]
+    events += [{"id": f"gone-{i}", "label": i % 2 == 0} for i in range(150)]
+    job = _dict_job(tmp_path, _json_lines(tmp_path / "events.jsonl", events))
+    status, lines, out = _cli(capsys, "eval", "--config", str(job), "--json")
+    assert status == 0, lines[-3:]
+    assert (json.loads(out)["learned"], json.loads(out)["unmatched_labels"]) == (1, 150)
+
+
 def _dict_job(tmp_path: Path, path: Path, **sections: dict) -> Path:
     job = tmp_path / "job.yaml"
     config = {"model": {"lambda_": 0.01}, "source": {"type": "file", "path": str(path)}, **sections}

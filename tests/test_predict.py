@@ -179,3 +179,24 @@ def test_predict_without_a_message_is_one_line_and_status_2(spam_checkpoint, tmp
     done = _predict("--model", str(spam_checkpoint), str(blank))
     assert (done.returncode, done.stdout) == (2, b"")
     assert done.stderr.decode().splitlines() == [f"error: {blank}: empty: no message to score"]
+
+
+def test_events_with_their_text_under_another_name_are_not_scored_in_silence(spam_checkpoint, tmp_path, capsys):
+    """Objects with an id and a label but the text under another field are labels alone: nothing is scored, and the
+    command says so with status 2, where it used to exit 0 with no output."""
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text(
+        "".join(json.dumps({"id": m["id"], "body": m["text"], "label": m["label"]}) + "\n" for m in _sample(0, 12)),
+        encoding="utf-8",
+    )
+    assert cli.main(["predict", "--model", str(spam_checkpoint), str(renamed)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines()[-1] == (
+        "error: nothing to score: each of the 12 records read is a label alone or a comment, and the model's"
+        " configuration reads an event's features from the field 'x' or 'text' (source.fields)"
+    )
+    labelled = tmp_path / "mixed.jsonl"
+    labelled.write_text(renamed.read_text(encoding="utf-8") + json.dumps(_sample(20, 1)[0]) + "\n", encoding="utf-8")
+    assert cli.main(["predict", "--model", str(spam_checkpoint), str(labelled)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1  # one event scored: the labels alone are passed over

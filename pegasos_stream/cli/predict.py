@@ -106,6 +106,8 @@ class _Scoring:
         self.explain = explain  # the features each prediction names with their parts of its score (0: none)
         self.out = JsonLinesSink()
         self.rejected = 0
+        self.scored = 0
+        self.labels_alone = 0  # records that are a label without features (or a comment): nothing to score
 
     def message(self, name: str) -> None:
         """Score the message in file ``name`` ("-": standard input); a StartupError when it holds none."""
@@ -128,7 +130,9 @@ class _Scoring:
                     continue
                 try:
                     found = record_features(self.parser, self.predictor, record)
-                    if found is not None:
+                    if found is None:
+                        self.labels_alone += 1
+                    else:
                         self._score(*found)
                 except (ValueError, TypeError, OverflowError) as error:
                     self._reject(rejection_reason(record, error))
@@ -143,6 +147,7 @@ class _Scoring:
             explained = self.predictor.explain(event, x, self.explain)
             prediction["explain"] = [[name, round(part, 6)] for name, part in explained]
         self.out.emit(prediction)
+        self.scored += 1
 
     def _reject(self, reason: str) -> None:
         _log.warning("rejected %s", reason)
@@ -150,7 +155,8 @@ class _Scoring:
 
 
 def command_predict(args: argparse.Namespace) -> int:
-    """Score every input; 0, or 1 when a record or message was rejected."""
+    """Score every input; 0, or 1 when a record or message was rejected (a StartupError, status 2, when every record
+    read was a label alone: nothing was scored)."""
     model, settings = load_model(args.model, options.key_of(args))
     predictor = build_predictor(settings, model)
     inputs = [(name, input_format(name, args.format)) for name in args.inputs or ["-"]]
@@ -170,4 +176,11 @@ def command_predict(args: argparse.Namespace) -> int:
             scoring.out.flush()
     finally:
         scoring.out.close()
+    if scoring.labels_alone and not scoring.scored:
+        fields = scoring.parser.fields
+        raise StartupError(
+            f"nothing to score: each of the {scoring.labels_alone:,} records read is a label alone or a comment, and"
+            f" the model's configuration reads an event's features from the field {fields['x']!r} or"
+            f" {fields['text']!r} (source.fields)"
+        )
     return 1 if scoring.rejected else 0

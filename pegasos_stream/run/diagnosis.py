@@ -1,9 +1,11 @@
 """A run that rejects everything stops, and says why: what the records look like against what the parser expects.
 
 `LeadingRejections` watches the first records of a run. Once each of its first ``limit`` records (each record of
-an input that ends before) was rejected, it raises `AllRejected` with a hint: the format the records look like
+an input that ends before) came to nothing, it raises `AllRejected` with a hint: the format the records look like
 (an mbox, one raw RFC 822 message, svmlight lines, JSON objects) when they are read as another; the fields of
-JSON objects that have none of those the parser reads; or the label values seen against those expected.
+JSON objects that have none of those the parser reads; or the label values seen against those expected. A record
+comes to nothing when it is rejected, or when it is a label alone for an id that no event before it had: JSON
+objects whose features are under another name than ``source.fields`` says are read so.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ _FORMATS = {
 
 
 class AllRejected(RuntimeError):
-    """Each of the first records of a run was rejected; the message says what they look like."""
+    """Each of the first records of a run was rejected (or a label for no event); the message says what they look
+    like."""
 
 
 class _Look(NamedTuple):
@@ -83,11 +86,12 @@ def _named(values: list[object]) -> str:
 
 
 class LeadingRejections:
-    """The watch over the first ``limit`` records of a run while each of them is rejected.
+    """The watch over the first ``limit`` records of a run while each of them comes to nothing.
 
     ``events`` and ``rejected`` are the runner's counts when the run starts (a resumed run's included). The runner
-    notes each rejected record (`note`) and checks its counts after each batch (`check`), reading no more than
-    the records `left` at a time, so that the limit falls between two batches."""
+    notes each rejected record (`note`) and each label for no event (`note_unmatched`), and checks its counts after
+    each batch (`check`), reading no more than the records `left` at a time, so that the limit falls between two
+    batches."""
 
     def __init__(self, limit: int, parser: EventParser, multiclass: bool, events: int, rejected: int) -> None:
         self.limit = limit
@@ -96,11 +100,20 @@ class LeadingRejections:
         self._start = (events, rejected)
         self._looks: list[_Look] = []
         self._first_reason: str | None = None
+        self._unmatched = 0  # labels alone, for ids that no event before them had
 
     def note(self, record: Record, reason: str) -> None:
         """``record`` was rejected for ``reason``."""
         if self._first_reason is None:
             self._first_reason = reason
+        self._look_at(record)
+
+    def note_unmatched(self, record: Record) -> None:
+        """``record`` was a label alone, for an id that no event before it had."""
+        self._unmatched += 1
+        self._look_at(record)
+
+    def _look_at(self, record: Record) -> None:
         lines = record.value.split(b"\n", LINES_LOOKED_AT)[:LINES_LOOKED_AT]  # (the rest of a message left whole)
         self._looks += [_look(line.strip(), self._parser.fields["label"]) for line in lines if line.strip()]
 
@@ -110,17 +123,24 @@ class LeadingRejections:
 
     def check(self, events: int, rejected: int, ended: bool = False) -> bool:
         """Whether to go on watching, with ``events`` processed and ``rejected`` rejected: not once a record of the
-        run was not rejected; `AllRejected` once each of ``limit`` records was (each of them, when the input has
-        ``ended``)."""
-        processed, refused = events - self._start[0], rejected - self._start[1]
+        run came to something; `AllRejected` once each of ``limit`` records came to nothing (each of them, when the
+        input has ``ended``)."""
+        processed, refused = events - self._start[0], rejected - self._start[1] + self._unmatched
         if refused < processed:
             return False
         if processed >= self.limit or (ended and processed):
             raise AllRejected(
-                f"{_each(processed, self.limit)} rejected: {self._hint()} (to read on regardless:"
+                f"{_each(processed, self.limit)} {self._came_to()}: {self._hint()} (to read on regardless:"
                 " --set run.stop_after_leading_rejections=0)"
             )
         return True
+
+    def _came_to(self) -> str:
+        """What each of the records watched came to."""
+        if not self._unmatched:
+            return "rejected"
+        rejected = self._first_reason is not None
+        return "rejected or a label with no event before it" if rejected else "a label with no event before it"
 
     def _hint(self) -> str:
         """What the records look like against what the parser expects."""
@@ -130,7 +150,7 @@ class LeadingRejections:
         if seen is not None and seen != parser.format:
             return f"the input looks like {_FORMATS[seen]}, read as {parser.format}: set source.format: {seen}"
         objects = [look for look in self._looks if look.format == seen]
-        if seen == "json" and (hint := _fields_hint(parser, objects)) is not None:
+        if seen == "json" and (hint := _fields_hint(parser, objects, self._unmatched > 0)) is not None:
             return hint
         labelled = seen in ("json", "svmlight") and not self._multiclass  # (binary labels, each checked)
         if labelled and (hint := _labels_hint(parser, objects)) is not None:
@@ -138,12 +158,19 @@ class LeadingRejections:
         return f"the first: {self._first_reason}"
 
 
-def _fields_hint(parser: EventParser, objects: list[_Look]) -> str | None:
-    """The fields of the JSON ``objects``, when none of them is one ``parser`` reads (None: some is)."""
+def _fields_hint(parser: EventParser, objects: list[_Look], labels_alone: bool) -> str | None:
+    """The fields of the JSON ``objects``, when none of them is one ``parser`` reads, or (``labels_alone``: some of
+    them were read as labels alone) none that holds an event's features (None: some is)."""
     fields = parser.fields
     names = _distinct(name for look in objects for name in look.fields)
-    if {fields["x"], fields["text"], fields["label"]} & set(names):
+    if {fields["x"], fields["text"], *([] if labels_alone else [fields["label"]])} & set(names):
         return None
+    if labels_alone:
+        return (
+            f"the input holds JSON objects with the fields {_named(names)}, none of them where source.fields expects"
+            f" an event's features, {fields['x']!r} or {fields['text']!r}: set source.fields.text (or .x) to the"
+            " field that holds them"
+        )
     return (
         f"the input holds JSON objects with the fields {_named(names)}, where source.fields expects"
         f" {fields['id']!r}, {fields['x']!r} or {fields['text']!r}, and {fields['label']!r}"

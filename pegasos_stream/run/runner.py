@@ -363,7 +363,7 @@ class Runner:
             if parsed.has_input:
                 self._predict_and_learn(parsed, record)
             else:
-                self._late_label(parsed)
+                self._late_label(parsed, record)
         except (ValueError, TypeError, OverflowError) as error:  # BadRecord, or a value the learner refused
             self._reject(record, error)
 
@@ -399,9 +399,11 @@ class Runner:
             raise
         emit(forwarded_event(record.value, fields, event.id, score, binary_sign(event.label) > 0, shared_t))
 
-    def _late_label(self, event: Event) -> None:
+    def _late_label(self, event: Event, record: Record) -> None:
         waiting = self.pending.take(event.id)
         if waiting is None:
+            if self._leading is not None:
+                self._leading.note_unmatched(record)
             return
         if waiting.record is None:
             self._learn(waiting.x, event.label, waiting.score, waiting.user)
