@@ -177,6 +177,23 @@ def test_json_whose_text_is_under_another_name_is_not_read_as_labels_in_silence(
     assert json.loads(out)["learned"] == len(sample)
 
 
+def test_an_eval_whose_events_carry_no_label_where_it_reads_one_does_not_succeed(sample, tmp_path, capsys):
+    """Labels under another field: every event is scored and waits for a label that never comes. eval learned
+    nothing, and says so with status 2 (no summary), where it used to end in success with n 0."""
+    renamed = [{"id": row["id"], "text": row["text"], "class": row["label"]} for row in sample[:30]]
+    path = _json_lines(tmp_path / "mail.jsonl", renamed)
+    status, lines, out = _eval_spam(capsys, "--input", str(path))
+    assert (status, out) == (2, "")
+    assert lines[-1] == (
+        "error: eval learned nothing: none of the 30 events it scored carried a label in the field 'label'"
+        " (source.fields.label), nor did a label come later for one; eval learns from labels (run scores unlabelled"
+        " events)"
+    )
+    status, lines, out = _eval_spam(capsys, "--input", str(path), "--set", "source.fields.label=class")
+    assert status == 0, lines[-3:]
+    assert json.loads(out)["learned"] == 30
+
+
 def test_late_labels_of_events_seen_before_them_disarm_the_watch(tmp_path, capsys):
     """A label for an event the run predicted is a label learned: the watch ends, however many labels follow for
     ids it never saw."""

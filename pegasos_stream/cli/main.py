@@ -23,7 +23,7 @@ from ..persist.checkpoint import CheckpointError, CheckpointWriteError, describe
 from ..run.diagnosis import AllRejected
 from ..run.predictions import EXPLAINED
 from ..run.rejections import StopRun
-from ..run.runner import Runner
+from ..run.runner import Runner, RunStats
 from . import options
 from .checks import StartupError
 from .config import ConfigError, shipped_configs
@@ -147,10 +147,25 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         except (SourceError, CheckpointWriteError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
+    if evaluate and (unlearned := _nothing_learned(job, stats)) is not None:
+        print(f"error: {unlearned}", file=sys.stderr)  # (no summary: the eval did not succeed)
+        return 2
     _print_summary(job.summary(stats), evaluate, evaluate and args.json)
     if evaluate and args.plot:
         write_learning_curve(cast("BinaryReport", job.runner.report), args.plot, Path(config_name).stem)
     return 0
+
+
+def _nothing_learned(job: Job, stats: RunStats) -> str | None:
+    """Why an eval that scored events learned from none of them (each still waits for its label), or None."""
+    if stats.learned or not len(job.runner.pending):
+        return None
+    label = job.runner.parser.fields["label"]
+    return (
+        f"eval learned nothing: none of the {stats.predicted:,} events it scored carried a label in the field {label!r}"
+        " (source.fields.label), nor did a label come later for one; eval learns from labels (run scores unlabelled"
+        " events)"
+    )
 
 
 def _job_settings(args: argparse.Namespace, evaluate: bool) -> tuple[str, JobSettings]:
