@@ -143,6 +143,16 @@ def test_a_raw_message_read_as_json_lines_stops_saying_it_looks_like_one(sample,
     )
 
 
+def test_gzip_data_under_a_name_without_gz_is_said_to_be_gzip(tmp_path, capsys):
+    disguised = tmp_path / "mail.jsonl"
+    disguised.write_bytes(SAMPLE.read_bytes())
+    status, lines, _ = _eval_spam(capsys, "--input", str(disguised))
+    assert _refusal(status, lines) == (
+        "each of the first 100 records was rejected: the input looks like gzip data, read as it is: give the file a"
+        " name that ends in .gz, or decompress it into standard input (zcat FILE | pegasos-stream ... --input -)"
+    )
+
+
 def test_labels_other_than_those_expected_are_named(sample, tmp_path, capsys):
     relabelled = [{**row, "label": "SPAM" if row["label"] == "spam" else "not-spam"} for row in sample]
     status, lines, _ = _eval_spam(capsys, "--input", str(_json_lines(tmp_path / "mail.jsonl", relabelled)))

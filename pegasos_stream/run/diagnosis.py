@@ -3,9 +3,9 @@
 `LeadingRejections` watches the first records of a run. Once each of its first ``limit`` records (each record of
 an input that ends before) came to nothing, it raises `AllRejected` with a hint: the format the records look like
 (an mbox, one raw RFC 822 message, svmlight lines, JSON objects) when they are read as another; the fields of
-JSON objects that have none of those the parser reads; or the label values seen against those expected. A record
-comes to nothing when it is rejected, or when it is a label alone for an id that no event before it had: JSON
-objects whose features are under another name than ``source.fields`` says are read so.
+JSON objects that have none of those the parser reads; gzip data read as it is; or the label values seen against
+those expected. A record comes to nothing when it is rejected, or when it is a label alone for an id that no event
+before it had: JSON objects whose features are under another name than ``source.fields`` says are read so.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ _HEADER = re.compile(rb"[!-9;-~]+:")
 #: A svmlight line with at least one pair: a number, then name:value pairs, then an optional comment.
 _SVMLIGHT = re.compile(rb"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?:[ \t]+[^\s:#]+:\S+)+[ \t]*(?:#.*)?")
 
+#: The first bytes of gzip data.
+_GZIP_MAGIC = b"\x1f\x8b"
+
 #: What each format looks like, in a hint; the first that any line looks like is the records' (an mbox's
 #: envelope line is rare among its lines, a JSON or svmlight line rare in a message).
 _FORMATS = {
@@ -56,6 +59,8 @@ class _Look(NamedTuple):
 
 
 def _look(line: bytes, label_field: str) -> _Look:
+    if line.startswith(_GZIP_MAGIC):
+        return _Look("gzip")
     if _ENVELOPE.match(line):
         return _Look("mbox")
     if line.startswith(b"{"):
@@ -146,6 +151,11 @@ class LeadingRejections:
         """What the records look like against what the parser expects."""
         parser = self._parser
         formats = {look.format for look in self._looks}
+        if "gzip" in formats:
+            return (
+                "the input looks like gzip data, read as it is: give the file a name that ends in .gz, or decompress"
+                " it into standard input (zcat FILE | pegasos-stream ... --input -)"
+            )
         seen = next((format for format in _FORMATS if format in formats), None)
         if seen is not None and seen != parser.format:
             return f"the input looks like {_FORMATS[seen]}, read as {parser.format}: set source.format: {seen}"
