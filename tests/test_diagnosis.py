@@ -148,8 +148,8 @@ def test_gzip_data_under_a_name_without_gz_is_said_to_be_gzip(tmp_path, capsys):
     disguised.write_bytes(SAMPLE.read_bytes())
     status, lines, _ = _eval_spam(capsys, "--input", str(disguised))
     assert _refusal(status, lines) == (
-        "each of the first 100 records was rejected: the input looks like gzip data, read as it is: give the file a"
-        " name that ends in .gz, or decompress it into standard input (zcat FILE | pegasos-stream ... --input -)"
+        "each of the first 100 records was rejected: the input looks like gzip data, read as it is: a file whose name"
+        " ends in .gz is decompressed, a pipe is not (decompress into it: zcat FILE | pegasos-stream ... --input -)"
     )
 
 

@@ -153,8 +153,8 @@ class LeadingRejections:
         formats = {look.format for look in self._looks}
         if "gzip" in formats:
             return (
-                "the input looks like gzip data, read as it is: give the file a name that ends in .gz, or decompress"
-                " it into standard input (zcat FILE | pegasos-stream ... --input -)"
+                "the input looks like gzip data, read as it is: a file whose name ends in .gz is decompressed, a pipe"
+                " is not (decompress into it: zcat FILE | pegasos-stream ... --input -)"
             )
         seen = next((format for format in _FORMATS if format in formats), None)
         if seen is not None and seen != parser.format:
