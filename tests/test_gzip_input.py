@@ -88,6 +88,18 @@ def test_a_resumed_source_reads_on_to_the_damage(tmp_path, decompressor):
     assert f"(the last record read: line {line + len(values):,})" in str(error)
 
 
+def test_a_seek_past_the_damage_stops_at_it(tmp_path, decompressor):
+    whole = gzip.compress(b"\n".join(_lines(4000)) + b"\n")
+    path = tmp_path / "events.jsonl.gz"
+    path.write_bytes(whole[: len(whole) // 2])
+    decompressed = GzipInput(path)
+    end = len(_prefix(path.read_bytes()))
+    assert decompressed.seek(end + 10**6) == decompressed.tell() == end
+    assert decompressed.damage is not None and decompressed.disk_file.closed is False
+    decompressed.close()
+    assert decompressed.disk_file.closed
+
+
 def test_a_file_that_is_not_gzip_is_said_to_be_so(tmp_path, decompressor):
     path = tmp_path / "events.jsonl.gz"
     path.write_bytes(b'{"id": 1, "x": {}}\n' * 100)

@@ -334,7 +334,7 @@ class GzipInput(io.RawIOBase):
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         self.damage = None
-        self._position = self._attempt(lambda: self._gzip.seek(offset, whence), self._gzip.tell)
+        self._position = self._attempt(lambda: self._gzip.seek(offset, whence), lambda: self._gzip.tell())
         return self._position
 
     def _attempt(self, action: Callable[[], _T], at_damage: Callable[[], _T]) -> _T:
@@ -347,9 +347,10 @@ class GzipInput(io.RawIOBase):
                 self.damage = _damage(error, self._position)
                 return at_damage()
         self._fast = False  # the standard library's takes over from the last byte handed out
+        self._gzip.close()  # (not the disk file, which it was given)
         self.disk_file.seek(0)
         self._gzip = gzip.GzipFile(fileobj=self.disk_file, mode="rb")
-        self._attempt(lambda: self._gzip.seek(self._position), self._gzip.tell)
+        self._attempt(lambda: self._gzip.seek(self._position), lambda: self._gzip.tell())
         return self._attempt(action, at_damage)
 
     def tell(self) -> int:
