@@ -93,9 +93,20 @@ def _rows_and_signs(stream: list[tuple[dict, bool]]) -> tuple[Rows, np.ndarray]:
     return Rows.from_dicts([x for x, _ in stream]), np.array([1.0 if y else -1.0 for _, y in stream])
 
 
-@pytest.mark.parametrize("dense", [False, True])
-def test_adagrad_compiled_rows_are_bit_identical_to_learn_one(dense):
+def _rows_in_place(stream: list[tuple[dict, bool]]) -> tuple[Rows, np.ndarray]:
+    """The rows with the int features themselves as columns (keys ``range(N_COLUMNS)``): the weights' own columns,
+    as text rows of hashed columns are."""
+    rows, signs = _rows_and_signs(stream)
+    columns = np.array(rows.keys, dtype=np.int64)[rows.indices]
+    return Rows(rows.indptr, columns, rows.data, range(N_COLUMNS), True), signs
+
+
+@pytest.mark.parametrize("layout", ["dicts", "arrays through columns", "arrays in place"])
+def test_adagrad_compiled_rows_are_bit_identical_to_learn_one(layout):
+    """In place, the compiled loop steps two features at a time (SSE2) and the last of a row of odd length alone."""
+    dense = layout != "dicts"
     stream = _stream(300, 7, "int" if dense else "str")
+    assert {len(x) % 2 for x, _ in stream} == {0, 1}
     one = AdaGradLogistic(n_features=N_COLUMNS if dense else None)
     rows_model = AdaGradLogistic(n_features=N_COLUMNS if dense else None)
     expected = []
@@ -105,7 +116,7 @@ def test_adagrad_compiled_rows_are_bit_identical_to_learn_one(dense):
     weights = np.array([0.5 if i % 3 == 0 else 1.0 for i in range(len(stream))])
     decisions, probas = np.empty(len(stream)), np.empty(len(stream))
     for part in (slice(0, 120), slice(120, 300)):  # two batches, the second over weights the first wrote
-        rows, signs = _rows_and_signs(stream[part])
+        rows, signs = (_rows_in_place if layout == "arrays in place" else _rows_and_signs)(stream[part])
         assert rows_model.learn_rows(LearnBatch(rows, signs, weights[part], decisions[part], probas[part])) == (
             len(rows),
             None,

@@ -289,6 +289,25 @@ def test_int32_indices_learn_what_int64_ones_do_and_are_checked_alike(distinct):
             _loops.check_rows(np.array([0, 3]), np.array([0, 5, extreme], dtype=np.int64), 10)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 1 << 12), st.lists(st.sets(st.integers(0, (1 << 13) - 1), max_size=9), min_size=1, max_size=5))
+def test_distinct_int64_columns_are_refused_exactly_when_one_is_out_of_range(n_columns, rows):
+    """Distinct rows of wide (int64) columns, the weights' own: a bound check that first takes the bitwise or of
+    every column, and looks at each one only when that is not below the bound, refuses the rows, learning
+    nothing, exactly when a column is outside 0..n_columns - 1."""
+    indptr = np.cumsum([0] + [len(row) for row in rows], dtype=np.int64)
+    indices = np.array([column for row in rows for column in sorted(row, reverse=True)], dtype=np.int64)
+    w, g2 = np.zeros(n_columns), np.full(n_columns, 1e-6)
+    arguments = (indptr, indices, np.ones(len(indices)), np.ones(len(rows)), np.ones(len(rows)), None, w, g2)
+    outputs = (np.empty(0, dtype=bool), np.empty(0, dtype=np.int64), np.zeros(len(rows)), 0.5, 1e-6, False, 0, True)
+    if all(column < n_columns for row in rows for column in row):
+        assert _loops.learn_logistic_rows(*arguments, *outputs) == (len(rows), 0)
+    else:
+        with pytest.raises(ValueError, match=r"^learn_logistic_rows: row \d+: column \d+ is out of range"):
+            _loops.learn_logistic_rows(*arguments, *outputs)
+        assert not w.any() and (g2 == 1e-6).all()
+
+
 def test_distinct_rows_skip_the_repeat_search_but_not_the_bounds():
     """``distinct`` (rows this package built) spares the search for a column repeated within a row, never the
     checks that keep every read and write inside the arrays."""

@@ -143,6 +143,21 @@ static void platt_update(double margin, int positive, double *s, int64_t *is, co
 
 
 
+/* The bitwise or of columns[first:last], two at a time where SSE2 is at hand: each of them is at most it. */
+static ALWAYS_INLINE uint64_t any_bits(const uint64_t *columns, int64_t first, int64_t last) {
+    uint64_t bits = 0;
+    int64_t k = first;
+#if defined(__SSE2__)
+    __m128i lanes = _mm_setzero_si128();
+    for (; k + 2 <= last; k += 2) lanes = _mm_or_si128(lanes, _mm_loadu_si128((const __m128i *)(columns + k)));
+    uint64_t halves[2];
+    _mm_storeu_si128((__m128i *)halves, lanes);
+    bits = halves[0] | halves[1];
+#endif
+    for (; k < last; k++) bits |= columns[k];
+    return bits;
+}
+
 /* Check CSR rows start..n (``indptr`` holds n + 1 entries, ``indices`` nnz; ``prefix`` starts each message): indptr[start:] non-decreasing
  * within 0..nnz, every column within 0..n_columns - 1 and none repeated within a row. The repeats are found with
  * a small hash set of the row's columns (sized for the longest row, its slots stamped with the row that filled
@@ -152,13 +167,15 @@ static void platt_update(double margin, int positive, double *s, int64_t *is, co
  * when ``keys`` (a list of n_columns keys) is given. Runs no Python code unless it fails. */
 /* Whether a column of indices[first:last] lies outside 0..n_columns - 1: one branch-free pass in the indices' own
  * width (a negative column is a large unsigned one; int32 columns are below 2^31), four int32 columns at a time
- * where SSE2 is at hand. */
+ * where SSE2 is at hand; int64 columns are looked at one by one only when the bitwise or of them all (any_bits) is
+ * not below n_columns. */
 static ALWAYS_INLINE int any_out_of_range(const void *indices, int wide, int64_t first, int64_t last,
                                           Py_ssize_t n_columns) {
     int out = 0;
     int64_t k = first;
     if (wide) {
         const uint64_t *columns = indices, limit = (uint64_t)n_columns;
+        if (any_bits(columns, first, last) < limit) return 0;
         for (; k < last; k++) out |= columns[k] >= limit;
         return out;
     }
@@ -802,6 +819,36 @@ static const RowArray LOGISTIC_ARRAYS[N_LOGISTIC] = {
     {"present", BOOL, 1, WEIGHT_COLUMNS}, {"new", I64, 1, KEYS}, {"decisions", F64, 1, ROWS},
 };
 
+/* AdaGrad's steps on the features a..e - 1 of a row whose columns are the weights' own, each present: for each
+ * feature in order g = coef*x[k], g2[c] += g*g, w[c] -= rate*g/sqrt(g2[c]). With SSE2, two features at a time: each
+ * lane takes the same IEEE operations as one feature alone and a row holds a column once (check_csr checks it, or
+ * the reader that built the rows vouches for it), so the weights come out bit for bit the same, and the square roots
+ * and divisions, the slow part of a step, run two at once. */
+static ALWAYS_INLINE void adagrad_steps(double *w, double *g2, const void *idx, int wide, const double *x,
+                                        Py_ssize_t a, Py_ssize_t e, double coef, double rate) {
+    Py_ssize_t k = a;
+#if defined(__SSE2__)
+    const __m128d coefs = _mm_set1_pd(coef), rates = _mm_set1_pd(rate);
+    for (; k + 2 <= e; k += 2) {
+        int64_t c0 = AT(idx, wide, k), c1 = AT(idx, wide, k + 1);
+        __m128d g = _mm_mul_pd(coefs, _mm_loadu_pd(&x[k]));
+        __m128d acc = _mm_add_pd(_mm_set_pd(g2[c1], g2[c0]), _mm_mul_pd(g, g));
+        _mm_storel_pd(&g2[c0], acc);
+        _mm_storeh_pd(&g2[c1], acc);
+        __m128d stepped = _mm_sub_pd(_mm_set_pd(w[c1], w[c0]), _mm_div_pd(_mm_mul_pd(rates, g), _mm_sqrt_pd(acc)));
+        _mm_storel_pd(&w[c0], stepped);
+        _mm_storeh_pd(&w[c1], stepped);
+    }
+#endif
+    for (; k < e; k++) {
+        int64_t c = AT(idx, wide, k);
+        double g = coef * x[k];
+        double acc = g2[c] + g * g;
+        g2[c] = acc;
+        w[c] = w[c] - rate * g / sqrt(acc);
+    }
+}
+
 /* learn_logistic_rows' loop over the checked buffers ``b`` from row ``start``, for int64 (``wide``) or int32
  * indices, summing as Python 3.12's sum() (``comp``) or as 3.11's; counts the columns first written in ``n_new`` and returns the row it stopped before. Runs without the
  * GIL. */
@@ -835,6 +882,10 @@ static ALWAYS_INLINE Py_ssize_t logistic_loop(const Buf *b, Py_ssize_t start, do
         for (Py_ssize_t k = a; k < e; k++) largest = py_max(largest, fabs(x[k]));
         double steepest = coef * largest;
         if (e > a && !isfinite(steepest * steepest)) break;  /* a gradient whose square overflows: refused */
+        if (!mapped && !tracked) {
+            adagrad_steps(w, g2, idx, wide, x, a, e, coef, rate);
+            continue;
+        }
         for (Py_ssize_t k = a; k < e; k++) {
             int64_t c = mapped ? columns[AT(idx, wide, k)] : AT(idx, wide, k);
             double g = coef * x[k];
