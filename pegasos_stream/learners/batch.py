@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -49,7 +49,7 @@ class LearnBatch:
 
     def at(self, start: int) -> LearnBatch:
         """This batch, learned from row ``start``."""
-        return replace(self, start=start)
+        return LearnBatch(self.rows, self.signs, self.weights, self.decisions, self.probas, start, self.margins)
 
     def into(self, decisions: np.ndarray, probas: np.ndarray, margins: np.ndarray | None = None) -> LearnBatch:
         """The same rows, signs, weights and start, their outputs into these arrays: a part's batch, for a learner

@@ -187,7 +187,8 @@ class PegasosCommittee(PlattScaledMargin, base.Classifier):
         svm_margins, logistic_margins, member_probas = np.empty(end), np.empty(end), np.empty(end)
         svm_batch = batch.head(end).into(svm_margins, member_probas)
         stop, error = self.svm.learn_rows(svm_batch)
-        learned = self.logistic.learn_rows(svm_batch.into(logistic_margins, member_probas).head(stop), columns=columns)
+        logistic_batch = svm_batch.into(logistic_margins, np.empty(0)).head(stop)  # (its probabilities unused)
+        learned = self.logistic.learn_rows(logistic_batch, columns=columns)
         if learned[1] is not None:  # safe rows only: never seen
             raise RuntimeError(f"the committee's logistic regression refused a safe row: {learned}")
         sums = svm_margins[start:stop] + logistic_margins[start:stop]
