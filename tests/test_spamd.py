@@ -74,6 +74,7 @@ class Spamd:
         for line in self.process.stderr:
             self.log.append(line)
             if "answering spamd's protocol on " in line:
+                self.started = line  # where it listens, and where TELL delivers
                 self.address = line.split(" on ", 1)[1].split(" ", 1)[0]
                 break
         else:
@@ -248,6 +249,7 @@ def test_spamc_teaches_through_a_kafka_topic_which_a_killed_run_learns_exactly_o
     assert cli.main(["run", "--config", "spam", "--set", f"checkpoint.dir={learned}", "--output", os.devnull]) == 0
     feedback = ["--feedback-topic", topic, "--set", broker]
     server = spamd("--model", str(learned), "--spamd", "127.0.0.1:0", *feedback, "--reload-s", "0.2")
+    assert f"; TELL delivers into the topic {topic})" in server.started
     ham, spam = trained[1][3]["text"].encode(), trained[1][0]["text"].encode()
     before = _spam_score(server.spamc("-c", message=ham))
 
@@ -339,6 +341,7 @@ def test_a_unix_socket_and_no_model_yet_answer_with_spamds_codes(trained, spamd,
     assert server.spamc("-c", message=message).returncode == 1
     taught = server.spamc("-L", "spam", message=message)
     assert taught.returncode != 0 and b"successfully" not in taught.stdout
+    assert "TELL refused, learning is off: serve --feedback DIR or --feedback-topic TOPIC" in server.started
 
 
 def _request(raw: bytes, max_bytes: int = 1 << 20):

@@ -41,7 +41,7 @@ from ..persist.checkpoint import (
     read_checkpoint,
     read_checkpoint_bytes,
 )
-from ..serve.feedback import Feedback, FeedbackLog, FeedbackSpool
+from ..serve.feedback import NO_FEEDBACK, Feedback, FeedbackLog, FeedbackSpool
 from ..serve.serving import Refusal, ServedModel, Serving, Watcher, serve_stream
 from ..serve.spamd import REQUIRED_SCORE, SpamdService
 from . import options
@@ -489,7 +489,8 @@ def _serve_spamd(serving: Serving, args: argparse.Namespace) -> int:
         server = SpamdServer(service, where)
     except OSError as error:
         raise StartupError(f"--spamd {args.spamd}: cannot listen: {error.strerror or error}") from None
-    taught = f"; TELL delivers into {args.feedback}" if service.feedback else ""
+    into = args.feedback or f"the topic {args.feedback_topic}"
+    taught = f"; TELL delivers into {into}" if service.feedback else f"; TELL refused, {NO_FEEDBACK}"
     _log.info("answering spamd's protocol on %s (required score %g%s)", server.address, args.required_score, taught)
     try:
         with _on_signals(signal.default_int_handler):  # a KeyboardInterrupt ends serve_forever()
