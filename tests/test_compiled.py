@@ -605,6 +605,12 @@ def test_the_c_json_text_parser_leaves_every_odd_line_to_python():
     assert status.tolist() == [0] and texts == ["\u00e9\n\u00e9\U0001f600".encode()] and ids == ["a/1"]
     assert labels == ["spam"]
     assert parse_json_texts(plain, fields, len(plain[0]) - 1)[0].tolist() == [2]  # too long: Python's error
+    # ids whose digits need Python's own conversion: read without the GIL, which the parser takes back for it
+    exact = ["0.1000000000000000055511151231257827021181583404541015625", "5e-324", "1.7976931348623157e308"]
+    lines = [b'{"id": %s, "label": "ham", "text": "x"}' % number.encode() for number in exact]
+    status, texts, ids, labels = parse_json_texts(lines, fields, 1000)
+    assert status.tolist() == [0, 0, 0] and texts == [b"x"] * 3 and labels == ["ham"] * 3
+    assert ids == [json.loads(number) for number in exact]
 
 
 @pytest.mark.parametrize("last", [False, True])

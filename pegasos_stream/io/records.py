@@ -132,6 +132,11 @@ class RecordBatch:
         values = self.values
         return values.nbytes() if isinstance(values, Lines) else sum(map(len, values))
 
+    def sizes(self) -> list[int]:
+        """The bytes of each record's value."""
+        values = self.values
+        return (values.ends - values.starts).tolist() if isinstance(values, Lines) else list(map(len, values))
+
     def position(self, i: int) -> str:
         """Where record ``i`` was read, for people (``Record.position``)."""
         return self._name(self.cursors[i])

@@ -379,7 +379,8 @@ typedef struct { int kind; Py_ssize_t start, end; int64_t integer; double real; 
  * an integer of at most ``max_digits`` digits (-0 is the int 0), or V_FLOAT, the finite float() of the
  * text (through exact_decimal on the digits gathered in this one pass, else scan_number). The index
  * past it; -1 for anything else. */
-static inline Py_ssize_t json_number(const char *s, Py_ssize_t k, const char *end, int max_digits, Scalar *value) {
+static inline Py_ssize_t json_number(const char *s, Py_ssize_t k, const char *end, int max_digits, Scalar *value,
+                                      PyThreadState **released) {
     Py_ssize_t start = k, digits = 0, fraction = 0, exponent = 0;
     uint64_t mantissa = 0;  /* exact while digits <= 19 */
     int negative = s[k] == '-';
@@ -414,12 +415,12 @@ static inline Py_ssize_t json_number(const char *s, Py_ssize_t k, const char *en
     }
     value->kind = V_FLOAT;
     if (digits <= 19 && exact_decimal(mantissa, exponent - fraction, negative, &value->real)) return k;
-    return scan_number(s + start, 0, k - start, &value->real, NULL) >= 0 ? k : -1;  /* -1 for 1e999 and the like */
+    return scan_number(s + start, 0, k - start, &value->real, released) >= 0 ? k : -1;  /* -1 for 1e999 and the like */
 }
 
 /* The id or label at s[k]: a string, a number or true/false (null, objects and arrays are the Python
  * parser's). The index past it; -1 for anything else. */
-static Py_ssize_t json_scalar(const char *s, Py_ssize_t k, const char *end, Scalar *value) {
+static Py_ssize_t json_scalar(const char *s, Py_ssize_t k, const char *end, Scalar *value, PyThreadState **released) {
     switch (s[k]) {
     case '"':
         value->kind = V_STRING;
@@ -434,7 +435,7 @@ static Py_ssize_t json_scalar(const char *s, Py_ssize_t k, const char *end, Scal
         value->kind = V_FALSE;
         return strncmp(s + k, "false", 5) ? -1 : k + 5;
     default:
-        return json_number(s, k, end, 18, value);
+        return json_number(s, k, end, 18, value, released);
     }
 }
 
@@ -682,7 +683,7 @@ static inline Py_ssize_t member_name(const char *s, Py_ssize_t k, const char *en
  * it; -1 for anything else. */
 static inline Py_ssize_t json_feature_value(const char *s, Py_ssize_t k, const char *end, double *number) {
     Scalar value;
-    k = json_number(s, k, end, 15, &value);
+    k = json_number(s, k, end, 15, &value, NULL);
     *number = value.kind == V_INT ? (double)value.integer : value.real;
     return k;
 }
@@ -800,11 +801,11 @@ static int json_line(const char *s, Py_ssize_t len, const Field *fields, Names *
             k = json_features(s, k, s + len + 1, names, keys, indices, data, stamp, error);
         } else if (is_field(s + start, name_len, &fields[0])) {
             if (id->kind != V_NONE) goto python;
-            k = json_scalar(s, k, s + len + 1, id);
+            k = json_scalar(s, k, s + len + 1, id, NULL);
             if (id->kind == V_TRUE || id->kind == V_FALSE) goto python;
         } else if (is_field(s + start, name_len, &fields[2])) {
             if (label->kind != V_NONE) goto python;
-            k = json_scalar(s, k, s + len + 1, label);
+            k = json_scalar(s, k, s + len + 1, label, NULL);
         } else goto python;  /* the text, or a member the event does not know */
         if (k < 0) goto python;
         k = skip_space(s, k);
@@ -937,7 +938,7 @@ static inline int hex4(const unsigned char *s) {
  * -1 for anything the Python parser must take: invalid UTF-8, a bad escape, or a \u escape of a surrogate that
  * is not the high half of a pair of escapes (json keeps those alone, and only surrogatepass encodes them). -2 on
  * a memory error. */
-static Py_ssize_t json_text(const char *s, Py_ssize_t k, Py_ssize_t len, Growing *out) {
+static Py_ssize_t json_text(const char *s, Py_ssize_t k, Py_ssize_t len, Growing *out, PyThreadState **released) {
     const unsigned char *u = (const unsigned char *)s;
     k++;
     for (;;) {
@@ -961,13 +962,13 @@ static Py_ssize_t json_text(const char *s, Py_ssize_t k, Py_ssize_t len, Growing
         (void)len;
 #endif
         while (u[k] >= 0x20 && u[k] < 0x80 && u[k] != '"' && u[k] != '\\') k++;
-        if (out && k > run && grow(out, s + run, k - run) < 0) return -2;
+        if (out && k > run && grow_released(out, s + run, k - run, released) < 0) return -2;
         unsigned char c = u[k];
         if (c == '"') return k + 1;
         if (c >= 0x80) {
             int n = utf8_sequence(u + k);
             if (!n) return -1;
-            if (out && grow(out, s + k, n) < 0) return -2;
+            if (out && grow_released(out, s + k, n, released) < 0) return -2;
             k += n;
             continue;
         }
@@ -1009,26 +1010,26 @@ static Py_ssize_t json_text(const char *s, Py_ssize_t k, Py_ssize_t len, Growing
                 utf8[3] = (char)(0x80 | (code & 0x3F));
                 n = 4;
             }
-            if (out && grow(out, utf8, n) < 0) return -2;
+            if (out && grow_released(out, utf8, n, released) < 0) return -2;
             continue;
         }
         default: return -1;
         }
-        if (out && grow(out, &one, 1) < 0) return -2;
+        if (out && grow_released(out, &one, 1, released) < 0) return -2;
         k += 2;
     }
 }
 
 /* One JSON value: a labelled text event in the grammar the Python parser agrees with, its id, label and
- * text (into ``text``, emptied first). Members other than the id, label and text are skipped when they hold
+ * text (appended to ``text``; whatever the value, ``text`` may have grown: the caller keeps its length). The GIL
+ * may be released (``released``, as scan_number takes it). Members other than the id, label and text are skipped when they hold
  * a string, a number of at most 18 digits, true, false or null; anything else (the features member, nested
  * values, a repeated member, no text or no label) is LINE_PYTHON. -2 on a memory error. */
 static int json_text_line(const char *s, Py_ssize_t len, const Field *fields, Growing *text, Scalar *id,
-                          Scalar *label) {
+                          Scalar *label, PyThreadState **released) {
     Py_ssize_t k = skip_space(s, 0);
     int has_text = 0;
     id->kind = label->kind = V_NONE;
-    text->len = 0;
     if (s[k] != '{') return LINE_PYTHON;
     k = skip_space(s, k + 1);
     for (;;) {
@@ -1038,22 +1039,22 @@ static int json_text_line(const char *s, Py_ssize_t len, const Field *fields, Gr
         if (is_field(s + start, name_len, &fields[3])) {
             if (has_text || s[k] != '"') return LINE_PYTHON;
             has_text = 1;
-            k = json_text(s, k, len, text);
+            k = json_text(s, k, len, text, released);
             if (k == -2) return -2;
         } else if (is_field(s + start, name_len, &fields[0])) {
             if (id->kind != V_NONE) return LINE_PYTHON;
-            k = json_scalar(s, k, s + len + 1, id);
+            k = json_scalar(s, k, s + len + 1, id, released);
             if (id->kind == V_TRUE || id->kind == V_FALSE) return LINE_PYTHON;
         } else if (is_field(s + start, name_len, &fields[2])) {
             if (label->kind != V_NONE) return LINE_PYTHON;
-            k = json_scalar(s, k, s + len + 1, label);
+            k = json_scalar(s, k, s + len + 1, label, released);
         } else if (is_field(s + start, name_len, &fields[1])) {
             return LINE_PYTHON;  /* a feature event */
         } else {  /* a member the event does not use; a repeat of one goes unnoticed, as json keeps the last */
             Scalar skipped;
-            if (s[k] == '"') k = json_text(s, k, len, NULL);
+            if (s[k] == '"') k = json_text(s, k, len, NULL, released);
             else if (!strncmp(s + k, "null", 4)) k += 4;
-            else k = json_scalar(s, k, s + len + 1, &skipped);
+            else k = json_scalar(s, k, s + len + 1, &skipped, released);
         }
         if (k < 0) return LINE_PYTHON;
         k = skip_space(s, k);
@@ -1065,10 +1066,15 @@ static int json_text_line(const char *s, Py_ssize_t len, const Field *fields, Gr
     return LINE_ROW;
 }
 
+/* A labelled text event that parse_json_texts read: its value's index, its text's place in the texts read, its id
+ * and label. */
+typedef struct { Py_ssize_t value, offset, len; Scalar id, label; } TextRow;
+
 /* parse_json_texts(values, id_field, x_field, label_field, text_field, max_bytes) -> (status, texts, ids,
  * labels): status per value as bytes (0 a labelled text event, 2 for the Python parser); per status-0 value
  * its text in UTF-8 (bytes, as json.loads(value)[text_field].encode("utf-8") gives it), its id (None when
- * absent) and its label, as json.loads gives them. */
+ * absent) and its label, as json.loads gives them. The values are read without the GIL (each held meanwhile), so
+ * that another thread runs Python while this one parses; the objects are made after, with it. */
 static PyObject *parse_json_texts(PyObject *self, PyObject *args) {
     PyObject *values, *field_names[4];
     Py_ssize_t max_bytes;
@@ -1077,40 +1083,61 @@ static PyObject *parse_json_texts(PyObject *self, PyObject *args) {
         return NULL;
     Field fields[4];  /* id, x, label, text */
     int distinct = read_fields(field_names, fields);
-    Growing status = {.in_bytes = 1}, text = {0};
-    PyObject *texts = PyList_New(0), *ids = PyList_New(0), *labels = PyList_New(0);
-    if (!texts || !ids || !labels) goto fail;
-    for (Py_ssize_t r = 0; r < PyList_GET_SIZE(values); r++) {
-        PyObject *value = PyList_GET_ITEM(values, r);
-        if (!PyBytes_Check(value)) { PyErr_SetString(PyExc_TypeError, "parse_json_texts: expected bytes"); goto fail; }
-        Py_ssize_t len = PyBytes_GET_SIZE(value);
-        const char *s = PyBytes_AS_STRING(value);
-        Scalar id, label;
-        Py_INCREF(value);  /* read while new objects are made, which may run a finalizer that drops it from the list */
-        int kind = (len > max_bytes || !distinct) ? LINE_PYTHON : json_text_line(s, len, fields, &text, &id, &label);
-        char code = (char)kind;
-        int failed = kind == -2 || grow(&status, &code, 1) < 0;
-        if (!failed && kind == LINE_ROW) {
-            PyObject *objects[3] = {PyBytes_FromStringAndSize(text.data ? text.data : "", text.len),
-                                    scalar_object(s, &id), scalar_object(s, &label)};
-            PyObject *lists[3] = {texts, ids, labels};
-            for (int i = 0; i < 3; i++) {
-                failed = failed || !objects[i] || PyList_Append(lists[i], objects[i]) < 0;
-                Py_XDECREF(objects[i]);
-            }
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    for (Py_ssize_t r = 0; r < n; r++)
+        if (!PyBytes_Check(PyList_GET_ITEM(values, r))) {
+            PyErr_SetString(PyExc_TypeError, "parse_json_texts: expected bytes");
+            return NULL;
         }
-        Py_DECREF(value);
-        if (failed) goto fail;
+    PyObject **held = PyMem_Malloc((n ? n : 1) * sizeof(PyObject *));  /* the values, each held while read */
+    if (!held) return PyErr_NoMemory();
+    for (Py_ssize_t r = 0; r < n; r++) Py_INCREF(held[r] = PyList_GET_ITEM(values, r));
+    Growing status = {.in_bytes = 1}, text = {0}, rows = {0};  /* rows: a TextRow per status-0 value */
+    PyObject *result = NULL, *texts = NULL, *ids = NULL, *labels = NULL;
+    int failed = 0;
+    PyThreadState *released = PyEval_SaveThread();
+    for (Py_ssize_t r = 0; r < n && !failed; r++) {
+        const char *s = PyBytes_AS_STRING(held[r]);
+        Py_ssize_t len = PyBytes_GET_SIZE(held[r]);
+        TextRow row = {r, text.len, 0, {0}, {0}};
+        int kind = (len > max_bytes || !distinct) ? LINE_PYTHON
+                                                  : json_text_line(s, len, fields, &text, &row.id, &row.label, &released);
+        char code = (char)kind;
+        failed = kind == -2 || grow_released(&status, &code, 1, &released) < 0;
+        if (!failed && kind == LINE_ROW) {
+            row.len = text.len - row.offset;
+            failed = grow_released(&rows, &row, sizeof row, &released) < 0;
+        } else
+            text.len = row.offset;
     }
-    discard(&text);
-    return Py_BuildValue("NNNN", take_bytes(&status), texts, ids, labels);
-fail:
+    PyEval_RestoreThread(released);
+    if (failed) goto done;
+    texts = PyList_New(0), ids = PyList_New(0), labels = PyList_New(0);
+    if (!texts || !ids || !labels) goto done;
+    const TextRow *row = (const TextRow *)rows.data;
+    for (Py_ssize_t i = 0; i < (Py_ssize_t)(rows.len / sizeof *row); i++, row++) {
+        const char *s = PyBytes_AS_STRING(held[row->value]);
+        PyObject *objects[3] = {PyBytes_FromStringAndSize(text.data ? text.data + row->offset : "", row->len),
+                                scalar_object(s, &row->id), scalar_object(s, &row->label)};
+        PyObject *lists[3] = {texts, ids, labels};
+        for (int k = 0; k < 3; k++) {
+            failed = failed || !objects[k] || PyList_Append(lists[k], objects[k]) < 0;
+            Py_XDECREF(objects[k]);
+        }
+        if (failed) goto done;
+    }
+    result = Py_BuildValue("NNNN", take_bytes(&status), texts, ids, labels);
+    texts = ids = labels = NULL;  /* (taken, or released by Py_BuildValue when it failed) */
+done:
     discard(&status);
     discard(&text);
+    discard(&rows);
     Py_XDECREF(texts);
     Py_XDECREF(ids);
     Py_XDECREF(labels);
-    return NULL;
+    for (Py_ssize_t r = 0; r < n; r++) Py_DECREF(held[r]);
+    PyMem_Free(held);
+    return result;
 }
 
 static PyMethodDef methods[] = {

@@ -9,7 +9,7 @@ a time, which gives the same event or the same error.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeAlias, cast
 
@@ -39,9 +39,10 @@ Parsed: TypeAlias = Event | BadRecord | None
 #: The svmlight feature names whose hashed columns a run keeps at most; past this many, it starts again from none,
 #: so that months of new names take bounded memory (the compiled JSON parser keeps no hashed name).
 MAX_HASHED_NAMES = 1 << 20
-#: A batch of JSON text events is read in pieces of about equal text, of this many bytes at least and at most
-#: `MAX_TEXT_PIECES` of them, when the process may run on more than one core: each piece but the first is read on
-#: a helper thread (the compiled reader runs without the GIL) while the runner learns the piece before.
+#: A batch of JSON text events is read in pieces of about equal bytes, of this many bytes at least and at most
+#: `MAX_TEXT_PIECES` of them, when the process may run on more than one core: each piece but the first is parsed
+#: and read on a helper thread (the compiled parser and reader run without the GIL) while the runner learns the
+#: piece before.
 TEXT_PIECE_BYTES = 1 << 17
 MAX_TEXT_PIECES = 4
 
@@ -117,20 +118,9 @@ class _TextEvents:
     signs: np.ndarray
     others: dict[int, Parsed]
 
-    def piece(self, records: RecordBatch, rows: tuple[int, int], parsed: TextRows) -> tuple[int, ParsedBatch]:
-        """The records of the events ``rows`` (from the first's record, or the batch's first for rows from 0, to
-        the next event's, or the batch's end), parsed, their texts' rows ``parsed``; with the index of the first."""
-        first, end = rows
-        start = self.indices[first] if first else 0
-        stop = self.indices[end] if end < len(self.indices) else len(records)
-        return start, ParsedBatch(
-            records if (start, stop) == (0, len(records)) else records.slice(start, stop),
-            Rows(*parsed, distinct=True),
-            self.signs[first:end],
-            [index - start for index in self.indices[first:end]],
-            self.ids[first:end],
-            {index - start: parse for index, parse in self.others.items() if start <= index < stop},
-        )
+    def batch(self, records: RecordBatch, parsed: TextRows) -> ParsedBatch:
+        """The ``records`` these events were parsed from, parsed, their texts' rows ``parsed``."""
+        return ParsedBatch(records, Rows(*parsed, distinct=True), self.signs, self.indices, self.ids, self.others)
 
 
 #: A labelled event of a batch: its index in the batch, the event, the sign of its label.
@@ -276,8 +266,7 @@ class BatchParser:
         events = self._text_events(records)
         if events is None:
             return None
-        parsed = features.transform_texts(events.texts, self.hashed_columns)
-        return events.piece(records, (0, len(events.indices)), parsed)[1]
+        return events.batch(records, features.transform_texts(events.texts, self.hashed_columns))
 
     def _text_events(self, records: RecordBatch) -> _TextEvents | None:
         """The labelled text events of the batch by the C JSON text parser, the other records through `EventParser`;
@@ -315,36 +304,40 @@ class BatchParser:
     def _text_pieces(
         self, records: RecordBatch, features: EmailFeatures, helper: ThreadPoolExecutor
     ) -> Iterator[tuple[int, ParsedBatch]]:
-        """``pieces`` of a batch of JSON text events: its events cut into pieces of about equal text
-        (`TEXT_PIECE_BYTES` at least, `MAX_TEXT_PIECES` at most), each read on the ``helper`` thread but the first,
-        which this thread reads meanwhile; a piece's empty bodies are counted as it is handed out. What the C
-        parsers do not take, or a read that failed (a MemoryError, say), is parsed one record at a time from there
-        on, as ``parse`` would."""
+        """``pieces`` of a batch of JSON text events: its records cut into pieces of about equal bytes
+        (`TEXT_PIECE_BYTES` at least, `MAX_TEXT_PIECES` at most), each parsed and its texts read on the ``helper``
+        thread but the first, which this thread parses and reads meanwhile (the C parser and reader run without the
+        GIL); a piece's empty bodies are counted as it is handed out. From a piece the C parsers do not take
+        (`_text_events`), or whose parse or read failed (a MemoryError, say), on, the records are parsed one at a
+        time, as ``parse`` would."""
+        cuts = _text_cuts(records.sizes())
+        pieces = [records if len(cuts) == 1 else records.slice(first, end) for first, end in cuts]
+        reading = [helper.submit(self._read_piece, piece, features) for piece in pieces[1:]]
         try:
-            events = self._text_events(records)
-        except Exception:
-            events = None
-        if events is None:
-            yield 0, self._events(records)
-            return
-        cuts = _text_cuts([len(text) for text in events.texts])
-        hashed, texts = self.hashed_columns, events.texts
-        reading: list[Future[tuple[TextRows, int]]] = [
-            helper.submit(features.read_texts, texts[first:end], hashed) for first, end in cuts[1:]
-        ]
-        try:
-            for k, (first, end) in enumerate(cuts):
+            for k, (first, _) in enumerate(cuts):
                 try:
-                    parsed, empty_bodies = reading[k - 1].result() if k else features.read_texts(texts[:end], hashed)
+                    read = reading[k - 1].result() if k else self._read_piece(pieces[0], features)
                 except Exception:
-                    start = events.indices[first] if first else 0
-                    yield start, self._events(records.slice(start, len(records)))
+                    read = None
+                if read is None:
+                    yield first, self._events(records.slice(first, len(records)) if first else records)
                     return
+                parsed, empty_bodies = read
                 features.empty_bodies += empty_bodies
-                yield events.piece(records, (first, end), parsed)
+                yield first, parsed
         finally:
             for future in reading:
                 future.cancel()
+
+    def _read_piece(self, records: RecordBatch, features: EmailFeatures) -> tuple[ParsedBatch, int] | None:
+        """The records by the C JSON text parser and the compiled reader (`EmailFeatures.read_texts`, not counted),
+        the other records through `EventParser`, with how many of the texts kept no body text; None as for
+        `_texts`."""
+        events = self._text_events(records)
+        if events is None:
+            return None
+        parsed, empty_bodies = features.read_texts(events.texts, self.hashed_columns)
+        return events.batch(records, parsed), empty_bodies
 
     def _events(self, records: RecordBatch) -> ParsedBatch:
         """The batch through `EventParser`, one record at a time. The labelled feature events become
@@ -406,8 +399,9 @@ class BatchParser:
 
 
 def _text_cuts(lengths: list[int]) -> list[tuple[int, int]]:
-    """The pieces (first, end) of texts of these ``lengths`` that `BatchParser._text_pieces` reads: consecutive,
-    of about equal bytes, `TEXT_PIECE_BYTES` at least (one piece for a short batch), `MAX_TEXT_PIECES` at most."""
+    """The pieces (first, end) of records of these ``lengths`` (bytes) that `BatchParser._text_pieces` reads:
+    consecutive, of about equal bytes, `TEXT_PIECE_BYTES` at least (one piece for a short batch), `MAX_TEXT_PIECES`
+    at most."""
     ends = np.cumsum(lengths, dtype=np.int64)
     total = int(ends[-1]) if len(ends) else 0
     count = max(1, min(MAX_TEXT_PIECES, total // TEXT_PIECE_BYTES, len(lengths)))
