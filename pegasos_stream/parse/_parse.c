@@ -1022,9 +1022,9 @@ static Py_ssize_t json_text(const char *s, Py_ssize_t k, Py_ssize_t len, Growing
 
 /* One JSON value: a labelled text event in the grammar the Python parser agrees with, its id, label and
  * text (appended to ``text``; whatever the value, ``text`` may have grown: the caller keeps its length). The GIL
- * may be released (``released``, as scan_number takes it). Members other than the id, label and text are skipped when they hold
- * a string, a number of at most 18 digits, true, false or null; anything else (the features member, nested
- * values, a repeated member, no text or no label) is LINE_PYTHON. -2 on a memory error. */
+ * may be released (``released``, as scan_number takes it). Members other than the id, label and text are skipped
+ * when they hold a string, a number of at most 18 digits, true, false or null; anything else (the features
+ * member, nested values, a repeated member, no text or no label) is LINE_PYTHON. -2 on a memory error. */
 static int json_text_line(const char *s, Py_ssize_t len, const Field *fields, Growing *text, Scalar *id,
                           Scalar *label, PyThreadState **released) {
     Py_ssize_t k = skip_space(s, 0);
@@ -1100,8 +1100,9 @@ static PyObject *parse_json_texts(PyObject *self, PyObject *args) {
         const char *s = PyBytes_AS_STRING(held[r]);
         Py_ssize_t len = PyBytes_GET_SIZE(held[r]);
         TextRow row = {r, text.len, 0, {0}, {0}};
-        int kind = (len > max_bytes || !distinct) ? LINE_PYTHON
-                                                  : json_text_line(s, len, fields, &text, &row.id, &row.label, &released);
+        int kind = len > max_bytes || !distinct
+                       ? LINE_PYTHON
+                       : json_text_line(s, len, fields, &text, &row.id, &row.label, &released);
         char code = (char)kind;
         failed = kind == -2 || grow_released(&status, &code, 1, &released) < 0;
         if (!failed && kind == LINE_ROW) {
