@@ -20,7 +20,7 @@ __all__ = ["READ_BUFFER", "VW_SEPARATORS", "json_events", "vw_example"]
 #: VW's text format reads ':' as a feature's value and '|' as a namespace: both become spaces.
 VW_SEPARATORS = str.maketrans(":|", "  ")
 #: The read buffer of the gzip stream, as pegasos_stream's FileSource has it.
-READ_BUFFER = 1 << 20
+READ_BUFFER = 2 << 20
 
 
 def json_events(path: Path | str) -> Iterator[dict]:

@@ -15,7 +15,7 @@ Every pass is timed on the wall clock from its start to its end (CPU time is rec
 * **Pegasos alone, one core**: the same call on one core with ``--set model=...``: the configuration's first
   Pegasos SVM alone (``kind: linear``, its λ, t0 and columns), as the stress tables' "Pegasos alone" column has it.
 * **Vowpal Wabbit**: one pyvw ``Workspace("--loss_function LOSS -l LR -b 20 --quiet")``, created and finished in
-  the clock, reading the same gzip file (through the same 1 MiB buffered reader and ISA-L decompressor as ours, where
+  the clock, reading the same gzip file (through the same 2 MiB buffered reader and ISA-L decompressor as ours, where
   it is installed) and parsing each JSON line
   in the loop; each raw message becomes a VW text example ``±1 |m TOKENS``, its lowercased whitespace tokens
   (``:`` and ``|`` read as spaces) of the first 3,000 characters or of the whole message, and is learned, one
