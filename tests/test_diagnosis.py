@@ -204,6 +204,37 @@ def test_an_eval_whose_events_carry_no_label_where_it_reads_one_does_not_succeed
     assert json.loads(out)["learned"] == 30
 
 
+def test_an_eval_of_an_empty_input_does_not_succeed(tmp_path, capsys):
+    """An input without a record (an empty file or pipe): eval names it and ends with status 2, where it used to
+    end in success with n 0. A run over it succeeds: its source may simply have nothing new."""
+    empty = tmp_path / "mail.jsonl"
+    empty.write_bytes(b"")
+    status, lines, out = _eval_spam(capsys, "--input", str(empty))
+    assert (status, out) == (2, "")
+    assert lines == [f"error: eval read no record from {empty}: there is nothing to evaluate"]
+    status, lines, _ = _cli(capsys, "run", "--config", "spam", "--input", str(empty), "--output", str(tmp_path / "o"))
+    assert status == 0, lines[-3:]
+    assert json.loads(lines[-1])["events"] == 0
+
+
+@pytest.mark.parametrize("command", ["eval", "run"])
+def test_a_run_that_read_on_through_rejections_and_rejected_everything_does_not_succeed(tmp_path, capsys, command):
+    """With the watch over the first records off, a run whose every record was rejected still ends with status 2
+    and says so, after naming each record; one record learned makes it a success."""
+    bad = ["not JSON", json.dumps({"id": "a", "text": "hi", "label": "maybe"}), json.dumps({"text": 5})]
+    path = tmp_path / "mail.jsonl"
+    path.write_text("".join(line + "\n" for line in bad), encoding="utf-8")
+    args = [command, "--config", "spam", "--input", str(path), "--set", "run.stop_after_leading_rejections=0"]
+    args += ["--output", str(tmp_path / "out")] if command == "run" else []
+    status, lines, out = _cli(capsys, *args)
+    assert (status, out) == (2, "")
+    assert [line.split(":")[1] for line in lines[:-1]] == ["1", "2", "3"]
+    assert lines[-1] == "error: each of the 3 records read was rejected: nothing was learned"
+    path.write_text(path.read_text() + json.dumps({"text": "hi", "label": "ham"}) + "\n", encoding="utf-8")
+    status, lines, _ = _cli(capsys, *args)
+    assert status == 0, lines[-3:]
+
+
 def test_late_labels_of_events_seen_before_them_disarm_the_watch(tmp_path, capsys):
     """A label for an event the run predicted is a label learned: the watch ends, however many labels follow for
     ids it never saw."""
@@ -250,8 +281,9 @@ def test_the_limit_is_configurable_and_a_record_taken_among_the_first_disarms_it
         " number"
     )
     assert sum(line.startswith("rejected ") for line in lines) == 10
-    status, _, out = _cli(capsys, "eval", "--config", job, "--set", "run.stop_after_leading_rejections=0", "--json")
-    assert (status, json.loads(out)["rejected"]) == (0, 30)
+    status, lines, out = _cli(capsys, "eval", "--config", job, "--set", "run.stop_after_leading_rejections=0", "--json")
+    assert sum(line.startswith("rejected ") for line in lines) == 30
+    assert (status, out, lines[-1]) == (2, "", "error: each of the 30 records read was rejected: nothing was learned")
     events.write_bytes(b"\n".join([bad] * 5 + [good] + [bad] * 200) + b"\n")
     status, _, out = _cli(capsys, "eval", "--config", job, "--json")
     assert (status, json.loads(out)["rejected"]) == (0, 205)

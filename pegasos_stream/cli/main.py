@@ -147,8 +147,8 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
         except (SourceError, CheckpointWriteError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
-    if evaluate and (unlearned := _nothing_learned(job, stats)) is not None:
-        print(f"error: {unlearned}", file=sys.stderr)  # (no summary: the eval did not succeed)
+    if (unlearned := _nothing_learned(job, stats, evaluate)) is not None:
+        print(f"error: {unlearned}", file=sys.stderr)  # (no summary: the run did not succeed)
         return 2
     _print_summary(job.summary(stats), evaluate, evaluate and args.json)
     if evaluate and args.plot:
@@ -156,8 +156,16 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
     return 0
 
 
-def _nothing_learned(job: Job, stats: RunStats) -> str | None:
-    """Why an eval that scored events learned from none of them (each still waits for its label), or None."""
+def _nothing_learned(job: Job, stats: RunStats, evaluate: bool) -> str | None:
+    """Why a run learned from no record: each record it read was rejected; or (an eval, ``evaluate``) its input held
+    none (read to its end: no ``run.max_events: 0``, no signal), or each event it scored still waits for its label.
+    None when it learned, or may learn from labels to come."""
+    if stats.events and stats.rejected == stats.events:
+        return f"each of the {stats.events:,} records read was rejected: nothing was learned"
+    if not evaluate:
+        return None
+    if not stats.events and job.settings.run.max_events != 0 and not job.runner.stop_requested:
+        return f"eval read no record from {job.source.name}: there is nothing to evaluate"
     if stats.learned or not len(job.runner.pending):
         return None
     label = job.runner.parser.fields["label"]

@@ -571,6 +571,11 @@ class Runner:
         """Finish the current record, then stop; callable from any thread, or as a signal handler."""
         self._stop_requested = True
 
+    @property
+    def stop_requested(self) -> bool:
+        """Whether `request_stop` was called (a signal, say): the run stops, or stopped, before its input ended."""
+        return self._stop_requested
+
     def run(
         self,
         source: Source,
