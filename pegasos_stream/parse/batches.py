@@ -260,13 +260,15 @@ class BatchParser:
         return ParsedBatch(records, rows, signs, np.flatnonzero(status == 0).tolist(), ids, others)
 
     def _texts(self, records: RecordBatch, features: EmailFeatures) -> ParsedBatch | None:
-        """The batch through the C JSON text parser, the other records through `EventParser`; None when
-        a label is not a binary class or a record is a labelled feature event (rare: `_events` then takes
-        the whole batch, as one record at a time would)."""
-        events = self._text_events(records)
-        if events is None:
+        """The batch through the C JSON text parser and the compiled reader (its empty bodies counted), the other
+        records through `EventParser`; None when a label is not a binary class or a record is a labelled feature
+        event (rare: `_events` then takes the whole batch, as one record at a time would)."""
+        read = self._read_piece(records, features)
+        if read is None:
             return None
-        return events.batch(records, features.transform_texts(events.texts, self.hashed_columns))
+        parsed, empty_bodies = read
+        features.empty_bodies += empty_bodies
+        return parsed
 
     def _text_events(self, records: RecordBatch) -> _TextEvents | None:
         """The labelled text events of the batch by the C JSON text parser, the other records through `EventParser`;
