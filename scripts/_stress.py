@@ -24,6 +24,7 @@ list of ``(text, is_spam)`` pairs. The shapes (`SHAPES`), each built from a corp
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from email.parser import HeaderParser
 from email.policy import compat32
 
 import numpy as np
-from _harness import Message
+from _harness import Message, load_messages
 
 from pegasos_stream.features.email import message_text
 
@@ -208,3 +209,9 @@ def build_stream(name: str, corpora: Corpora) -> Stream:
     """The stress stream ``corpus/shape`` built from the loaded corpora."""
     corpus, shape = name.split("/")
     return SHAPES[shape].build(interleaved(corpora) if corpus == BOTH else corpora[corpus])
+
+
+def load_corpora(args: argparse.Namespace) -> Corpora:
+    """The messages of the corpora ``--corpus`` names (``both``: both), read from ``--data`` and ``--lingspam-data``."""
+    paths = {"spamassassin": (args.data, "--data"), "lingspam": (args.lingspam_data, "--lingspam-data")}
+    return {corpus: load_messages(*paths[corpus]) for corpus in paths if args.corpus in (corpus, BOTH)}

@@ -62,14 +62,13 @@ from _harness import (
     add_lingspam_argument,
     first_svm,
     fmt,
-    load_messages,
     prepare_timing,
     prequential_metrics,
     section,
     write_results,
     yes,
 )
-from _stress import BOTH, CORPORA, SHAPES, Corpora, Stream, build_stream, describe, stream_names
+from _stress import BOTH, CORPORA, SHAPES, Stream, build_stream, describe, load_corpora, stream_names
 from matplotlib.figure import Figure
 from river import feature_extraction, linear_model, naive_bayes, optim, utils
 from scipy import sparse
@@ -779,12 +778,6 @@ def parse_arguments() -> argparse.Namespace:
     if args.out is None:
         args.out = REPO / "reports" / ("spam.json" if args.corpus == "spamassassin" else "spam_stress.json")
     return args
-
-
-def load_corpora(args: argparse.Namespace) -> Corpora:
-    """The messages of the corpora ``--corpus`` names."""
-    paths = {"spamassassin": (args.data, "--data"), "lingspam": (args.lingspam_data, "--lingspam-data")}
-    return {corpus: load_messages(*paths[corpus]) for corpus in paths if args.corpus in (corpus, BOTH)}
 
 
 def build_streams(args: argparse.Namespace) -> tuple[dict[str, Stream], list[str]]:

@@ -1,4 +1,5 @@
-"""pegasos_stream's models on the SpamAssassin stress streams: the shipped one, its members and the alternatives.
+"""pegasos_stream's models on the stress streams of SpamAssassin and Ling-Spam: the shipped one, its members and the
+alternatives.
 
 Prequential evaluation as in the TREC spam track: each message is scored, then learnt; (1-ROCA)% is
 100·(1 − exact ROC AUC of all the scores of the run), spam positive. Every run gets the features of
@@ -8,11 +9,12 @@ learns in the compiled loop (``learn_rows``, bit for bit ``learn_one``). The mod
 the SVM plus each logistic regression and the SVM alone; each logistic regression, logistic Pegasos and normalized
 hinge alone); `PegasosClassifier`
 at λ = 1e-4 without ``t0`` (exact Pegasos, the default before "auto"); ``PegasosClassifier()`` (λ chosen
-online); `PegasosGrid` at its defaults. The streams are the SpamAssassin shapes of ``scripts/_stress.py`` (as
-is, subject and sender only, subject only, body only, no blank line, list-archive tokens, spam at about 13%, 3%
-and 75%, shuffled, newest first, hard ham).
+online); `PegasosGrid` at its defaults. The streams are the shapes of ``scripts/_stress.py`` on the corpora each
+applies to (as is, subject and sender only, subject only, body only, no blank line, list-archive tokens, spam at
+about 13%, 3% and 75%, shuffled, newest first, hard ham; with ``--corpus both``, the two corpora interleaved too).
 
-Usage: ``python scripts/models_spam.py [--streams asis,short,...] [--limit N] [--out reports/models.json]``
+Usage: ``python scripts/models_spam.py [--corpus spamassassin|lingspam|both] [--streams asis,short,...]
+[--limit N] [--out reports/models.json]``
 """
 
 from __future__ import annotations
@@ -23,8 +25,17 @@ from collections.abc import Callable
 from functools import partial
 
 import numpy as np
-from _harness import REPO, add_data_argument, add_out_argument, fmt, invocation, load_messages, section, write_document
-from _stress import SHAPES, build_stream
+from _harness import (
+    REPO,
+    add_data_argument,
+    add_lingspam_argument,
+    add_out_argument,
+    fmt,
+    invocation,
+    section,
+    write_document,
+)
+from _stress import BOTH, CORPORA, SHAPES, build_stream, load_corpora, stream_names
 from sklearn.metrics import roc_auc_score
 
 from pegasos_stream import (
@@ -42,8 +53,6 @@ from pegasos_stream.learners.batch import LearnBatch
 from pegasos_stream.learners.rows import Rows
 
 SPAM_CONFIG = REPO / "configs" / "spam.yaml"
-#: The stress shapes that apply to SpamAssassin, the streams this runs.
-STREAMS = [shape for shape in SHAPES if "spamassassin" in SHAPES[shape].corpora]
 
 
 Model = (
@@ -95,14 +104,16 @@ def members(mixture: PegasosMixture) -> dict[str, Callable[[], Model]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    corpus_help = "the corpus whose streams run ('both', the default: both, and the stream mixing them)"
+    parser.add_argument("--corpus", choices=[*CORPORA, BOTH], default=BOTH, help=corpus_help)
     add_data_argument(parser)
-    parser.add_argument("--streams", default=",".join(STREAMS), help=f"comma-separated, of: {', '.join(STREAMS)}")
+    add_lingspam_argument(parser)
+    parser.add_argument("--streams", default=",".join(SHAPES), help=f"comma-separated shapes, of: {', '.join(SHAPES)}")
     parser.add_argument("--limit", type=int, help="the first N messages of each stream")
     add_out_argument(parser, "models.json")
     args = parser.parse_args()
-    names = args.streams.split(",")
-    if unknown := set(names) - set(STREAMS):
-        parser.error(f"unknown stream(s): {', '.join(sorted(unknown))}")
+    if unknown := set(args.streams.split(",")) - set(SHAPES):
+        parser.error(f"unknown shape(s): {', '.join(sorted(unknown))}")
 
     config = load_config(SPAM_CONFIG)
     features, shipped = build_features(config), build_model(config)
@@ -113,20 +124,25 @@ def main() -> None:
     models["λ = 1e-4, t0 = 0 (exact Pegasos)"] = lambda: PegasosClassifier(lambda_=1e-4)
     models["PegasosClassifier() (λ chosen online)"] = PegasosClassifier
     models["PegasosGrid()"] = PegasosGrid
-    messages = load_messages(args.data)
+    corpora = load_corpora(args)
+    names = stream_names([*corpora, BOTH] if args.corpus == BOTH else list(corpora), args.streams.split(","))
     runs = []
     for name in names:
-        stream = build_stream(f"spamassassin/{name}", {"spamassassin": messages})[: args.limit]
+        stream = build_stream(name, corpora)[: args.limit]
         labels = np.array([is_spam for _, is_spam in stream])
+        if labels.all() or not labels.any():
+            print(f"warning: {name} left out: a single class in its {len(stream)} messages", file=sys.stderr)
+            continue
         rows = Rows(*features.transform_texts([text for text, _ in stream]))
         print(f"{name}: {len(stream):,} messages ...", file=sys.stderr)
         run = {"stream": name, "messages": len(stream), "spam": int(labels.sum())}
         run.update((model, prequential(make(), rows, labels)) for model, make in models.items())
         runs.append(run)
 
+    shown = " and ".join(label for corpus, label in CORPORA.items() if corpus in corpora)
     write_document(
         args.out,
-        "pegasos_stream's models on the SpamAssassin stress streams",
+        f"pegasos_stream's models on the stress streams of {shown}",
         invocation(),
         [
             section(
