@@ -235,6 +235,19 @@ def test_a_run_that_read_on_through_rejections_and_rejected_everything_does_not_
     assert status == 0, lines[-3:]
 
 
+def test_an_eval_of_labels_alone_read_on_past_the_watch_does_not_succeed(tmp_path, capsys):
+    """Labels for ids no event had, with the watch off: nothing is learned, and eval says what its records came to
+    (status 2), where it used to end in success with n 0."""
+    labels = [{"id": f"gone-{i}", "label": "spam"} for i in range(3)] + [{"id": "bad", "text": 5, "label": "ham"}]
+    path = _json_lines(tmp_path / "labels.jsonl", labels)
+    status, lines, out = _eval_spam(capsys, "--input", str(path), "--set", "run.stop_after_leading_rejections=0")
+    assert (status, out) == (2, "")
+    assert lines[-1] == (
+        "error: eval learned nothing from its 4 records: 1 rejected, 3 labels for an id that no event before them had,"
+        " and 0 events whose label did not come in time (delayed_labels)"
+    )
+
+
 def test_late_labels_of_events_seen_before_them_disarm_the_watch(tmp_path, capsys):
     """A label for an event the run predicted is a label learned: the watch ends, however many labels follow for
     ids it never saw."""

@@ -157,17 +157,22 @@ def _command_run(args: argparse.Namespace, evaluate: bool) -> int:
 
 
 def _nothing_learned(job: Job, stats: RunStats, evaluate: bool) -> str | None:
-    """Why a run learned from no record: each record it read was rejected; or (an eval, ``evaluate``) its input held
-    none (read to its end: no ``run.max_events: 0``, no signal), or each event it scored still waits for its label.
-    None when it learned, or may learn from labels to come."""
+    """Why a run learned from no record: each record it read was rejected; or (an eval, ``evaluate``, that read its
+    input to the end: no ``run.max_events: 0``, no signal) its input held none, each event it scored still waits for
+    its label, or its records came to nothing else. None when it learned, or may learn from labels to come."""
     if stats.events and stats.rejected == stats.events:
         return f"each of the {stats.events:,} records read was rejected: nothing was learned"
-    if not evaluate:
+    if not evaluate or stats.learned or job.settings.run.max_events == 0 or job.runner.stop_requested:
         return None
-    if not stats.events and job.settings.run.max_events != 0 and not job.runner.stop_requested:
+    if not stats.events:
         return f"eval read no record from {job.source.name}: there is nothing to evaluate"
-    if stats.learned or not len(job.runner.pending):
-        return None
+    pending = job.runner.pending
+    if not len(pending):
+        return (
+            f"eval learned nothing from its {stats.events:,} records: {stats.rejected:,} rejected,"
+            f" {pending.unmatched:,} labels for an id that no event before them had, and"
+            f" {pending.expired + pending.dropped:,} events whose label did not come in time (delayed_labels)"
+        )
     label = job.runner.parser.fields["label"]
     return (
         f"eval learned nothing: none of the {stats.predicted:,} events it scored carried a label in the field {label!r}"
