@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from email.header import decode_header, make_header
@@ -215,3 +216,19 @@ def load_corpora(args: argparse.Namespace) -> Corpora:
     """The messages of the corpora ``--corpus`` names (``both``: both), read from ``--data`` and ``--lingspam-data``."""
     paths = {"spamassassin": (args.data, "--data"), "lingspam": (args.lingspam_data, "--lingspam-data")}
     return {corpus: load_messages(*paths[corpus]) for corpus in paths if args.corpus in (corpus, BOTH)}
+
+
+def build_streams(args: argparse.Namespace, shapes: Sequence[str]) -> tuple[dict[str, Stream], list[str]]:
+    """Every stream of the ``shapes`` on the corpora ``--corpus`` names, cut to ``--limit``, and the names of those
+    left out because they hold a single class (the first messages of a stream cut short may); exit when none is
+    left."""
+    corpora = load_corpora(args)
+    names = stream_names([*corpora, BOTH] if args.corpus == BOTH else list(corpora), shapes)
+    streams = {name: build_stream(name, corpora)[: args.limit] for name in names}
+    single = [name for name, stream in streams.items() if len({y for _, y in stream}) < 2]
+    for name in single:
+        print(f"warning: {name} left out: a single class in its {len(streams[name])} messages", file=sys.stderr)
+        del streams[name]
+    if not streams:
+        sys.exit(f"error: no stream of two classes for --corpus {args.corpus} and the shapes {', '.join(shapes)}")
+    return streams, single

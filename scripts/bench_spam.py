@@ -68,7 +68,7 @@ from _harness import (
     write_results,
     yes,
 )
-from _stress import BOTH, CORPORA, SHAPES, Stream, build_stream, describe, load_corpora, stream_names
+from _stress import BOTH, CORPORA, SHAPES, Stream, build_streams, describe
 from matplotlib.figure import Figure
 from river import feature_extraction, linear_model, naive_bayes, optim, utils
 from scipy import sparse
@@ -780,21 +780,6 @@ def parse_arguments() -> argparse.Namespace:
     return args
 
 
-def build_streams(args: argparse.Namespace) -> tuple[dict[str, Stream], list[str]]:
-    """Every stream of the chosen corpora and shapes, cut to ``--limit``, and the names of those left out because
-    they hold a single class (the first messages of a stream cut short may); exit when none is left."""
-    corpora = load_corpora(args)
-    names = stream_names([*corpora, BOTH] if args.corpus == BOTH else list(corpora), args.streams)
-    streams = {name: build_stream(name, corpora)[: args.limit] for name in names}
-    single = [name for name, stream in streams.items() if len({y for _, y in stream}) < 2]
-    for name in single:
-        print(f"warning: {name} left out: a single class in its {len(streams[name])} messages", file=sys.stderr)
-        del streams[name]
-    if not streams:
-        sys.exit(f"error: no stream of two classes for --corpus {args.corpus} and the shapes {', '.join(args.streams)}")
-    return streams, single
-
-
 def run_streams(
     args: argparse.Namespace, streams: dict[str, Stream], configs: dict[str, dict]
 ) -> dict[str, tuple[list[Run], float]]:
@@ -825,7 +810,7 @@ def main() -> None:
     prepare_timing()
     config = load_config(SPAM_CONFIG)  # once: every stream gets the same configuration
     configs = {OURS: config, PEGASOS: pegasos_config(config)}
-    streams, single = build_streams(args)
+    streams, single = build_streams(args, args.streams)
     timed = run_streams(args, streams, configs)
     results = {name: runs for name, (runs, _) in timed.items()}
     seconds = {name: wall for name, (_, wall) in timed.items()}

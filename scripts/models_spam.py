@@ -35,7 +35,7 @@ from _harness import (
     section,
     write_document,
 )
-from _stress import BOTH, CORPORA, SHAPES, build_stream, load_corpora, stream_names
+from _stress import BOTH, CORPORA, SHAPES, build_streams
 from sklearn.metrics import roc_auc_score
 
 from pegasos_stream import (
@@ -124,22 +124,17 @@ def main() -> None:
     models["λ = 1e-4, t0 = 0 (exact Pegasos)"] = lambda: PegasosClassifier(lambda_=1e-4)
     models["PegasosClassifier() (λ chosen online)"] = PegasosClassifier
     models["PegasosGrid()"] = PegasosGrid
-    corpora = load_corpora(args)
-    names = stream_names([*corpora, BOTH] if args.corpus == BOTH else list(corpora), args.streams.split(","))
+    streams, _ = build_streams(args, args.streams.split(","))
     runs = []
-    for name in names:
-        stream = build_stream(name, corpora)[: args.limit]
+    for name, stream in streams.items():
         labels = np.array([is_spam for _, is_spam in stream])
-        if labels.all() or not labels.any():
-            print(f"warning: {name} left out: a single class in its {len(stream)} messages", file=sys.stderr)
-            continue
         rows = Rows(*features.transform_texts([text for text, _ in stream]))
         print(f"{name}: {len(stream):,} messages ...", file=sys.stderr)
         run = {"stream": name, "messages": len(stream), "spam": int(labels.sum())}
         run.update((model, prequential(make(), rows, labels)) for model, make in models.items())
         runs.append(run)
 
-    shown = " and ".join(label for corpus, label in CORPORA.items() if corpus in corpora)
+    shown = " and ".join(label for corpus, label in CORPORA.items() if args.corpus in (corpus, BOTH))
     write_document(
         args.out,
         f"pegasos_stream's models on the stress streams of {shown}",
