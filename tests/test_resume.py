@@ -50,6 +50,7 @@ from kafka_helpers import kafka_source_config
 
 from pegasos_stream.cli.config import load_config
 from pegasos_stream.cli.inputs import resume_position
+from pegasos_stream.io.sinks import repair_last_line
 from pegasos_stream.persist.checkpoint import MAGIC, checkpoints, latest_valid, read_checkpoint, write_checkpoint
 from pegasos_stream.run.pending import PendingLabels
 from pegasos_stream.testing.kafka_broker import committed_offset
@@ -560,16 +561,15 @@ def test_resume_skips_a_crafted_newer_checkpoint_whose_member_claims_1e11_elemen
 # -- 5. standard input -------------------------------------------------------------------------
 
 
-def _resumed_output_start(killed: bytes) -> int:
-    """Where a resumed run's output starts in the file a killed run left: after its last line end, where the resumed
-    run drops a last line cut short, or after the line end it adds to a last line that lacks only that
-    (`io.sinks.repair_last_line`; tests/test_sinks.py holds both)."""
-    start = killed.rfind(b"\n") + 1
-    try:
-        json.loads(killed[start:])
-    except ValueError:  # cut short, or nothing after the last line end
-        return start
-    return len(killed) + 1
+def _resumed_output_start(output: Path, scratch: Path) -> int:
+    """Where a resumed run's output starts in the file ``output`` a killed run left: its size once
+    `io.sinks.repair_last_line`, which the resumed run calls first, has ended or dropped its last line (on a copy in
+    ``scratch``, the file itself left for the run)."""
+    if not output.exists():
+        return 0
+    shutil.copyfile(output, scratch)
+    repair_last_line(scratch)
+    return scratch.stat().st_size
 
 
 @pytest.mark.slow
@@ -605,7 +605,7 @@ def test_stdin_resume_skips_the_lines_already_covered(stream, reference, tmp_pat
     newest = _assert_every_checkpoint_loads(directory)
     covered = newest["source"]["line"]
     assert newest["source"] == {"line": covered} and covered > 1000
-    already = _resumed_output_start(output.read_bytes() if output.exists() else b"")
+    already = _resumed_output_start(output, tmp_path / "killed-output.jsonl")
     left = json.loads((directory / ".lock").read_text())  # the killed run's lock
     assert left["pid"] == proc.pid
 
